@@ -1,0 +1,168 @@
+"""Summaries of results files: certified accuracy, ACR, tables and plots."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Literal, Sequence
+
+import numpy as np
+
+from dmae_fast.errors import UserError
+from dmae_fast.results import ABSTAIN, ResultsTable
+
+DEFAULT_RADII: tuple[float, ...] = tuple(0.25 * i for i in range(13))
+PLOT_RADIUS_STEP = 0.01
+PLOT_FORMATS = (".png", ".pdf")
+
+Style = Literal["text", "markdown", "latex"]
+
+
+def _require_rows(table: ResultsTable) -> None:
+    if len(table) == 0:
+        raise UserError(f"{table.path} has a header but no result rows")
+
+
+def _certified_radii(table: ResultsTable) -> np.ndarray:
+    if table.radius is None:
+        raise UserError(f"{table.path} is a prediction file; it has no certified radii")
+    _require_rows(table)
+    return table.radius
+
+
+def certified_accuracy(table: ResultsTable, radii: Sequence[float] | np.ndarray) -> np.ndarray:
+    """Fraction of rows that are correct with certified radius >= r, for each r in radii."""
+    radius = _certified_radii(table)
+    certified = np.sort(radius[table.correct == 1])
+    r = np.asarray(radii, dtype=np.float64).reshape(-1)
+    return (certified.size - np.searchsorted(certified, r, side="left")) / len(table)
+
+
+def average_certified_radius(table: ResultsTable) -> float:
+    """Mean of ``correct * radius`` (ACR); abstains and errors count as radius 0."""
+    radius = _certified_radii(table)
+    return float(np.mean(table.correct * radius))
+
+
+def clean_accuracy(table: ResultsTable) -> float:
+    """Fraction of rows whose (smoothed) prediction is correct."""
+    _require_rows(table)
+    return float(np.mean(table.correct))
+
+
+def abstain_rate(table: ResultsTable) -> float:
+    """Fraction of rows where the smoothed classifier abstained."""
+    _require_rows(table)
+    return float(np.mean(table.predict == ABSTAIN))
+
+
+def _escape(text: str, style: Style) -> str:
+    if style == "markdown":
+        return text.replace("|", r"\|")
+    if style == "latex":
+        special = {"\\": r"\textbackslash{}", "~": r"\textasciitilde{}",
+                   "^": r"\textasciicircum{}", **{c: "\\" + c for c in "&%$#_{}"}}
+        return "".join(special.get(c, c) for c in text)
+    return text
+
+
+def _render(header: list[str], rows: list[list[str]], style: Style) -> str:
+    if style == "markdown":
+        lines = [header, [":---"] + ["---:"] * (len(header) - 1), *rows]
+        return "\n".join("| " + " | ".join(cells) + " |" for cells in lines)
+    if style == "latex":
+        body = [" & ".join(cells) + r" \\" for cells in rows]
+        return "\n".join([
+            r"\begin{tabular}{l" + "r" * (len(header) - 1) + "}",
+            r"\toprule",
+            " & ".join(header) + r" \\",
+            r"\midrule",
+            *body,
+            r"\bottomrule",
+            r"\end{tabular}",
+        ])
+    widths = [max(len(cells[i]) for cells in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        first = cells[0].ljust(widths[0])
+        return "  ".join([first] + [c.rjust(w) for c, w in zip(cells[1:], widths[1:])]).rstrip()
+
+    return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, rows)])
+
+
+def format_table(tables: Sequence[ResultsTable], radii: Sequence[float] = DEFAULT_RADII,
+                 style: Style = "text", labels: Sequence[str] | None = None) -> str:
+    """One row per file: certified accuracy (%) at each radius and ACR for certification
+    files; clean accuracy (%) and abstain rate (%) for prediction files.
+
+    Rows are named by ``labels`` or else the file stems. Certification and prediction files
+    go into two separate tables, in that order, separated by a blank line.
+    """
+    if style not in ("text", "markdown", "latex"):
+        raise ValueError(f"unknown table style {style!r}")
+    names = list(labels) if labels is not None else [t.name for t in tables]
+    if len(names) != len(tables):
+        raise UserError(f"got {len(names)} labels for {len(tables)} results files")
+    names = [_escape(name, style) for name in names]
+    radius_header = [f"$r={r:g}$" if style == "latex" else f"r={r:g}" for r in radii]
+    certify_rows = [
+        [name, *(f"{100 * a:.1f}" for a in certified_accuracy(t, radii)),
+         f"{average_certified_radius(t):.3f}"]
+        for name, t in zip(names, tables) if t.kind == "certify"
+    ]
+    predict_rows = [
+        [name, f"{100 * clean_accuracy(t):.1f}", f"{100 * abstain_rate(t):.1f}"]
+        for name, t in zip(names, tables) if t.kind == "predict"
+    ]
+    percent = r"\%" if style == "latex" else "%"
+    parts = []
+    if certify_rows:
+        parts.append(_render(["file", *radius_header, "ACR"], certify_rows, style))
+    if predict_rows:
+        header = ["file", f"accuracy ({percent})", f"abstain ({percent})"]
+        parts.append(_render(header, predict_rows, style))
+    return "\n\n".join(parts)
+
+
+def plot_certified_accuracy(tables: Sequence[ResultsTable], out_path: str | os.PathLike[str],
+                            labels: Sequence[str] | None = None,
+                            max_radius: float | None = None) -> None:
+    """Plot certified accuracy against radius, one step curve per file, to a PNG or PDF.
+
+    The radius grid has step 0.01 and ends at ``max_radius``, by default the largest
+    radius in the data plus 0.25. An existing plot is overwritten.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    out = Path(out_path)
+    if out.suffix.lower() not in PLOT_FORMATS:
+        raise UserError(f"{out}: plot file name must end in {' or '.join(PLOT_FORMATS)}")
+    if not out.parent.is_dir():
+        raise UserError(f"cannot write {out}: directory {out.parent} does not exist")
+    if not tables:
+        raise UserError("no results files to plot")
+    names = list(labels) if labels is not None else [t.name for t in tables]
+    if len(names) != len(tables):
+        raise UserError(f"got {len(names)} labels for {len(tables)} results files")
+    if max_radius is None:
+        max_radius = max(float(_certified_radii(t).max()) for t in tables) + 0.25
+    elif not (math.isfinite(max_radius) and max_radius > 0):
+        raise UserError(f"maximum plot radius must be a finite number > 0, got {max_radius}")
+    grid = np.arange(int(max_radius / PLOT_RADIUS_STEP + 1e-9) + 1) * PLOT_RADIUS_STEP
+
+    fig = Figure(figsize=(6.4, 4.8), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    curves = [ax.step(grid, certified_accuracy(t, grid), where="post")[0] for t in tables]
+    ax.legend(curves, names)
+    ax.set_xlabel(r"radius ($\ell_2$)")
+    ax.set_ylabel("certified accuracy")
+    ax.set_xlim(0.0, float(grid[-1]))
+    ax.set_ylim(0.0, 1.0)
+    ax.grid(True, alpha=0.4)
+    try:
+        fig.savefig(out, dpi=150)
+    except OSError as exc:
+        raise UserError(f"cannot write {out}: {exc.strerror or exc}") from None

@@ -1,0 +1,325 @@
+"""``dmae-certify``: certify (or predict) a dataset with a smoothed classifier.
+
+    dmae-certify --data demo                      # the embedded demo, default settings
+    dmae-certify --ckpt model.safetensors --data /imagenet/val --sigma 0.5 --skip 50
+    dmae-certify analyze results.tsv --plot curve.png
+
+Rows are written as images finish; ``<out>.json`` beside the results records the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import platform
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+from tqdm import tqdm
+
+from dmae_fast import __version__
+from dmae_fast.analysis import DEFAULT_RADII, average_certified_radius, format_table
+from dmae_fast.certification.core import FIXED_N, certify_from_counts, predict_from_counts
+from dmae_fast.certification.stream import ImageCounts, SamplingPlan, StreamingCertifier
+from dmae_fast.cli.common import Parser, run_reporting_errors
+from dmae_fast.data import DEMO, TensorImageDataset, open_dataset, subset_indices
+from dmae_fast.demo import DEMO_CHECKPOINT
+from dmae_fast.engines import Engine, EngineOptions, open_engine
+from dmae_fast.errors import UserError
+from dmae_fast.model import NORMALIZATIONS
+from dmae_fast.results import CertifyRow, PredictRow, ResultsWriter, read_done_indices, read_results
+
+PROG = "dmae-certify"
+# Settings that change the results: a resumed run must agree on all of them.
+RESULT_FIELDS = ("engine", "data", "split", "labels", "image_size", "input_size", "normalize",
+                 "sigma", "n0", "n", "alpha", "seed", "predict", "skip", "max_images", "precision")
+
+
+@dataclass(frozen=True)
+class CertifyConfig:
+    """One certification run (the command line, resolved)."""
+
+    engine: str
+    data: str
+    out: str
+    sigma: float | None  # None: the sigma the checkpoint records
+    n0: int = 100
+    n: int = 10_000
+    alpha: float = 0.001
+    batch: int = 1000
+    skip: int = 1
+    max_images: int | None = None
+    seed: int = 0
+    predict: bool = False
+    split: str = "test"
+    labels: str | None = None
+    image_size: int | None = None
+    input_size: int | None = None
+    normalize: str | None = None
+    device: str = "auto"
+    precision: str = "auto"
+    workers: int | None = None
+    overwrite: bool = False
+    resume: bool = False
+    radii: tuple[float, ...] = DEFAULT_RADII
+    progress: bool = True
+
+    def validate(self) -> None:
+        checks = [
+            (self.sigma is None or (math.isfinite(self.sigma) and self.sigma > 0), f"--sigma must be > 0, got {self.sigma}"),
+            (0 < self.alpha < 1, f"--alpha must be in (0, 1), got {self.alpha}"),
+            (self.n0 >= 1, f"--n0 must be >= 1, got {self.n0}"),
+            (1 <= self.n < 2**32, f"--n must be in [1, 2**32), got {self.n}"),
+            (self.batch >= 1, f"--batch must be >= 1, got {self.batch}"),
+            (self.skip >= 1, f"--skip must be >= 1, got {self.skip}"),
+            (self.max_images is None or self.max_images >= 1, f"--max must be >= 1, got {self.max_images}"),
+            (0 <= self.seed < 2**64, f"--seed must be in [0, 2**64), got {self.seed}"),
+            (self.workers is None or self.workers >= 0, f"--workers must be >= 0, got {self.workers}"),
+            (not (self.overwrite and self.resume), "--overwrite and --resume exclude each other"),
+            (all(math.isfinite(r) and r >= 0 for r in self.radii), "--radii must be finite and >= 0"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise UserError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(
+        prog=PROG,
+        description="Certify (CERTIFY) or predict (PREDICT) with a Gaussian-smoothed classifier, "
+        "Cohen et al.'s procedures, samples from many images packed into full batches. "
+        "Subcommand: 'dmae-certify analyze FILE...' summarizes results files.",
+    )
+    model = parser.add_argument_group("classifier")
+    source = model.add_mutually_exclusive_group()
+    source.add_argument("--ckpt", help="checkpoint: ours (.safetensors), official DMAE/MAE, timm; "
+                        "'demo' for the embedded demo model (default with --data demo)")
+    source.add_argument("--engine", help="engine file or checkpoint (exported engines arrive with dmae-export)")
+    model.add_argument("--input-size", type=int, help="side of the images the classifier receives, where "
+                       "noise is added (default: from the checkpoint; e.g. 32 for DMAE CIFAR-10 models)")
+    model.add_argument("--normalize", help="input normalization for checkpoints without metadata: "
+                       "imagenet (default), cifar10, or 'm1,m2,m3:s1,s2,s3'")
+    model.add_argument("--precision", default="auto", choices=["auto", "fp32", "fp16", "bf16"],
+                       help="classifier precision (auto: fp32 on CPU, fp16 on CUDA)")
+    data = parser.add_argument_group("data")
+    data.add_argument("--data", required=True, help="'demo', an ImageFolder directory, a CIFAR-10 "
+                      "python-batches directory, an image directory (with --labels) or a list file")
+    data.add_argument("--labels", help="labels file ('filename label' lines) for an image directory")
+    data.add_argument("--split", default="test", choices=["test", "train"], help="split of demo/CIFAR-10 data")
+    data.add_argument("--image-size", type=int, help="resize + center-crop size for image files "
+                      "(default: the classifier's input size)")
+    data.add_argument("--skip", type=int, default=1, help="certify every SKIP-th image (paper: 50 on ImageNet)")
+    data.add_argument("--max", dest="max_images", type=int, help="certify at most MAX images")
+    data.add_argument("--workers", type=int, help="DataLoader workers (default: 0 for in-memory data, else 4)")
+    smooth = parser.add_argument_group("smoothing")
+    smooth.add_argument("--sigma", type=float, help="noise level in [0,1] pixel units "
+                        "(default: the sigma the checkpoint was trained with, if recorded)")
+    smooth.add_argument("--n0", type=int, default=100, help="selection samples (default 100)")
+    smooth.add_argument("--n", type=int, default=10_000, help="estimation samples (default 10,000)")
+    smooth.add_argument("--alpha", type=float, default=0.001, help="failure probability (default 0.001)")
+    smooth.add_argument("--predict", action="store_true", help="run PREDICT (n samples, binomial test) instead")
+    smooth.add_argument("--seed", type=int, default=0, help="64-bit noise seed (results are a function of it)")
+    run = parser.add_argument_group("run")
+    run.add_argument("--batch", type=int, default=1000, help="noisy samples per forward pass (default 1000)")
+    run.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    run.add_argument("--out", help="results file (default: a new timestamped .tsv in the current directory)")
+    run.add_argument("--overwrite", action="store_true", help="replace an existing --out (atomically, at the end)")
+    run.add_argument("--resume", action="store_true", help="continue an existing --out: certify only missing images")
+    run.add_argument("--radii", type=float, nargs="+", default=list(DEFAULT_RADII), help="radii of the summary table")
+    run.add_argument("--quiet", action="store_true", help="no progress bar")
+    return parser
+
+
+def _config_from_args(args: argparse.Namespace) -> CertifyConfig:
+    engine = args.engine or args.ckpt or (str(DEMO_CHECKPOINT) if args.data == DEMO else None)
+    if engine is None:
+        raise UserError("--ckpt (or --engine) is required unless --data demo")
+    if engine == DEMO:
+        engine = str(DEMO_CHECKPOINT)
+    out = args.out or f"certify-{Path(args.data).name or 'data'}-{datetime.now():%Y%m%d-%H%M%S}.tsv"
+    fields = {f.name for f in dataclasses.fields(CertifyConfig)}
+    values = {k: v for k, v in vars(args).items() if k in fields and v is not None}
+    values.update(engine=engine, out=out, radii=tuple(args.radii), progress=not args.quiet, sigma=args.sigma)
+    return CertifyConfig(**values)
+
+
+def _normalization(text: str | None) -> tuple[tuple[float, ...] | None, tuple[float, ...] | None]:
+    if text is None:
+        return None, None
+    if text in NORMALIZATIONS:
+        return NORMALIZATIONS[text]
+    try:
+        mean, std = (tuple(float(v) for v in part.split(",")) for part in text.split(":"))
+    except ValueError:
+        raise UserError(f"--normalize must be imagenet, cifar10 or 'm1,m2,m3:s1,s2,s3', got {text!r}") from None
+    if len(mean) != len(std) or not all(s > 0 for s in std):
+        raise UserError(f"--normalize needs as many means as stds, stds > 0: {text!r}")
+    return mean, std
+
+
+class _IndexedImages(Dataset):
+    """(dataset index, image, label) for the selected indices; load errors travel as text."""
+
+    def __init__(self, dataset: Dataset, indices: list[int]) -> None:
+        self.dataset, self.indices = dataset, indices
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, position: int) -> tuple[int, torch.Tensor | None, int | str]:
+        index = self.indices[position]
+        try:
+            image, label = self.dataset[index]
+        except UserError as error:  # re-raised in the main process, keeping one line
+            return index, None, str(error)
+        return index, image, label
+
+
+def _images(dataset: Dataset, indices: list[int], workers: int, pin: bool):
+    loader = DataLoader(_IndexedImages(dataset, indices), batch_size=None, num_workers=workers, pin_memory=pin)
+    for index, image, label in loader:
+        if image is None:
+            raise UserError(label)
+        yield index, image, int(label)
+
+
+def _check_compatible(engine: Engine, dataset: Dataset, data: str) -> None:
+    spec = engine.spec
+    shape = tuple(dataset.image_shape)
+    if shape != spec.input_shape:
+        hint = " (for DMAE CIFAR-10 models pass --input-size 32)" if shape[1:] == (32, 32) else ""
+        raise UserError(f"data {data} has images of shape {shape} but the classifier expects "
+                        f"{spec.input_shape}{hint}")
+    names = dataset.class_names
+    if dataset.num_classes > spec.num_classes or (names is not None and len(names) != spec.num_classes):
+        count = len(names) if names is not None else dataset.num_classes
+        raise UserError(f"data {data} has {count} classes but the classifier has {spec.num_classes}")
+
+
+def _output_mode(config: CertifyConfig) -> str:
+    out = Path(config.out)
+    if config.resume:
+        if not out.exists():
+            raise UserError(f"--resume: {out} does not exist")
+        _check_resumable(config)
+        return "append"
+    if out.exists() and not config.overwrite:
+        raise UserError(f"{out} exists; pass --overwrite to replace it or --resume to continue it")
+    if not out.parent.is_dir():
+        raise UserError(f"directory of --out {out} does not exist")
+    return "overwrite" if config.overwrite else "new"
+
+
+def _sidecar(config: CertifyConfig) -> Path:
+    return Path(config.out + ".json")
+
+
+def _check_resumable(config: CertifyConfig) -> None:
+    sidecar = _sidecar(config)
+    try:
+        recorded = json.loads(sidecar.read_text())["config"]
+    except (OSError, ValueError, KeyError):
+        raise UserError(f"--resume needs the run record {sidecar} written beside {config.out}") from None
+    current = dataclasses.asdict(config)
+    differing = [k for k in RESULT_FIELDS if recorded.get(k) != current.get(k)]
+    if differing:
+        raise UserError(f"--resume: {', '.join(differing)} differ from the run recorded in {sidecar}")
+
+
+def _write_sidecar(config: CertifyConfig, engine: Engine, summary: dict) -> None:
+    record = {
+        "config": dataclasses.asdict(config),
+        "procedure": "predict" if config.predict else FIXED_N,
+        "engine": engine.description,
+        "classifier": engine.spec.to_json_dict(),
+        "versions": {"dmae_fast": __version__, "torch": torch.__version__, "python": platform.python_version()},
+        "device_name": torch.cuda.get_device_name(engine.device) if engine.device.type == "cuda" else platform.processor() or "cpu",
+        **summary,
+    }
+    _sidecar(config).write_text(json.dumps(record, indent=2, default=str) + "\n")
+
+
+def _row(config: CertifyConfig, done: ImageCounts, seconds: float) -> CertifyRow | PredictRow:
+    if config.predict:
+        p = predict_from_counts(done.counts[0], config.alpha)
+        return PredictRow(done.index, done.label, p.prediction, int(p.prediction == done.label), seconds,
+                          p.n, p.count1, p.count2, p.pvalue, config.sigma)
+    c = certify_from_counts(done.counts[0], done.counts[1], config.alpha, config.sigma)
+    return CertifyRow(done.index, done.label, c.prediction, c.radius, int(c.prediction == done.label), seconds,
+                      c.n0, c.n, c.n_a, c.p_a_lower, config.sigma, FIXED_N)
+
+
+def certify(config: CertifyConfig) -> int:
+    """Run one certification as configured; returns the exit status."""
+    config.validate()
+    _output_mode(config)  # refuse an existing --out before any work
+    mean, std = _normalization(config.normalize)
+    engine = open_engine(config.engine, EngineOptions(config.device, config.precision, config.input_size, mean, std))
+    if config.sigma is None and engine.spec.sigma is None:
+        raise UserError("--sigma is required: the checkpoint does not record the sigma it was trained for")
+    config = dataclasses.replace(config, sigma=config.sigma or engine.spec.sigma, precision=engine.precision)
+    mode = _output_mode(config)
+    dataset = open_dataset(config.data, split=config.split, labels=config.labels,
+                           image_size=config.image_size or engine.spec.input_size)
+    _check_compatible(engine, dataset, config.data)
+    indices = subset_indices(len(dataset), config.skip, config.max_images)
+    if mode == "append":
+        done = read_done_indices(config.out)
+        indices = [i for i in indices if i not in done]
+    plan = SamplingPlan.predict(config.n) if config.predict else SamplingPlan.certify(config.n0, config.n)
+    streamer = StreamingCertifier(engine, plan, config.sigma, config.seed, config.batch)
+    workers = config.workers if config.workers is not None else (0 if isinstance(dataset, TensorImageDataset) else 4)
+    images = _images(dataset, indices, workers, pin=engine.device.type == "cuda")
+    print(f"{PROG}: {len(indices)} images, {plan.total:,} samples each, sigma {config.sigma}, "
+          f"{engine.description}, batch {config.batch} -> {config.out}", file=sys.stderr)
+    _write_sidecar(config, engine, {"status": "running"})
+    start = time.perf_counter()
+    finished = 0
+    bar = tqdm(total=len(indices), unit="img", desc="certifying" if not config.predict else "predicting",
+               disable=not config.progress, mininterval=0.5, file=sys.stderr)
+    with ResultsWriter(config.out, kind="predict" if config.predict else "certify", mode=mode) as writer, bar:
+        for done in streamer.run(images):
+            finished += 1
+            elapsed = time.perf_counter() - start
+            writer.write(_row(config, done, elapsed / finished))  # per-image share of the run's time
+            bar.update()
+            bar.set_postfix_str(f"{finished * plan.total / elapsed:,.0f} samples/s")
+    elapsed = time.perf_counter() - start
+    rate = finished * plan.total / elapsed if elapsed > 0 else float("nan")
+    _write_sidecar(config, engine, {"status": "complete", "images": finished, "elapsed_s": round(elapsed, 3),
+                                    "samples_per_s": round(rate, 1)})
+    _print_summary(config, finished, elapsed, rate)
+    return 0
+
+
+def _print_summary(config: CertifyConfig, finished: int, elapsed: float, rate: float) -> None:
+    print(f"{PROG}: {finished} images in {elapsed:.1f} s ({rate:,.0f} noisy samples/s); results in {config.out}",
+          file=sys.stderr)
+    table = read_results(config.out)
+    if len(table) == 0:
+        return
+    print(format_table([table], config.radii))
+    if table.kind == "certify":
+        print(f"average certified radius (ACR): {average_certified_radius(table):.3f}; "
+              f"clean accuracy of the smoothed classifier: {np.mean(table.correct):.1%}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["analyze"]:
+        from dmae_fast.cli.analyze import main as analyze_main
+
+        return analyze_main(argv[1:])
+    return run_reporting_errors(PROG, lambda: certify(_config_from_args(build_parser().parse_args(argv))))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

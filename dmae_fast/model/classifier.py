@@ -1,0 +1,56 @@
+"""The base classifier that randomized smoothing wraps.
+
+normalize -> (resize to the encoder's size) -> ViT encoder -> pool -> fc_norm -> head.
+
+It *is* a timm ``VisionTransformer`` (state dict in timm's layout: ``global_pool='avg'``
+gives cls_token, pos_embed, patch_embed.*, blocks.*, fc_norm.*, head.*), with the input
+normalization as its first operation so that noise is added in [0, 1] pixel space. The
+mean/std are non-persistent buffers (they live in the checkpoint's metadata instead).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from timm.models.vision_transformer import VisionTransformer
+from torch import nn
+
+from dmae_fast.model.config import ClassifierSpec
+
+
+class SmoothingClassifier(VisionTransformer):
+    """Maps images in [0, 1] (``spec.input_shape``) to logits over ``spec.num_classes``."""
+
+    def __init__(self, spec: ClassifierSpec) -> None:
+        enc = spec.encoder
+        super().__init__(
+            img_size=enc.img_size,
+            patch_size=enc.patch_size,
+            in_chans=enc.in_chans,
+            num_classes=spec.num_classes,
+            global_pool=spec.pool,
+            embed_dim=enc.embed_dim,
+            depth=enc.depth,
+            num_heads=enc.num_heads,
+            mlp_ratio=enc.mlp_ratio,
+        )
+        if spec.head == "bn_linear":  # MAE/DMAE linear probing
+            self.head = nn.Sequential(
+                nn.BatchNorm1d(enc.embed_dim, affine=False, eps=1e-6),
+                nn.Linear(enc.embed_dim, spec.num_classes),
+            )
+        self.spec = spec
+        channels = (1, enc.in_chans, 1, 1)
+        self.register_buffer("mean", torch.tensor(spec.mean).view(channels), persistent=False)
+        self.register_buffer("std", torch.tensor(spec.std).view(channels), persistent=False)
+
+    def preprocess(self, images: torch.Tensor) -> torch.Tensor:
+        """[0, 1] pixels -> normalized encoder input (resized if the spec asks for it)."""
+        x = (images - self.mean) / self.std
+        size = self.spec.encoder.img_size
+        if self.spec.input_size != size:
+            x = F.interpolate(x, size=(size, size), mode="bicubic", align_corners=False)
+        return x
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return super().forward(self.preprocess(images))

@@ -1,0 +1,372 @@
+"""Tab-separated results files: writing them row by row, and reading them back.
+
+Certification files have the columns of :data:`CERTIFY_COLUMNS`, prediction files those
+of :data:`PREDICT_COLUMNS`. Their leading columns are exactly those of Cohen et al.'s
+reference ``certify.py`` / ``predict.py`` (same order, same number formats), so tools
+written for the reference files read ours, and :func:`read_results` reads both.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import os
+import re
+from dataclasses import astuple, dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Callable, Literal, TextIO
+
+import numpy as np
+
+from dmae_fast.errors import UserError
+
+CERTIFY_COLUMNS: tuple[str, ...] = (
+    "idx", "label", "predict", "radius", "correct", "time",
+    "n0", "n", "nA", "pA_lower", "sigma", "procedure",
+)
+PREDICT_COLUMNS: tuple[str, ...] = (
+    "idx", "label", "predict", "correct", "time",
+    "n", "count1", "count2", "pvalue", "sigma",
+)
+REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
+    "certify": ("idx", "label", "predict", "radius", "correct", "time"),
+    "predict": ("idx", "label", "predict", "correct", "time"),
+}
+ABSTAIN = -1
+
+Kind = Literal["certify", "predict"]
+Mode = Literal["new", "append", "overwrite"]
+PathLike = str | os.PathLike[str]
+
+
+@dataclass(frozen=True)
+class CertifyRow:
+    """One certified test image. ``predict == -1`` means abstain; ``time`` is in seconds."""
+
+    idx: int
+    label: int
+    predict: int
+    radius: float
+    correct: int
+    time: float
+    n0: int
+    n: int
+    nA: int
+    pA_lower: float
+    sigma: float
+    procedure: str
+
+
+@dataclass(frozen=True)
+class PredictRow:
+    """One smoothed prediction. ``predict == -1`` means abstain; ``time`` is in seconds."""
+
+    idx: int
+    label: int
+    predict: int
+    correct: int
+    time: float
+    n: int
+    count1: int
+    count2: int
+    pvalue: float
+    sigma: float
+
+
+def _fmt_time(seconds: float) -> str:
+    return str(datetime.timedelta(seconds=float(seconds)))
+
+
+def _fmt_text(value: str) -> str:
+    if "\t" in value or "\n" in value or "\r" in value:
+        raise ValueError(f"results field {value!r} contains a tab or a line break")
+    return value
+
+
+_FORMATTERS: dict[str, Callable[[object], str]] = {
+    "radius": lambda v: f"{float(v):.3}",
+    "time": _fmt_time,
+    "pA_lower": lambda v: f"{float(v):.6}",
+    "pvalue": lambda v: f"{float(v):.6}",
+    "sigma": lambda v: repr(float(v)),
+    "procedure": lambda v: _fmt_text(str(v)),
+}
+
+
+def _format_row(row: CertifyRow | PredictRow, columns: tuple[str, ...]) -> str:
+    cells = [_FORMATTERS.get(name, lambda v: str(int(v)))(value)
+             for name, value in zip(columns, astuple(row))]
+    return "\t".join(cells) + "\n"
+
+
+class ResultsWriter:
+    """Writes a results file row by row; use as a context manager.
+
+    ``mode="new"`` refuses an existing file; ``"append"`` continues a file whose header
+    matches (creating it if missing, dropping a last line cut off by a crash);
+    ``"overwrite"`` writes ``path + ".partial"`` and renames it over ``path`` only when
+    the ``with`` block ends without an exception. Rows reach the disk as they are written.
+    """
+
+    def __init__(self, path: PathLike, kind: Kind = "certify", mode: Mode = "new") -> None:
+        if kind not in REQUIRED_COLUMNS:
+            raise ValueError(f"unknown results kind {kind!r}")
+        self.path = os.fspath(path)
+        self.kind = kind
+        self.mode = mode
+        self._row_type = CertifyRow if kind == "certify" else PredictRow
+        self._columns = CERTIFY_COLUMNS if kind == "certify" else PREDICT_COLUMNS
+        header = "\t".join(self._columns)
+        if mode == "new":
+            self._target = self.path
+            self._file = self._open(self.path, "x")
+            self._file.write(header + "\n")
+        elif mode == "append":
+            self._target = self.path
+            needs_header = _prepare_append(self.path, header, kind)
+            self._file = self._open(self.path, "a")
+            if needs_header:
+                self._file.write(header + "\n")
+        elif mode == "overwrite":
+            if os.path.isdir(self.path):
+                raise UserError(f"{self.path} is a directory, not a results file")
+            self._target = self.path + ".partial"
+            self._file = self._open(self._target, "w")
+            self._file.write(header + "\n")
+        else:
+            raise ValueError(f"unknown ResultsWriter mode {mode!r}")
+        self._sync()
+
+    def _open(self, path: str, how: str) -> TextIO:
+        try:
+            return open(path, how, encoding="utf-8", newline="\n")
+        except FileExistsError:
+            raise UserError(
+                f"{path} exists; pass --overwrite to replace it or --resume to continue it"
+            ) from None
+        except FileNotFoundError:
+            raise UserError(
+                f"cannot create {path}: directory {os.path.dirname(path) or '.'} does not exist"
+            ) from None
+        except IsADirectoryError:
+            raise UserError(f"{path} is a directory, not a results file") from None
+        except OSError as exc:
+            raise UserError(f"cannot open {path}: {exc.strerror}") from None
+
+    def _sync(self) -> None:
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def write(self, row: CertifyRow | PredictRow) -> None:
+        """Append one row and push it to the disk."""
+        if not isinstance(row, self._row_type):
+            raise TypeError(f"a {self.kind} results file takes {self._row_type.__name__}, "
+                            f"got {type(row).__name__}")
+        self._file.write(_format_row(row, self._columns))
+        self._sync()
+
+    def close(self, success: bool = True) -> None:
+        """Close the file; in overwrite mode, replace ``path`` only if ``success``."""
+        if self._file.closed:
+            return
+        self._sync()
+        self._file.close()
+        if self.mode == "overwrite" and success:
+            os.replace(self._target, self.path)
+
+    def __enter__(self) -> ResultsWriter:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close(success=exc_type is None)
+
+
+def _prepare_append(path: str, header: str, kind: Kind) -> bool:
+    """Check the header of an existing file and cut off an unterminated last line.
+
+    Returns True when the file is missing or empty, so the header still has to be written.
+    """
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return True
+    except IsADirectoryError:
+        raise UserError(f"{path} is a directory, not a results file") from None
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror}") from None
+    first, newline, _ = data.partition(b"\n")
+    found = first.rstrip(b"\r").decode("utf-8", errors="replace")
+    if newline and found != header or not newline and not header.startswith(found):
+        raise UserError(f"{path} cannot be resumed: its header {found!r} is not that of a "
+                        f"{kind} results file ({header!r}); pass --overwrite to replace it")
+    keep = data.rfind(b"\n") + 1
+    if keep < len(data):
+        with open(path, "rb+") as f:
+            f.truncate(keep)
+    return keep == 0
+
+
+@dataclass
+class ResultsTable:
+    """The columns of one results file; ``radius`` is None for prediction files."""
+
+    path: str
+    kind: Kind
+    idx: np.ndarray
+    label: np.ndarray
+    predict: np.ndarray
+    correct: np.ndarray
+    time: np.ndarray
+    radius: np.ndarray | None = None
+    extra: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        """The file name without directory and extension."""
+        return Path(self.path).stem
+
+    def __len__(self) -> int:
+        return len(self.idx)
+
+
+_TIMEDELTA = re.compile(r"(?:(-?\d+) days?, )?(\d+):([0-5]\d):([0-5]\d(?:\.\d*)?)")
+
+
+def _parse_time(text: str) -> float:
+    """Seconds from ``str(timedelta)`` (``[D day[s], ]H:MM:SS[.ffffff]``) or a plain number."""
+    match = _TIMEDELTA.fullmatch(text.strip())
+    if match is None:
+        seconds = float(text)
+        if not math.isfinite(seconds):
+            raise ValueError(text)
+        return seconds
+    days, hours, minutes, secs = match.groups()
+    return int(days or 0) * 86400 + int(hours) * 3600 + int(minutes) * 60 + float(secs)
+
+
+def _parse_radius(text: str) -> float:
+    radius = float(text)
+    if not (math.isfinite(radius) and radius >= 0):
+        raise ValueError(text)
+    return radius
+
+
+def _parse_correct(text: str) -> int:
+    value = int(text)
+    if value not in (0, 1):
+        raise ValueError(text)
+    return value
+
+
+_INT_COLUMNS = ("idx", "label", "predict", "n0", "n", "nA", "count1", "count2")
+_FLOAT_COLUMNS = ("pA_lower", "pvalue", "sigma")
+_PARSERS: dict[str, tuple[Callable[[str], object], str, str]] = {
+    **{name: (int, "an integer", "int64") for name in _INT_COLUMNS},
+    **{name: (float, "a number", "float64") for name in _FLOAT_COLUMNS},
+    "correct": (_parse_correct, "0 or 1", "int64"),
+    "radius": (_parse_radius, "a finite radius >= 0", "float64"),
+    "time": (_parse_time, "a duration like 0:00:01.234567", "float64"),
+    "procedure": (str, "text", "object"),
+}
+
+
+def _infer_column(values: list[str]) -> np.ndarray:
+    for convert, dtype in ((int, "int64"), (float, "float64")):
+        try:
+            return np.array([convert(v) for v in values], dtype=dtype)
+        except ValueError:
+            pass
+    return np.array(values, dtype=object)
+
+
+def _read_lines(path: str) -> tuple[list[str], bool]:
+    """The file's lines without terminators, and whether the last one was terminated."""
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such results file") from None
+    except IsADirectoryError:
+        raise UserError(f"{path} is a directory, not a results file") from None
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UserError(f"{path} is not a UTF-8 text file") from None
+    lines = [line.rstrip("\r") for line in text.split("\n")]
+    terminated = lines[-1] == ""
+    if terminated:
+        lines.pop()
+    return lines, terminated
+
+
+def _parse_table(path: str, lines: list[str]) -> ResultsTable:
+    header = lines[0].split("\t")
+    duplicates = sorted({name for name in header if header.count(name) > 1})
+    if duplicates:
+        raise UserError(f"{path}: column(s) {', '.join(duplicates)} appear more than once "
+                        "in the header")
+    is_certify = any(name in header for name in ("radius", "n0", "nA", "pA_lower"))
+    kind: Kind = "certify" if is_certify else "predict"
+    missing = [name for name in REQUIRED_COLUMNS[kind] if name not in header]
+    if missing:
+        raise UserError(f"{path}: missing column(s) {', '.join(missing)} "
+                        f"(a {kind} results file needs {' '.join(REQUIRED_COLUMNS[kind])})")
+    rows: list[tuple[int, list[str]]] = []
+    for lineno, line in enumerate(lines[1:], start=2):
+        if not line.strip():
+            continue
+        cells = line.split("\t")
+        if len(cells) != len(header):
+            raise UserError(f"{path}: line {lineno} has {len(cells)} fields, "
+                            f"the header has {len(header)}")
+        rows.append((lineno, cells))
+    columns: dict[str, np.ndarray] = {}
+    for col, name in enumerate(header):
+        values = [cells[col] for _, cells in rows]
+        if name not in _PARSERS:
+            columns[name] = _infer_column(values)
+            continue
+        convert, what, dtype = _PARSERS[name]
+        parsed = []
+        for lineno, cells in rows:
+            try:
+                parsed.append(convert(cells[col]))
+            except ValueError:
+                raise UserError(f"{path}: line {lineno}, column {name}: cannot read "
+                                f"{cells[col]!r} as {what}") from None
+        columns[name] = np.array(parsed, dtype=dtype)
+    return ResultsTable(
+        path=path, kind=kind,
+        **{name: columns.pop(name) for name in REQUIRED_COLUMNS[kind]},
+        extra=columns,
+    )
+
+
+def read_results(path: PathLike) -> ResultsTable:
+    """Read a certification or prediction file, ours or the reference implementation's."""
+    path = os.fspath(path)
+    lines, _ = _read_lines(path)
+    if not any(line.strip() for line in lines):
+        raise UserError(f"{path} is empty; expected a header line")
+    return _parse_table(path, lines)
+
+
+def read_done_indices(path: PathLike) -> set[int]:
+    """Indices of the images already in a results file, for resuming it.
+
+    A missing or empty file gives an empty set; an unterminated last line (a crash while
+    it was written) is ignored, as :class:`ResultsWriter` in append mode drops it.
+    """
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        return set()
+    lines, terminated = _read_lines(path)
+    if not terminated:
+        lines.pop()
+    if not any(line.strip() for line in lines):
+        return set()
+    return set(_parse_table(path, lines).idx.tolist())

@@ -1,0 +1,42 @@
+"""The wheel installs the product folders inside dmae_fast, never as generic top-level modules."""
+
+import importlib.util
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("setuptools") is None, reason="needs setuptools to build")
+def test_wheel_layout(tmp_path):
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(ROOT)],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )
+    assert build.returncode == 0, build.stderr
+    (wheel,) = tmp_path.glob("dmae_fast-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    top_level = {name.split("/")[0] for name in names}
+    assert top_level <= {"dmae_fast", wheel.name.split("-")[0] + "-" + wheel.name.split("-")[1] + ".dist-info"}
+    for folder in ("kernels", "export", "train", "bench", "model", "certification", "engines", "cli"):
+        assert f"dmae_fast/{folder}/__init__.py" in names
+    assert "dmae_fast/assets/demo-digits-vit.safetensors" in names
+    entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
+    for script in ("dmae-certify", "dmae-train", "dmae-export", "dmae-bench"):
+        assert script in entry_points
+
+
+def test_namespaced_subpackages_import():
+    import dmae_fast.bench
+    import dmae_fast.export
+    import dmae_fast.kernels
+    import dmae_fast.train
+
+    assert Path(dmae_fast.kernels.__file__).parent.name == "kernels"
+    assert Path(dmae_fast.train.__file__).parent.name == "train"
+    assert Path(dmae_fast.export.__file__).parent.name == "export"
+    assert Path(dmae_fast.bench.__file__).parent.name == "bench"

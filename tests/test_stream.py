@@ -1,0 +1,112 @@
+"""The streaming certifier: full batches, device-side counts, identical to the reference loop."""
+
+import numpy as np
+import pytest
+import torch
+
+from dmae_fast.certification.core import Smooth
+from dmae_fast.certification.stream import SamplingPlan, StreamingCertifier
+from dmae_fast.engines import TorchEngine
+from dmae_fast.errors import UserError
+from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier
+from dmae_fast.noise import Phase, gaussian_noise
+
+SHAPE = (3, 8, 8)
+
+
+class SpyEngine:
+    """Wraps an engine and records every batch it is given."""
+
+    def __init__(self, engine):
+        self.engine, self.spec, self.device = engine, engine.spec, engine.device
+        self.precision, self.description = engine.precision, "spy"
+        self.batches = []
+
+    def classify(self, images):
+        self.batches.append(images.clone())
+        return self.engine.classify(images)
+
+
+@pytest.fixture(scope="module")
+def engine():
+    torch.manual_seed(0)
+    spec = ClassifierSpec(EncoderConfig(32, 2, 2, patch_size=4, img_size=16), num_classes=10, input_size=8)
+    return TorchEngine(SmoothingClassifier(spec), torch.device("cpu"))
+
+
+@pytest.fixture(scope="module")
+def images():
+    generator = torch.Generator().manual_seed(1)
+    return [(3 * i + 1, torch.rand(SHAPE, generator=generator), i % 10) for i in range(7)]
+
+
+def _counts(engine, images, plan, batch, sigma=0.5, seed=123):
+    out = list(StreamingCertifier(engine, plan, sigma, seed, batch).run(images))
+    assert [o.index for o in out] == [i for i, _, _ in images]
+    assert [o.label for o in out] == [label for _, _, label in images]
+    return np.stack([o.counts for o in out])
+
+
+def test_identical_counts_for_batch_sizes_7_64_1000(engine, images):
+    plan = SamplingPlan.certify(n0=100, n=250)
+    reference = _counts(engine, images, plan, 7)
+    assert reference[:, 0].sum(1).tolist() == [100] * 7 and reference[:, 1].sum(1).tolist() == [250] * 7
+    assert (reference > 0).sum() > 20  # a random model spreads votes: the comparison means something
+    for batch in (64, 1000):
+        assert np.array_equal(_counts(engine, images, plan, batch), reference)
+
+
+def test_counts_equal_the_one_image_at_a_time_reference(engine, images):
+    plan = SamplingPlan.certify(n0=30, n=90)
+    streamed = _counts(engine, images, plan, 64, seed=9)
+    smooth = Smooth(engine, sigma=0.5, seed=9, batch_size=25)
+    for row, (index, image, _) in zip(streamed, images):
+        assert np.array_equal(row[0], smooth.sample_counts(image, index, Phase.SELECTION, 30))
+        assert np.array_equal(row[1], smooth.sample_counts(image, index, Phase.ESTIMATION, 90))
+
+
+def test_batches_are_full_and_mix_images(engine, images):
+    spy = SpyEngine(engine)
+    plan = SamplingPlan.certify(n0=10, n=23)  # 33 samples per image, batch 50
+    _counts(spy, images, plan, 50)
+    sizes = [len(b) for b in spy.batches]
+    assert sizes == [50] * (len(sizes) - 1) + [7 * 33 - 50 * (len(sizes) - 1)]
+
+
+def test_noise_is_added_in_pixel_space_to_the_clean_image(engine, images):
+    """What the classifier receives is exactly x + sigma * eta(seed, image, phase, sample)."""
+    spy = SpyEngine(engine)
+    plan = SamplingPlan.certify(n0=3, n=4)
+    _counts(spy, images[:2], plan, 5, sigma=0.25, seed=77)
+    received = torch.cat(spy.batches)
+    expected = []
+    for index, image, _ in images[:2]:
+        for phase, count in zip(plan.phases, plan.sizes):
+            eta = gaussian_noise(77, torch.full((count,), index), int(phase), torch.arange(count), SHAPE)
+            expected.append(image + 0.25 * eta)
+    assert torch.equal(received, torch.cat(expected))
+
+
+def test_many_small_images_per_batch_reuse_slots_correctly(engine, images):
+    plan = SamplingPlan.certify(n0=1, n=2)
+    many = images * 5
+    many = [(i, image, label) for i, (_, image, label) in enumerate(many)]
+    reference = _counts(engine, many, plan, 1)
+    assert np.array_equal(_counts(engine, many, plan, 16), reference)
+
+
+def test_predict_plan(engine, images):
+    plan = SamplingPlan.predict(n=40)
+    counts = _counts(engine, images, plan, 16)
+    smooth = Smooth(engine, sigma=0.5, seed=123, batch_size=40)
+    assert np.array_equal(counts[2, 0], smooth.sample_counts(images[2][1], images[2][0], Phase.PREDICTION, 40))
+
+
+def test_bad_images_are_refused(engine):
+    plan = SamplingPlan.certify(2, 2)
+    bad = torch.rand(SHAPE)
+    bad[1, 2, 3] = float("nan")
+    with pytest.raises(UserError, match="image 4 contains NaN"):
+        list(StreamingCertifier(engine, plan, 0.5, 0, 8).run([(4, bad, 0)]))
+    with pytest.raises(UserError, match="shape"):
+        list(StreamingCertifier(engine, plan, 0.5, 0, 8).run([(0, torch.rand(3, 16, 16), 0)]))
