@@ -182,8 +182,15 @@ def classifier_spec(
             head="bn_linear" if linear_probe else "linear",
             provenance={"source": str(raw.path)},
         )
-    overrides = {k: v for k, v in (("input_size", input_size), ("mean", mean), ("std", std)) if v}
-    return replace(spec, **overrides)
+    overrides = {k: v for k, v in (("input_size", input_size), ("mean", mean), ("std", std)) if v is not None}
+    spec = replace(spec, **overrides)
+    channels = spec.encoder.in_chans
+    if len(spec.mean) != channels or len(spec.std) != channels or min(spec.std) <= 0:
+        raise UserError(f"normalization of {raw.path} needs {channels} means and {channels} stds > 0, "
+                        f"got mean {spec.mean}, std {spec.std}")
+    if spec.input_size < 1:
+        raise UserError(f"input size must be positive, got {spec.input_size}")
+    return spec
 
 
 def _resample_pos_embed(state: StateDict, key: str, grid: int) -> StateDict:
@@ -233,8 +240,6 @@ def load_classifier(
         except ValueError as error:
             raise UserError(f"cannot use {raw.path} at image size {img_size}: {error}") from None
         state = _resample_pos_embed(state, "pos_embed", spec.encoder.grid_size)
-    if spec.input_size < 1:
-        raise UserError(f"input size must be positive, got {spec.input_size}")
     model = SmoothingClassifier(spec)
     load_strict(model, state, raw.path, f"a {spec.pool}-pool ViT classifier of width {spec.encoder.embed_dim}")
     return model.eval()

@@ -110,3 +110,26 @@ def test_bad_images_are_refused(engine):
         list(StreamingCertifier(engine, plan, 0.5, 0, 8).run([(4, bad, 0)]))
     with pytest.raises(UserError, match="shape"):
         list(StreamingCertifier(engine, plan, 0.5, 0, 8).run([(0, torch.rand(3, 16, 16), 0)]))
+
+
+gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@pytest.mark.gpu
+@gpu
+def test_cuda_noise_and_counts_agree_with_cpu(engine, images):
+    from dmae_fast.noise import uint32_stream
+
+    cuda = torch.device("cuda")
+    coords = (torch.tensor([0, 7, 2**31]), 1, torch.tensor([0, 5, 2**32 - 1]))
+    on_gpu = uint32_stream(5, coords[0].to(cuda), coords[1], coords[2].to(cuda), 3 * 224 * 224)
+    assert torch.equal(on_gpu.cpu(), uint32_stream(5, *coords, 3 * 224 * 224))
+    torch.testing.assert_close(gaussian_noise(5, coords[0].to(cuda), 1, coords[2].to(cuda), SHAPE).cpu(),
+                               gaussian_noise(5, *coords, SHAPE), rtol=1e-5, atol=1e-5)
+    plan = SamplingPlan.certify(n0=50, n=500)
+    cuda_engine = TorchEngine(SmoothingClassifier(engine.spec).eval(), cuda)
+    cuda_engine.model.load_state_dict(engine.model.state_dict())
+    on_cpu = _counts(engine, images, plan, 256)
+    on_cuda = _counts(cuda_engine, images, plan, 256)
+    assert on_cuda.sum() == on_cpu.sum()
+    assert np.abs(on_cuda - on_cpu).sum() / 2 <= 0.01 * on_cpu.sum()  # only rounding may flip votes

@@ -206,6 +206,8 @@ def _check_compatible(engine: Engine, dataset: Dataset, data: str) -> None:
 
 def _output_mode(config: CertifyConfig) -> str:
     out = Path(config.out)
+    if out.is_dir():
+        raise UserError(f"--out {out} is a directory; name a results file")
     if config.resume:
         if not out.exists():
             raise UserError(f"--resume: {out} does not exist")
@@ -260,7 +262,8 @@ def _row(config: CertifyConfig, done: ImageCounts, seconds: float) -> CertifyRow
 def certify(config: CertifyConfig) -> int:
     """Run one certification as configured; returns the exit status."""
     config.validate()
-    _output_mode(config)  # refuse an existing --out before any work
+    if not config.resume:
+        _output_mode(config)  # refuse an existing --out before loading anything
     mean, std = _normalization(config.normalize)
     engine = open_engine(config.engine, EngineOptions(config.device, config.precision, config.input_size, mean, std))
     if config.sigma is None and engine.spec.sigma is None:

@@ -1,0 +1,515 @@
+"""Tests for the ``dmae-certify`` command line (dmae_fast.cli.certify / analyze).
+
+Runs are tiny (3-4 demo images, 20 + 200 noisy samples each) and go through
+``main(argv)`` in-process; one test runs the installed console script.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+from scipy.stats import beta, norm
+
+from dmae_fast.certification.stream import SamplingPlan, StreamingCertifier
+from dmae_fast.checkpoints import load_classifier, save_classifier
+from dmae_fast.cli.certify import main
+from dmae_fast.data import demo_digits
+from dmae_fast.demo import DEMO_CHECKPOINT
+from dmae_fast.engines import TorchEngine
+from dmae_fast.errors import UserError
+from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier
+
+# --device cpu: fp32 everywhere, so rows are bit-for-bit reproducible on any machine.
+BASE = ["--data", "demo", "--n0", "20", "--n", "200", "--batch", "64", "--quiet", "--device", "cpu"]
+SIGMA = 0.25  # the demo checkpoint's sigma
+ALPHA = 0.001  # the default --alpha
+CERTIFY_HEAD = ["idx", "label", "predict", "radius", "correct", "time"]
+CERTIFY_EXTRA = ["n0", "n", "nA", "pA_lower", "sigma", "procedure"]
+PREDICT_HEAD = ["idx", "label", "predict", "correct", "time"]
+TIME = re.compile(r"\d+:\d\d:\d\d(\.\d+)?")
+ERROR_PREFIX = "dmae-certify: error:"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_torch_thread():
+    """These runs are tiny: one thread is as fast and does not crawl when the CPUs are busy."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@dataclass
+class Run:
+    rc: int
+    out: str
+    err: str
+
+
+def certify(capsys: pytest.CaptureFixture[str], *args: object) -> Run:
+    capsys.readouterr()  # drop anything captured before
+    rc = main([str(a) for a in args])
+    captured = capsys.readouterr()
+    return Run(rc, captured.out, captured.err)
+
+
+def read_rows(path: Path) -> tuple[list[str], list[dict[str, str]]]:
+    lines = path.read_text(encoding="utf-8").split("\n")
+    assert lines[-1] == "", "the file must end with a line break"
+    header = lines[0].split("\t")
+    rows = [dict(zip(header, line.split("\t"), strict=True)) for line in lines[1:-1]]
+    return header, rows
+
+
+def without_time(path: Path) -> list[list[str]]:
+    """All lines as cells, the header included, with the ``time`` column removed."""
+    lines = [line.split("\t") for line in path.read_text(encoding="utf-8").splitlines()]
+    position = lines[0].index("time")
+    return [cells[:position] + cells[position + 1:] for cells in lines]
+
+
+def expected_radius(n_a: int, n: int, sigma: float = SIGMA, alpha: float = ALPHA) -> float:
+    return sigma * norm.ppf(beta.ppf(alpha, n_a, n - n_a + 1))
+
+
+def snapshot(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()}
+
+
+def assert_one_line_error(run: Run, *mentions: str) -> str:
+    assert run.rc == 2, run
+    assert run.out == ""
+    lines = run.err.splitlines()
+    assert len(lines) == 1, run.err
+    assert lines[0].startswith(ERROR_PREFIX), run.err
+    assert "Traceback" not in run.err
+    for mention in mentions:
+        assert mention in lines[0], (mention, lines[0])
+    return lines[0]
+
+
+def tiny_classifier(path: Path, num_classes: int = 10, input_size: int = 8) -> Path:
+    encoder = EncoderConfig(embed_dim=32, depth=1, num_heads=2, patch_size=4, img_size=8)
+    spec = ClassifierSpec(encoder=encoder, num_classes=num_classes, input_size=input_size, sigma=SIGMA)
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        model = SmoothingClassifier(spec)
+    return save_classifier(model, path)
+
+
+# --------------------------------------------------------------------------- end to end
+
+
+@pytest.fixture(scope="module")
+def certified(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Run]:
+    """One certification run: --skip 7 --max 3 (images 0, 7 and 14)."""
+    out = tmp_path_factory.mktemp("e2e") / "run.tsv"
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        rc = main([*BASE, "--skip", "7", "--max", "3", "--out", str(out)])
+    return out, Run(rc, stdout.getvalue(), stderr.getvalue())
+
+
+def test_certify_end_to_end_rows(certified: tuple[Path, Run]) -> None:
+    out, run = certified
+    assert run.rc == 0, run.err
+    header, rows = read_rows(out)
+    assert header == CERTIFY_HEAD + CERTIFY_EXTRA
+    assert out.read_text().startswith("\t".join(CERTIFY_HEAD) + "\t")
+    assert [int(r["idx"]) for r in rows] == [0, 7, 14]
+    labels = demo_digits("test").labels
+    for row in rows:
+        idx, label, predict = int(row["idx"]), int(row["label"]), int(row["predict"])
+        assert label == int(labels[idx])
+        assert int(row["correct"]) == int(predict == label)
+        assert TIME.fullmatch(row["time"]), row["time"]
+        n0, n, n_a = int(row["n0"]), int(row["n"]), int(row["nA"])
+        assert (n0, n) == (20, 200) and 0 <= n_a <= n
+        assert float(row["sigma"]) == SIGMA
+        assert row["procedure"] == "cohen-fixed-n"
+        radius = float(row["radius"])
+        assert (radius == 0) == (predict == -1), row
+        if predict != -1:
+            expected = expected_radius(n_a, n)
+            assert radius == float(f"{expected:.3g}"), (row, expected)
+            assert float(row["pA_lower"]) == pytest.approx(beta.ppf(ALPHA, n_a, n - n_a + 1), rel=1e-5)
+    # The trained demo model (~98% clean accuracy) certifies most images at r = 0.
+    assert sum(int(r["correct"]) for r in rows) >= 2
+
+
+def test_certify_end_to_end_summary_and_sidecar(certified: tuple[Path, Run]) -> None:
+    out, run = certified
+    assert run.rc == 0, run.err
+    _, rows = read_rows(out)
+    accuracy = sum(int(r["correct"]) for r in rows) / len(rows)
+    table_row = next(line for line in run.out.splitlines() if line.split()[:1] == [out.stem])
+    assert table_row.split()[1] == f"{100 * accuracy:.1f}"  # certified accuracy at r=0
+    assert run.out.splitlines()[0].split()[:3] == ["file", "r=0", "r=0.25"]
+    assert f"clean accuracy of the smoothed classifier: {accuracy:.1%}" in run.out
+    record = json.loads(Path(str(out) + ".json").read_text())
+    config = record["config"]
+    assert config["data"] == "demo"
+    assert config["out"] == str(out)
+    assert (config["n0"], config["n"], config["skip"], config["max_images"]) == (20, 200, 7, 3)
+    assert config["sigma"] == SIGMA and config["alpha"] == ALPHA and config["seed"] == 0
+    assert Path(config["engine"]) == DEMO_CHECKPOINT
+    assert record["status"] == "complete" and record["images"] == 3
+    assert record["procedure"] == "cohen-fixed-n"
+    assert record["classifier"]["num_classes"] == 10
+
+
+def test_certify_abstains_with_radius_zero(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # One estimation sample can never push pA_lower to 1/2 at alpha 0.001: always abstain.
+    out = tmp_path / "abstain.tsv"
+    run = certify(capsys, *BASE, "--n", "1", "--max", "2", "--out", out)
+    assert run.rc == 0, run.err
+    _, rows = read_rows(out)
+    assert len(rows) == 2
+    for row in rows:
+        assert (row["predict"], float(row["radius"]), row["correct"]) == ("-1", 0.0, "0")
+
+
+def test_predict_mode(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "predict.tsv"
+    run = certify(capsys, *BASE, "--predict", "--max", "3", "--out", out)
+    assert run.rc == 0, run.err
+    header, rows = read_rows(out)
+    assert header[:5] == PREDICT_HEAD
+    assert "radius" not in header and "nA" not in header
+    assert out.read_text().startswith("\t".join(PREDICT_HEAD) + "\t")
+    assert [int(r["idx"]) for r in rows] == [0, 1, 2]
+    for row in rows:
+        assert int(row["correct"]) == int(row["predict"] == row["label"])
+        assert TIME.fullmatch(row["time"])
+        assert int(row["n"]) == 200
+        assert int(row["count1"]) + int(row["count2"]) <= 200
+    assert sum(int(r["correct"]) for r in rows) >= 2
+    assert json.loads(Path(str(out) + ".json").read_text())["procedure"] == "predict"
+    assert "accuracy (%)" in run.out
+
+
+# --------------------------------------------------------------------------- reproducibility
+
+
+def test_same_command_twice_gives_same_rows(certified: tuple[Path, Run], tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    first, _ = certified
+    again = tmp_path / "again.tsv"
+    assert certify(capsys, *BASE, "--skip", "7", "--max", "3", "--out", again).rc == 0
+    assert without_time(again) == without_time(first)
+
+
+def test_batch_size_does_not_change_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    small, large = tmp_path / "b7.tsv", tmp_path / "b1000.tsv"
+    args = [a for a in BASE if a not in ("--batch", "64")] + ["--max", "2"]
+    assert certify(capsys, *args, "--batch", "7", "--out", small).rc == 0
+    assert certify(capsys, *args, "--batch", "1000", "--out", large).rc == 0
+    assert len(without_time(small)) == 3
+    assert without_time(small) == without_time(large)
+
+
+# --------------------------------------------------------------------------- resume / overwrite
+
+# --sigma and --precision given explicitly: see test_resume_with_identical_default_args.
+RESUMABLE = [*BASE, "--max", "4", "--sigma", "0.25", "--precision", "fp32"]
+
+
+def interrupt(path: Path, keep_rows: int, torn: bool = False) -> None:
+    """Rewrite ``path`` as if the run had stopped after ``keep_rows`` rows."""
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    text = "".join(lines[: 1 + keep_rows])
+    if torn:  # a crash in the middle of writing the next row
+        text += lines[1 + keep_rows][:7]
+    path.write_text(text, encoding="utf-8")
+
+
+@pytest.mark.parametrize("torn", [False, True], ids=["clean-cut", "torn-last-line"])
+def test_resume_completes_an_interrupted_run(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                             torn: bool) -> None:
+    out = tmp_path / "resume.tsv"
+    assert certify(capsys, *RESUMABLE, "--out", out).rc == 0
+    complete = without_time(out)
+    assert [cells[0] for cells in complete] == ["idx", "0", "1", "2", "3"]
+    interrupt(out, keep_rows=2, torn=torn)
+    run = certify(capsys, *RESUMABLE, "--resume", "--out", out)
+    assert run.rc == 0, run.err
+    assert "2 images" in run.err  # only the missing ones were certified
+    assert without_time(out) == complete
+
+
+def test_resume_with_identical_default_args(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "resume-defaults.tsv"
+    args = [*BASE, "--max", "3", "--out", out]
+    assert certify(capsys, *args).rc == 0
+    complete = without_time(out)
+    interrupt(out, keep_rows=1)
+    run = certify(capsys, *args, "--resume")
+    assert run.rc == 0, run.err
+    assert without_time(out) == complete
+
+
+def test_resume_refuses_a_different_sigma(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "resume.tsv"
+    assert certify(capsys, *RESUMABLE, "--out", out).rc == 0
+    interrupt(out, keep_rows=2)
+    before = snapshot(tmp_path)
+    args = [a if a != "0.25" else "0.5" for a in RESUMABLE]
+    run = certify(capsys, *args, "--resume", "--out", out)
+    message = assert_one_line_error(run, "--resume", "sigma")
+    assert "precision" not in message
+    assert snapshot(tmp_path) == before
+
+
+def test_resume_needs_an_existing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "missing.tsv"
+    assert_one_line_error(certify(capsys, *RESUMABLE, "--resume", "--out", out), "--resume", str(out))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_overwrite_replaces_an_existing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    reference, out = tmp_path / "reference.tsv", tmp_path / "old.tsv"
+    assert certify(capsys, *BASE, "--max", "2", "--out", reference).rc == 0
+    out.write_text("not a results file\n")
+    run = certify(capsys, *BASE, "--max", "2", "--overwrite", "--out", out)
+    assert run.rc == 0, run.err
+    assert without_time(out) == without_time(reference)
+    assert not Path(str(out) + ".partial").exists()
+    assert json.loads(Path(str(out) + ".json").read_text())["status"] == "complete"
+
+
+def test_overwrite_and_resume_exclude_each_other(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "x.tsv"
+    out.write_text("keep\n")
+    run = certify(capsys, *BASE, "--max", "2", "--overwrite", "--resume", "--out", out)
+    assert_one_line_error(run, "--overwrite", "--resume")
+    assert out.read_text() == "keep\n"
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    directory = tmp_path_factory.mktemp("ckpt")
+    not_a_checkpoint = directory / "notes.safetensors"
+    not_a_checkpoint.write_text("these are not tensors\n")
+    pickle_junk = directory / "junk.pth"
+    pickle_junk.write_bytes(b"\x00\x01junk")
+    return {
+        "five_classes": tiny_classifier(directory / "five.safetensors", num_classes=5),
+        "input16": tiny_classifier(directory / "input16.safetensors", input_size=16),
+        "not_a_checkpoint": not_a_checkpoint,
+        "pickle_junk": pickle_junk,
+    }
+
+
+def assert_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path, args: list[str],
+                   *mentions: str) -> str:
+    """Exit 2, one error line, and the directory of --out left exactly as it was."""
+    out = tmp_path / "results" / "out.tsv"
+    out.parent.mkdir(exist_ok=True)
+    before = snapshot(out.parent)
+    message = assert_one_line_error(certify(capsys, *BASE, "--max", "3", *args, "--out", out), *mentions)
+    assert snapshot(out.parent) == before
+    assert not out.exists()
+    return message
+
+
+BAD_OPTIONS = [
+    (["--sigma", "0"], ["--sigma"]),
+    (["--sigma", "-1"], ["--sigma"]),
+    (["--sigma", "nan"], ["--sigma"]),
+    (["--alpha", "0"], ["--alpha"]),
+    (["--alpha", "1"], ["--alpha"]),
+    (["--alpha", "1.5"], ["--alpha"]),
+    (["--n0", "0"], ["--n0"]),
+    (["--n", "0"], ["--n must"]),
+    (["--batch", "0"], ["--batch"]),
+    (["--skip", "0"], ["--skip"]),
+    (["--max", "0"], ["--max"]),
+    (["--input-size", "0"], ["input size"]),
+    (["--input-size", "-3"], ["input size"]),
+    (["--n", "many"], ["--n", "many"]),
+    (["--no-such-option"], ["--no-such-option"]),
+]
+
+
+@pytest.mark.parametrize(("args", "mentions"),
+                         [pytest.param(a, m, id=" ".join(a)) for a, m in BAD_OPTIONS])
+def test_bad_options(tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str],
+                     mentions: list[str]) -> None:
+    assert_refused(capsys, tmp_path, args, *mentions)
+
+
+def test_missing_checkpoint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "nowhere.safetensors"
+    assert_refused(capsys, tmp_path, ["--ckpt", str(missing)], str(missing))
+
+
+@pytest.mark.parametrize("name", ["not_a_checkpoint", "pickle_junk"])
+def test_file_that_is_not_a_checkpoint(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                       checkpoints: dict[str, Path], name: str) -> None:
+    assert_refused(capsys, tmp_path, ["--ckpt", str(checkpoints[name])], str(checkpoints[name]))
+
+
+def test_class_count_mismatch(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                              checkpoints: dict[str, Path]) -> None:
+    message = assert_refused(capsys, tmp_path, ["--ckpt", str(checkpoints["five_classes"])], "classes")
+    assert "10" in message and "5" in message
+
+
+def test_image_shape_mismatch(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                              checkpoints: dict[str, Path]) -> None:
+    message = assert_refused(capsys, tmp_path, ["--ckpt", str(checkpoints["input16"])], "shape")
+    assert "(3, 8, 8)" in message and "(3, 16, 16)" in message
+
+
+def test_existing_out_is_left_untouched(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "taken.tsv"
+    content = b"idx\tlabel\r\n\x00 precious bytes \xff\n"
+    out.write_bytes(content)
+    run = certify(capsys, *BASE, "--max", "3", "--out", out)
+    assert_one_line_error(run, str(out), "--overwrite")
+    assert out.read_bytes() == content
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken.tsv"]
+
+
+def test_missing_data_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "no-such-data"
+    assert_refused(capsys, tmp_path, ["--ckpt", "demo", "--data", str(missing)], str(missing))
+
+
+def test_empty_image_list(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    empty = tmp_path / "empty.txt"
+    empty.write_text("# no images\n\n")
+    assert_refused(capsys, tmp_path, ["--ckpt", "demo", "--data", str(empty)], "empty", str(empty))
+
+
+def deny(monkeypatch: pytest.MonkeyPatch, path: Path) -> None:
+    """Make ``path`` unreadable, also for root (who ignores permission bits)."""
+    path.chmod(0)
+    if os.geteuid() == 0:
+        real_access = os.access
+
+        def access(target, mode, *args, **kwargs):
+            return False if Path(target) == path else real_access(target, mode, *args, **kwargs)
+
+        monkeypatch.setattr(os, "access", access)
+
+
+@pytest.fixture
+def image_dir(tmp_path: Path) -> Path:
+    from PIL import Image
+
+    directory = tmp_path / "images"
+    directory.mkdir()
+    Image.new("RGB", (8, 8), (10, 200, 30)).save(directory / "a.png")
+    (directory / "labels.txt").write_text("a.png 3\n")
+    return directory
+
+
+def test_image_dir_with_unreadable_list(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                        monkeypatch: pytest.MonkeyPatch, image_dir: Path) -> None:
+    labels = image_dir / "labels.txt"
+    deny(monkeypatch, labels)
+    try:
+        assert_refused(capsys, tmp_path, ["--ckpt", "demo", "--data", str(image_dir),
+                                          "--labels", str(labels)], str(labels))
+    finally:
+        labels.chmod(0o644)
+
+
+def test_image_dir_with_undecodable_list(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                         image_dir: Path) -> None:
+    labels = image_dir / "labels.txt"
+    labels.write_bytes(b"\xff\xfe a.png 3\n")
+    assert_refused(capsys, tmp_path, ["--ckpt", "demo", "--data", str(image_dir),
+                                      "--labels", str(labels)], str(labels))
+
+
+def test_unlistable_image_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                              monkeypatch: pytest.MonkeyPatch, image_dir: Path) -> None:
+    deny(monkeypatch, image_dir)
+    try:
+        assert_refused(capsys, tmp_path, ["--ckpt", "demo", "--data", str(image_dir)], str(image_dir))
+    finally:
+        image_dir.chmod(0o755)
+
+
+def test_list_without_labels_for_image_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                           image_dir: Path) -> None:
+    (image_dir / "labels.txt").unlink()
+    assert_refused(capsys, tmp_path, ["--ckpt", "demo", "--data", str(image_dir)], str(image_dir))
+
+
+def test_nan_pixels_are_refused() -> None:
+    engine = TorchEngine(load_classifier(DEMO_CHECKPOINT), torch.device("cpu"), "fp32")
+    streamer = StreamingCertifier(engine, SamplingPlan.certify(20, 200), SIGMA, seed=0, batch_size=64)
+    image = torch.full((3, 8, 8), 0.5)
+    image[1, 2, 3] = math.nan
+    with pytest.raises(UserError, match="NaN") as info:
+        list(streamer.run([(0, image, 0)]))
+    assert "\n" not in str(info.value) and "image 0" in str(info.value)
+
+
+# --------------------------------------------------------------------------- analyze
+
+
+def test_analyze_prints_the_table(certified: tuple[Path, Run], capsys: pytest.CaptureFixture[str]) -> None:
+    out, run = certified
+    analyzed = certify(capsys, "analyze", out)
+    assert analyzed.rc == 0, analyzed.err
+    table = analyzed.out.splitlines()
+    assert table[0].split()[:2] == ["file", "r=0"] and table[0].split()[-1] == "ACR"
+    assert any(line.split()[:1] == [out.stem] for line in table)
+    # The same table as the summary printed at the end of the run.
+    assert analyzed.out.strip() in run.out
+
+
+def test_analyze_plot_writes_a_png(certified: tuple[Path, Run], tmp_path: Path,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    out, _ = certified
+    png = tmp_path / "curve.png"
+    analyzed = certify(capsys, "analyze", out, "--plot", png)
+    assert analyzed.rc == 0, analyzed.err
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert str(png) in analyzed.err
+
+
+def test_analyze_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = certify(capsys, "analyze", tmp_path / "none.tsv")
+    assert run.rc == 2 and run.out == ""
+    assert run.err.startswith("dmae-certify analyze: error:") and len(run.err.splitlines()) == 1
+
+
+# --------------------------------------------------------------------------- console script
+
+
+def test_console_script(tmp_path: Path) -> None:
+    script = Path(sys.executable).parent / "dmae-certify"
+    if not script.exists():
+        found = shutil.which("dmae-certify")
+        if found is None:
+            pytest.skip("the dmae-certify console script is not installed")
+        script = Path(found)
+    out = tmp_path / "script.tsv"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([str(script), *BASE, "--max", "2", "--out", str(out)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    _, rows = read_rows(out)
+    assert [r["idx"] for r in rows] == ["0", "1"]
+    assert "clean accuracy of the smoothed classifier" in done.stdout
+    assert "Traceback" not in done.stderr
