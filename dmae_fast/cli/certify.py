@@ -283,7 +283,8 @@ def certify(config: CertifyConfig) -> int:
     images = _images(dataset, indices, workers, pin=engine.device.type == "cuda")
     print(f"{PROG}: {len(indices)} images, {plan.total:,} samples each, sigma {config.sigma}, "
           f"{engine.description}, batch {config.batch} -> {config.out}", file=sys.stderr)
-    _write_sidecar(config, engine, {"status": "running"})
+    if mode != "overwrite":  # an overwritten run's old record stays until the new results replace it
+        _write_sidecar(config, engine, {"status": "running"})
     start = time.perf_counter()
     finished = 0
     bar = tqdm(total=len(indices), unit="img", desc="certifying" if not config.predict else "predicting",
