@@ -236,6 +236,17 @@ def _check_resumable(config: CertifyConfig) -> None:
         raise UserError(f"--resume: {', '.join(differing)} differ from the run recorded in {sidecar}")
 
 
+def _device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text()
+        model = next(line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name"))
+    except (OSError, StopIteration):
+        model = platform.machine()
+    return f"{model}, {torch.get_num_threads()} threads"
+
+
 def _write_sidecar(config: CertifyConfig, engine: Engine, summary: dict) -> None:
     record = {
         "config": dataclasses.asdict(config),
@@ -243,7 +254,7 @@ def _write_sidecar(config: CertifyConfig, engine: Engine, summary: dict) -> None
         "engine": engine.description,
         "classifier": engine.spec.to_json_dict(),
         "versions": {"dmae_fast": __version__, "torch": torch.__version__, "python": platform.python_version()},
-        "device_name": torch.cuda.get_device_name(engine.device) if engine.device.type == "cuda" else platform.processor() or "cpu",
+        "device_name": _device_name(engine.device),
         **summary,
     }
     _sidecar(config).write_text(json.dumps(record, indent=2, default=str) + "\n")
