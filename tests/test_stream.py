@@ -133,3 +133,45 @@ def test_cuda_noise_and_counts_agree_with_cpu(engine, images):
     on_cuda = _counts(cuda_engine, images, plan, 256)
     assert on_cuda.sum() == on_cpu.sum()
     assert np.abs(on_cuda - on_cpu).sum() / 2 <= 0.01 * on_cpu.sum()  # only rounding may flip votes
+
+
+def test_sequential_plan_stops_early_with_prefix_counts_and_full_batches(engine, images):
+    """Images stop at different looks; their counts are the prefix of the fixed-n samples."""
+    looks = (20, 50, 120)
+    plan = SamplingPlan.sequential(n0=10, estimation_looks=looks)
+    many = [(100 + i, image, label) for i, (_, image, label) in enumerate(images * 4)]
+    stop_at = {index: (index * 7) % 3 for index, _, _ in many}  # the look each image stops at
+    calls = []
+
+    def decide(index, counts, look):
+        assert counts[0].sum() == 10 and counts[1].sum() == looks[look]
+        calls.append((index, look))
+        return look >= stop_at[index]
+
+    results = {}
+    for batch in (7, 64):
+        spy, exhausted_at = SpyEngine(engine), []
+
+        def source():
+            yield from many
+            exhausted_at.append(len(spy.batches))  # index of the batch being built
+
+        calls.clear()
+        out = list(StreamingCertifier(spy, plan, 0.5, 5, batch).run(source(), decide))
+        results[batch] = {o.index: o.counts for o in out}
+        sizes = [len(b) for b in spy.batches]
+        assert all(size == batch for size in sizes[: exhausted_at[0]])  # full until the tail
+        assert sum(sizes) == sum(10 + looks[stop_at[i]] for i, _, _ in many)
+        assert sorted(calls) == sorted((i, k) for i, at in stop_at.items() for k in range(min(at + 1, 2)))
+    assert results[7].keys() == results[64].keys() == set(stop_at)
+    smooth = Smooth(engine, sigma=0.5, seed=5, batch_size=33)
+    for index, image, _ in many[:9]:
+        n = looks[stop_at[index]]
+        assert np.array_equal(results[7][index][1], smooth.sample_counts(image, index, Phase.ESTIMATION, n))
+        assert np.array_equal(results[7][index][0], smooth.sample_counts(image, index, Phase.SELECTION, 10))
+    assert all(np.array_equal(results[64][i], results[7][i]) for i in results[7])
+
+
+def test_sequential_plan_needs_a_decision_rule(engine, images):
+    with pytest.raises(ValueError, match="decide"):
+        list(StreamingCertifier(engine, SamplingPlan.sequential(5, (5, 10)), 0.5, 0, 8).run(images))

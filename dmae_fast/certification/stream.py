@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,16 +31,31 @@ from dmae_fast.errors import UserError
 from dmae_fast.noise import MASK32, Phase, gaussian_noise
 
 
+Decide = Callable[[int, np.ndarray, int], bool]
+"""(image index, counts [phases, classes] at look k, k) -> True to stop sampling the image."""
+
+
 @dataclass(frozen=True)
 class SamplingPlan:
-    """The noisy samples every image gets: ``sizes[i]`` samples of ``phases[i]``."""
+    """The noisy samples every image gets: ``sizes[i]`` samples of ``phases[i]``.
+
+    ``looks`` are row offsets inside the plan (0 < look < total) after which the host
+    consults a :data:`Decide` callback that may stop the image early (sequential mode).
+    """
 
     phases: tuple[Phase, ...]
     sizes: tuple[int, ...]
+    looks: tuple[int, ...] = ()
 
     @classmethod
     def certify(cls, n0: int, n: int) -> SamplingPlan:
         return cls((Phase.SELECTION, Phase.ESTIMATION), (n0, n))
+
+    @classmethod
+    def sequential(cls, n0: int, estimation_looks: tuple[int, ...]) -> SamplingPlan:
+        """n0 selection samples, then estimation samples up to the last look."""
+        looks = tuple(n0 + look for look in estimation_looks[:-1])
+        return cls((Phase.SELECTION, Phase.ESTIMATION), (n0, estimation_looks[-1]), looks)
 
     @classmethod
     def predict(cls, n: int) -> SamplingPlan:
@@ -49,6 +64,10 @@ class SamplingPlan:
     @property
     def total(self) -> int:
         return sum(self.sizes)
+
+    @property
+    def stage_ends(self) -> tuple[int, ...]:
+        return self.looks + (self.total,)
 
 
 @dataclass(frozen=True)
@@ -71,6 +90,17 @@ class _Segment:
     count: int
 
 
+@dataclass
+class _Image:
+    """An image on the device: its slot, the next row to issue, its current stage."""
+
+    index: int
+    label: int
+    slot: int
+    row: int = 0
+    stage: int = 0
+
+
 class StreamingCertifier:
     """Counts the classes of noisy samples for a stream of images, in full batches."""
 
@@ -79,51 +109,71 @@ class StreamingCertifier:
         self.sigma, self.seed, self.batch_size = sigma, seed, batch_size
         self.device = engine.device
         self.shape = engine.spec.input_shape
-        # At most ceil(B / total) + 1 images meet in one batch; one more carries over.
-        self.num_slots = math.ceil(batch_size / plan.total) + 2
         self._starts = np.cumsum((0,) + plan.sizes)
+        # At most ceil(B / stage) + 1 images meet in one batch and one carries over; in
+        # sequential mode as many again may wait for the host's decision.
+        shortest = min(np.diff((0,) + plan.stage_ends))
+        per_batch = math.ceil(batch_size / shortest) + 2
+        self.num_slots = per_batch * (2 if plan.looks else 1)
 
-    def run(self, images: Iterable[tuple[int, torch.Tensor, int]]) -> Iterator[ImageCounts]:
-        """Yield each image's counts as soon as they are on the host, in input order."""
-        classes = self.engine.spec.num_classes
-        phases = len(self.plan.phases)
-        slot_images = torch.zeros((self.num_slots, *self.shape), device=self.device)
-        counts = torch.zeros((self.num_slots, phases, classes), dtype=torch.int64, device=self.device)
-        ones = torch.ones(self.batch_size, dtype=torch.int64, device=self.device)
-        phase_ids = torch.tensor([int(p) for p in self.plan.phases], device=self.device)
-        free = deque(range(self.num_slots))
+    def run(self, images: Iterable[tuple[int, torch.Tensor, int]], decide: Decide | None = None) -> Iterator[ImageCounts]:
+        """Yield each image's counts as soon as they are on the host.
+
+        Without looks (fixed n) images finish in input order. With looks, ``decide`` is
+        called at each look with the counts so far; images that stop early free their
+        slot for the next image, so batches stay full.
+        """
+        if self.plan.looks and decide is None:
+            raise ValueError("a plan with looks needs a decide callback")
+        self._slot_images = torch.zeros((self.num_slots, *self.shape), device=self.device)
+        self._counts = torch.zeros((self.num_slots, len(self.plan.phases), self.engine.spec.num_classes),
+                                   dtype=torch.int64, device=self.device)
+        self._ones = torch.ones(self.batch_size, dtype=torch.int64, device=self.device)
+        self._phase_ids = torch.tensor([int(p) for p in self.plan.phases], device=self.device)
+        self._free = deque(range(self.num_slots))
+        self._ready: deque[_Image] = deque()
+        self._waiting: deque[tuple[list[_Image], torch.Tensor, torch.cuda.Event | None]] = deque()
+        self._finished: list[ImageCounts] = []
+        self._decide = decide
         source = iter(images)
-        current: tuple[int, int, int] | None = None  # (slot, image index, next row)
-        labels: dict[int, int] = {}
-        in_flight: deque[tuple[list[int], torch.Tensor, torch.cuda.Event | None]] = deque()
+        exhausted = False
         while True:
             segments: list[_Segment] = []
-            finished: list[tuple[int, int]] = []  # (image index, slot)
+            reached: list[_Image] = []  # images whose stage ends in this batch
             room = self.batch_size
             while room:
-                if current is None:
-                    item = next(source, None)
-                    if item is None:
+                if not self._ready:
+                    if self._free and not exhausted:
+                        item = next(source, None)
+                        exhausted = item is None
+                        if item is not None:
+                            self._ready.append(self._load(item))
+                    elif self._waiting:
+                        self._resolve(wait=True, only_first=True)
+                    else:
                         break
-                    current = (self._load(item, slot_images, free, labels), item[0], 0)
-                slot, index, row = current
-                take = min(room, self.plan.total - row)
-                segments += self._segments(slot, index, row, take)
+                    continue
+                image = self._ready[0]
+                end = self.plan.stage_ends[image.stage]
+                take = min(room, end - image.row)
+                segments += self._segments(image.slot, image.index, image.row, take)
+                image.row += take
                 room -= take
-                current = (slot, index, row + take)
-                if row + take == self.plan.total:
-                    finished.append((index, slot))
-                    current = None
-            if not segments:
+                if image.row == end:
+                    reached.append(self._ready.popleft())
+            if segments:
+                self._run_batch(segments)
+            if reached:
+                self._snapshot(reached)
+            self._resolve(wait=not segments)
+            yield from self._finished
+            self._finished.clear()
+            if not segments and not self._ready and not self._waiting:
+                if not exhausted:
+                    raise RuntimeError("streaming scheduler stalled with images left")
                 break
-            self._run_batch(segments, slot_images, counts, ones, phase_ids)
-            if finished:
-                in_flight.append(self._snapshot(finished, counts))
-                free.extend(slot for _, slot in finished)  # reused by later batches only
-            yield from self._ready(in_flight, labels, wait=False)
-        yield from self._ready(in_flight, labels, wait=True)
 
-    def _load(self, item: tuple[int, torch.Tensor, int], slot_images: torch.Tensor, free: deque, labels: dict) -> int:
+    def _load(self, item: tuple[int, torch.Tensor, int]) -> _Image:
         index, image, label = item
         if tuple(image.shape) != self.shape:
             raise UserError(f"image {index} has shape {tuple(image.shape)}, the classifier expects {self.shape}")
@@ -131,10 +181,9 @@ class StreamingCertifier:
             raise UserError(f"image index {index} outside the noise contract's range [0, 2**32)")
         if image.device.type == "cpu" and not torch.isfinite(image).all():
             raise UserError(f"image {index} contains NaN or infinite pixel values")
-        slot = free.popleft()
-        slot_images[slot].copy_(image, non_blocking=True)
-        labels[index] = int(label)
-        return slot
+        slot = self._free.popleft()
+        self._slot_images[slot].copy_(image, non_blocking=True)
+        return _Image(index, int(label), slot)
 
     def _segments(self, slot: int, index: int, row: int, take: int) -> list[_Segment]:
         """Split rows [row, row + take) of an image's plan at phase boundaries."""
@@ -145,7 +194,7 @@ class StreamingCertifier:
                 out.append(_Segment(slot, index, position, int(lo - start), int(hi - lo)))
         return out
 
-    def _run_batch(self, segments, slot_images, counts, ones, phase_ids) -> None:
+    def _run_batch(self, segments: list[_Segment]) -> None:
         """Noise, classify and count one batch, all on the device (no synchronization)."""
         lengths = torch.tensor([s.count for s in segments])
         columns = torch.tensor([[s.slot, s.index, s.phase_position, s.first_sample] for s in segments])
@@ -155,30 +204,53 @@ class StreamingCertifier:
         if self.device.type == "cuda":
             per_row = per_row.pin_memory()
         slot, index, position, sample = per_row.to(self.device, non_blocking=True).unbind(1)
-        noise = gaussian_noise(self.seed, index, phase_ids[position], sample, self.shape)
-        predicted = self.engine.classify(slot_images[slot] + self.sigma * noise)
+        noise = gaussian_noise(self.seed, index, self._phase_ids[position], sample, self.shape)
+        predicted = self.engine.classify(self._slot_images[slot] + self.sigma * noise)
+        counts = self._counts
         flat = (slot * counts.shape[1] + position) * counts.shape[2] + predicted
-        counts.view(-1).index_add_(0, flat, ones[: len(flat)])
+        counts.view(-1).index_add_(0, flat, self._ones[: len(flat)])
 
-    def _snapshot(self, finished: list[tuple[int, int]], counts: torch.Tensor):
-        """Copy the finished images' counts off their slots, zero them, start the transfer."""
-        indices = [index for index, _ in finished]
-        slots = torch.tensor([slot for _, slot in finished], device=self.device)
-        snapshot = counts[slots]  # advanced indexing copies, in stream order
-        counts[slots] = 0
-        if self.device.type != "cuda":
-            return indices, snapshot, None
-        host = torch.empty(snapshot.shape, dtype=snapshot.dtype, pin_memory=True)
-        host.copy_(snapshot, non_blocking=True)
-        event = torch.cuda.Event()
-        event.record()
-        return indices, host, event
+    def _snapshot(self, reached: list[_Image]) -> None:
+        """Copy the counts of images at a stage end off the device, asynchronously.
 
-    @staticmethod
-    def _ready(in_flight: deque, labels: dict, wait: bool) -> Iterator[ImageCounts]:
-        while in_flight and (wait or in_flight[0][2] is None or in_flight[0][2].query()):
-            finished, host, event = in_flight.popleft()
+        Images at their final stage are done whatever the host says: their slots are
+        zeroed and freed at once (in stream order after the copy).
+        """
+        slots = torch.tensor([image.slot for image in reached], device=self.device)
+        snapshot = self._counts[slots]  # advanced indexing copies, in stream order
+        event = None
+        if self.device.type == "cuda":
+            host = torch.empty(snapshot.shape, dtype=snapshot.dtype, pin_memory=True)
+            host.copy_(snapshot, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record()
+            snapshot = host
+        final = [image for image in reached if image.stage == len(self.plan.stage_ends) - 1]
+        self._release(final)
+        self._waiting.append((reached, snapshot, event))
+
+    def _release(self, images: list[_Image]) -> None:
+        if images:
+            self._counts[torch.tensor([image.slot for image in images], device=self.device)] = 0
+            self._free.extend(image.slot for image in images)
+
+    def _resolve(self, wait: bool, only_first: bool = False) -> None:
+        """Act on snapshots that reached the host: finish images or schedule their next stage."""
+        last_stage = len(self.plan.stage_ends) - 1
+        while self._waiting and (wait or self._waiting[0][2] is None or self._waiting[0][2].query()):
+            reached, host, event = self._waiting.popleft()
             if event is not None:
                 event.synchronize()
-            for index, image_counts in zip(finished, host.numpy()):
-                yield ImageCounts(index, labels.pop(index), image_counts.copy())
+            stopped = []
+            for image, image_counts in zip(reached, host.numpy()):
+                done = image.stage == last_stage or self._decide(image.index, image_counts, image.stage)
+                if done:
+                    self._finished.append(ImageCounts(image.index, image.label, image_counts.copy()))
+                    if image.stage != last_stage:
+                        stopped.append(image)
+                else:
+                    image.stage += 1
+                    self._ready.append(image)
+            self._release(stopped)
+            if only_first:
+                return
