@@ -343,6 +343,9 @@ BAD_OPTIONS = [
     (["--input-size", "-3"], ["input size"]),
     (["--n", "many"], ["--n", "many"]),
     (["--no-such-option"], ["--no-such-option"]),
+    (["--sequential", "--predict"], ["--sequential", "--predict"]),
+    (["--sequential", "--looks", "50", "100"], ["looks", "n_max=200"]),
+    (["--sequential", "--looks", "100", "50", "200"], ["looks"]),
 ]
 
 
@@ -513,3 +516,29 @@ def test_console_script(tmp_path: Path) -> None:
     assert [r["idx"] for r in rows] == ["0", "1"]
     assert "clean accuracy of the smoothed classifier" in done.stdout
     assert "Traceback" not in done.stderr
+
+
+def test_sequential_mode_samples_a_prefix_of_the_fixed_n_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each image stops at a look; its votes equal a fixed-n run's with n = that look."""
+    looks = ["100", "400", "2000"]
+    seq = tmp_path / "seq.tsv"
+    args = ["--data", "demo", "--n0", "20", "--batch", "64", "--quiet", "--device", "cpu", "--max", "4"]
+    run = certify(capsys, *args, "--n", "2000", "--sequential", "--looks", *looks, "--out", seq)
+    assert run.rc == 0, run.err
+    _, rows = read_rows(seq)
+    assert sorted(int(r["idx"]) for r in rows) == [0, 1, 2, 3]
+    assert {r["procedure"] for r in rows} == {"sequential-cp-bonferroni-K3"}
+    assert all(r["n"] in looks for r in rows)
+    assert any(r["n"] != "2000" for r in rows)  # the confident demo digits stop early
+    for n in {r["n"] for r in rows}:
+        fixed = tmp_path / f"fixed-{n}.tsv"
+        assert certify(capsys, *args, "--n", n, "--out", fixed).rc == 0
+        fixed_rows = {r["idx"]: r for r in read_rows(fixed)[1]}
+        for r in rows:
+            if r["n"] == n:
+                assert r["nA"] == fixed_rows[r["idx"]]["nA"]
+                bound = beta.ppf(ALPHA / 3, int(r["nA"]), int(n) - int(r["nA"]) + 1)
+                assert float(r["pA_lower"]) == pytest.approx(bound, rel=1e-5)
+    record = json.loads(Path(str(seq) + ".json").read_text())
+    assert record["procedure"] == "sequential-cp-bonferroni-K3"
+    assert record["samples"] == sum(20 + int(r["n"]) for r in rows)

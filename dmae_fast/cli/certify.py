@@ -16,6 +16,7 @@ import math
 import platform
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -27,8 +28,9 @@ from tqdm import tqdm
 
 from dmae_fast import __version__
 from dmae_fast.analysis import DEFAULT_RADII, average_certified_radius, format_table
-from dmae_fast.certification.core import FIXED_N, certify_from_counts, predict_from_counts
-from dmae_fast.certification.stream import ImageCounts, SamplingPlan, StreamingCertifier
+from dmae_fast.certification.core import FIXED_N, Certificate, certify_from_counts, predict_from_counts
+from dmae_fast.certification.sequential import FUTILITY_MODES, PAPER_RADII, SequentialCertifier, SequentialConfig
+from dmae_fast.certification.stream import Decide, ImageCounts, SamplingPlan, StreamingCertifier
 from dmae_fast.cli.common import Parser, run_reporting_errors
 from dmae_fast.data import DEMO, TensorImageDataset, open_dataset, subset_indices
 from dmae_fast.demo import DEMO_CHECKPOINT
@@ -40,7 +42,8 @@ from dmae_fast.results import CertifyRow, PredictRow, ResultsWriter, read_done_i
 PROG = "dmae-certify"
 # Settings that change the results: a resumed run must agree on all of them.
 RESULT_FIELDS = ("engine", "data", "split", "labels", "image_size", "input_size", "normalize",
-                 "sigma", "n0", "n", "alpha", "seed", "predict", "skip", "max_images", "precision")
+                 "sigma", "n0", "n", "alpha", "seed", "predict", "skip", "max_images", "precision",
+                 "sequential", "looks", "futility")
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,9 @@ class CertifyConfig:
     max_images: int | None = None
     seed: int = 0
     predict: bool = False
+    sequential: bool = False
+    looks: tuple[int, ...] | None = None
+    futility: str = "deterministic"
     split: str = "test"
     labels: str | None = None
     image_size: int | None = None
@@ -69,7 +75,7 @@ class CertifyConfig:
     workers: int | None = None
     overwrite: bool = False
     resume: bool = False
-    radii: tuple[float, ...] = DEFAULT_RADII
+    radii: tuple[float, ...] | None = None  # summary radii; radii of interest with --sequential
     progress: bool = True
 
     def validate(self) -> None:
@@ -84,7 +90,8 @@ class CertifyConfig:
             (0 <= self.seed < 2**64, f"--seed must be in [0, 2**64), got {self.seed}"),
             (self.workers is None or self.workers >= 0, f"--workers must be >= 0, got {self.workers}"),
             (not (self.overwrite and self.resume), "--overwrite and --resume exclude each other"),
-            (all(math.isfinite(r) and r >= 0 for r in self.radii), "--radii must be finite and >= 0"),
+            (all(math.isfinite(r) and r >= 0 for r in self.radii or ()), "--radii must be finite and >= 0"),
+            (not (self.sequential and self.predict), "--sequential applies to CERTIFY, not --predict"),
         ]
         for ok, message in checks:
             if not ok:
@@ -133,7 +140,16 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", help="results file (default: a new timestamped .tsv in the current directory)")
     run.add_argument("--overwrite", action="store_true", help="replace an existing --out (atomically, at the end)")
     run.add_argument("--resume", action="store_true", help="continue an existing --out: certify only missing images")
-    run.add_argument("--radii", type=float, nargs="+", default=list(DEFAULT_RADII), help="radii of the summary table")
+    run.add_argument("--radii", type=float, nargs="+", help="radii of the summary table (default 0, 0.25, ..., 3); "
+                     "with --sequential also the radii of interest (default the paper's 0.5 1 1.5 2 3)")
+    seq = parser.add_argument_group("sequential certification (opt-in; same alpha guarantee, fewer samples)")
+    seq.add_argument("--sequential", action="store_true", help="stop sampling an image as soon as the largest "
+                     "reachable radius of interest is certified, or the next one is out of reach; --n is the cap")
+    seq.add_argument("--looks", type=int, nargs="+", help="cumulative estimation samples at which to decide "
+                     "(last = --n; default: 6 looks doubling up to --n); Clopper-Pearson at alpha/K over K looks")
+    seq.add_argument("--futility", default="deterministic", choices=FUTILITY_MODES,
+                     help="early abstain/lower-radius stop: deterministic (only when even all remaining samples "
+                     "could not reach the next radius; costs no certificate), upper (also by a 99%% upper bound), none")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
 
@@ -147,7 +163,8 @@ def _config_from_args(args: argparse.Namespace) -> CertifyConfig:
     out = args.out or f"certify-{Path(args.data).name or 'data'}-{datetime.now():%Y%m%d-%H%M%S}.tsv"
     fields = {f.name for f in dataclasses.fields(CertifyConfig)}
     values = {k: v for k, v in vars(args).items() if k in fields and v is not None}
-    values.update(engine=engine, out=out, radii=tuple(args.radii), progress=not args.quiet, sigma=args.sigma)
+    values.update(engine=engine, out=out, progress=not args.quiet, sigma=args.sigma,
+                  radii=tuple(args.radii) if args.radii else None, looks=tuple(args.looks) if args.looks else None)
     return CertifyConfig(**values)
 
 
@@ -231,7 +248,8 @@ def _check_resumable(config: CertifyConfig) -> None:
     except (OSError, ValueError, KeyError):
         raise UserError(f"--resume needs the run record {sidecar} written beside {config.out}") from None
     current = dataclasses.asdict(config)
-    differing = [k for k in RESULT_FIELDS if recorded.get(k) != current.get(k)]
+    fields = RESULT_FIELDS + (("radii",) if config.sequential else ())
+    differing = [k for k in fields if _as_recorded(recorded.get(k)) != _as_recorded(current.get(k))]
     if differing:
         raise UserError(f"--resume: {', '.join(differing)} differ from the run recorded in {sidecar}")
 
@@ -247,10 +265,17 @@ def _device_name(device: torch.device) -> str:
     return f"{model}, {torch.get_num_threads()} threads"
 
 
-def _write_sidecar(config: CertifyConfig, engine: Engine, summary: dict) -> None:
+def _as_recorded(value):
+    """Settings as they read back from JSON (tuples become lists)."""
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _write_sidecar(config: CertifyConfig, engine: Engine, procedure: _Procedure, summary: dict) -> None:
     record = {
         "config": dataclasses.asdict(config),
-        "procedure": "predict" if config.predict else FIXED_N,
+        "procedure": procedure.name,
+        "plan": {"phases": [p.name for p in procedure.plan.phases], "sizes": procedure.plan.sizes,
+                 "looks": procedure.plan.looks},
         "engine": engine.description,
         "classifier": engine.spec.to_json_dict(),
         "versions": {"dmae_fast": __version__, "torch": torch.__version__, "python": platform.python_version()},
@@ -260,14 +285,40 @@ def _write_sidecar(config: CertifyConfig, engine: Engine, summary: dict) -> None
     _sidecar(config).write_text(json.dumps(record, indent=2, default=str) + "\n")
 
 
-def _row(config: CertifyConfig, done: ImageCounts, seconds: float) -> CertifyRow | PredictRow:
+@dataclass(frozen=True)
+class _Procedure:
+    """How a run samples (plan, early-stopping rule) and turns counts into result rows."""
+
+    name: str
+    plan: SamplingPlan
+    decide: Decide | None
+    decision: Callable[[np.ndarray], Certificate] | None  # CERTIFY: counts -> certificate
+
+    def row(self, config: CertifyConfig, done: ImageCounts, seconds: float) -> CertifyRow | PredictRow:
+        correct = lambda prediction: int(prediction == done.label)  # noqa: E731
+        if self.decision is None:
+            p = predict_from_counts(done.counts[0], config.alpha)
+            return PredictRow(done.index, done.label, p.prediction, correct(p.prediction), seconds,
+                              p.n, p.count1, p.count2, p.pvalue, config.sigma)
+        c = self.decision(done.counts)
+        return CertifyRow(done.index, done.label, c.prediction, c.radius, correct(c.prediction), seconds,
+                          c.n0, c.n, c.n_a, c.p_a_lower, config.sigma, self.name)
+
+
+def _procedure(config: CertifyConfig) -> _Procedure:
     if config.predict:
-        p = predict_from_counts(done.counts[0], config.alpha)
-        return PredictRow(done.index, done.label, p.prediction, int(p.prediction == done.label), seconds,
-                          p.n, p.count1, p.count2, p.pvalue, config.sigma)
-    c = certify_from_counts(done.counts[0], done.counts[1], config.alpha, config.sigma)
-    return CertifyRow(done.index, done.label, c.prediction, c.radius, int(c.prediction == done.label), seconds,
-                      c.n0, c.n, c.n_a, c.p_a_lower, config.sigma, FIXED_N)
+        return _Procedure("predict", SamplingPlan.predict(config.n), None, None)
+    if not config.sequential:
+        fixed = lambda counts: certify_from_counts(counts[0], counts[1], config.alpha, config.sigma)  # noqa: E731
+        return _Procedure(FIXED_N, SamplingPlan.certify(config.n0, config.n), None, fixed)
+    sequential = SequentialCertifier(SequentialConfig(
+        config.n0, config.n, config.alpha, config.sigma, config.radii or PAPER_RADII, config.looks, config.futility))
+    return _Procedure(
+        sequential.procedure,
+        SamplingPlan.sequential(config.n0, sequential.looks),
+        sequential.decide,
+        lambda counts: sequential.certify(counts[0], int(counts[1, np.argmax(counts[0])]), int(counts[1].sum())),
+    )
 
 
 def certify(config: CertifyConfig) -> int:
@@ -288,29 +339,32 @@ def certify(config: CertifyConfig) -> int:
     if mode == "append":
         done = read_done_indices(config.out)
         indices = [i for i in indices if i not in done]
-    plan = SamplingPlan.predict(config.n) if config.predict else SamplingPlan.certify(config.n0, config.n)
+    procedure = _procedure(config)
+    plan = procedure.plan
     streamer = StreamingCertifier(engine, plan, config.sigma, config.seed, config.batch)
     workers = config.workers if config.workers is not None else (0 if isinstance(dataset, TensorImageDataset) else 4)
     images = _images(dataset, indices, workers, pin=engine.device.type == "cuda")
-    print(f"{PROG}: {len(indices)} images, {plan.total:,} samples each, sigma {config.sigma}, "
-          f"{engine.description}, batch {config.batch} -> {config.out}", file=sys.stderr)
+    print(f"{PROG}: {len(indices)} images, {'up to ' if plan.looks else ''}{plan.total:,} samples each, "
+          f"{procedure.name}, sigma {config.sigma}, {engine.description}, batch {config.batch} -> {config.out}",
+          file=sys.stderr)
     if mode != "overwrite":  # an overwritten run's old record stays until the new results replace it
-        _write_sidecar(config, engine, {"status": "running"})
+        _write_sidecar(config, engine, procedure, {"status": "running"})
     start = time.perf_counter()
-    finished = 0
+    finished = samples = 0
     bar = tqdm(total=len(indices), unit="img", desc="certifying" if not config.predict else "predicting",
                disable=not config.progress, mininterval=0.5, file=sys.stderr)
     with ResultsWriter(config.out, kind="predict" if config.predict else "certify", mode=mode) as writer, bar:
-        for done in streamer.run(images):
+        for done in streamer.run(images, procedure.decide):
             finished += 1
+            samples += int(done.counts.sum())
             elapsed = time.perf_counter() - start
-            writer.write(_row(config, done, elapsed / finished))  # per-image share of the run's time
+            writer.write(procedure.row(config, done, elapsed / finished))  # per-image share of the run's time
             bar.update()
-            bar.set_postfix_str(f"{finished * plan.total / elapsed:,.0f} samples/s")
+            bar.set_postfix_str(f"{samples / elapsed:,.0f} samples/s")
     elapsed = time.perf_counter() - start
-    rate = finished * plan.total / elapsed if elapsed > 0 else float("nan")
-    _write_sidecar(config, engine, {"status": "complete", "images": finished, "elapsed_s": round(elapsed, 3),
-                                    "samples_per_s": round(rate, 1)})
+    rate = samples / elapsed if elapsed > 0 else float("nan")
+    _write_sidecar(config, engine, procedure, {"status": "complete", "images": finished, "samples": samples,
+                                               "elapsed_s": round(elapsed, 3), "samples_per_s": round(rate, 1)})
     _print_summary(config, finished, elapsed, rate)
     return 0
 
@@ -321,7 +375,10 @@ def _print_summary(config: CertifyConfig, finished: int, elapsed: float, rate: f
     table = read_results(config.out)
     if len(table) == 0:
         return
-    print(format_table([table], config.radii))
+    radii = config.radii or ((0.0,) + PAPER_RADII if config.sequential else DEFAULT_RADII)
+    if config.sequential:
+        radii = tuple(sorted({0.0, *radii}))
+    print(format_table([table], radii))
     if table.kind == "certify":
         print(f"average certified radius (ACR): {average_certified_radius(table):.3f}; "
               f"clean accuracy of the smoothed classifier: {np.mean(table.correct):.1%}")
