@@ -344,6 +344,9 @@ BAD_OPTIONS = [
     (["--n", "many"], ["--n", "many"]),
     (["--no-such-option"], ["--no-such-option"]),
     (["--sequential", "--predict"], ["--sequential", "--predict"]),
+    (["--normalize", "0.5:0.5"], ["normalization", "3 means"]),
+    (["--normalize", "0.5,0.5,0.5:1,0,1"], ["normalization", "stds > 0"]),
+    (["--normalize", "gray"], ["--normalize"]),
     (["--sequential", "--looks", "50", "100"], ["looks", "n_max=200"]),
     (["--sequential", "--looks", "100", "50", "200"], ["looks"]),
 ]

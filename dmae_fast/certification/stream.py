@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from dmae_fast.data import check_finite
 from dmae_fast.engines.base import Engine
 from dmae_fast.errors import UserError
 from dmae_fast.noise import MASK32, Phase, gaussian_noise
@@ -179,8 +180,8 @@ class StreamingCertifier:
             raise UserError(f"image {index} has shape {tuple(image.shape)}, the classifier expects {self.shape}")
         if not 0 <= index <= MASK32:
             raise UserError(f"image index {index} outside the noise contract's range [0, 2**32)")
-        if image.device.type == "cpu" and not torch.isfinite(image).all():
-            raise UserError(f"image {index} contains NaN or infinite pixel values")
+        if image.device.type == "cpu":  # on the host: no device synchronisation
+            check_finite(image, index)
         slot = self._free.popleft()
         self._slot_images[slot].copy_(image, non_blocking=True)
         return _Image(index, int(label), slot)
