@@ -307,6 +307,20 @@ def test_resize_after_normalization() -> None:
     assert not torch.allclose(seen[0], other, atol=1e-3)
 
 
+@pytest.mark.parametrize("pool", ["avg", "token"])
+def test_tokens_then_body_equals_forward(pool: str) -> None:
+    """The split a fused front end relies on: forward(x) == forward_tokens(tokens(x))."""
+    torch.manual_seed(10)
+    model = SmoothingClassifier(_spec(pool=pool)).eval()
+    x = torch.rand(3, 3, 16, 16)
+    with torch.no_grad():
+        tokens = model.tokens(x)
+        assert tokens.shape == (3, 1 + GRID * GRID, 32)
+        # row 0 is the class token plus its position embedding
+        torch.testing.assert_close(tokens[:, 0], (model.cls_token[:, 0] + model.pos_embed[:, 0]).expand(3, -1))
+        torch.testing.assert_close(model.forward_tokens(tokens), model(x), atol=1e-6, rtol=0)
+
+
 def test_mean_std_are_non_persistent_buffers() -> None:
     model = SmoothingClassifier(_spec())
     buffers = dict(model.named_buffers())

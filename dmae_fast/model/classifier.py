@@ -52,5 +52,18 @@ class SmoothingClassifier(VisionTransformer):
             x = F.interpolate(x, size=(size, size), mode="bicubic", align_corners=False)
         return x
 
+    def tokens(self, images: torch.Tensor) -> torch.Tensor:
+        """[0, 1] pixels -> the encoder's input tokens [B, 1 + L, D] (class token, position added).
+
+        This is the part a fused front end replaces: patch embedding of the normalized image
+        plus position embeddings. ``forward(x) == forward_tokens(tokens(x))``.
+        """
+        return self._pos_embed(self.patch_embed(self.preprocess(images)))
+
+    def forward_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The body after the front end: tokens [B, 1 + L, D] -> logits [B, num_classes]."""
+        x = self.blocks(self.norm_pre(tokens))
+        return self.forward_head(self.norm(x))
+
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return super().forward(self.preprocess(images))
