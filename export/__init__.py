@@ -1,4 +1,10 @@
-"""Checkpoint -> ONNX / TensorRT / AOTInductor export (installed as ``dmae_fast.export``).
+"""Checkpoint -> ONNX / TensorRT / AOTInductor engine files (installed as ``dmae_fast.export``).
 
-Arrives with the export issue; ``dmae-certify --engine`` already routes checkpoints.
+``export_engines(ExportConfig(...))`` is what ``dmae-export`` runs; docs/export.md describes
+the engine kinds and the sidecar format (:mod:`dmae_fast.engines.sidecar`).
 """
+
+from dmae_fast.export.config import ExportConfig
+from dmae_fast.export.pipeline import export_engines
+
+__all__ = ["ExportConfig", "export_engines"]

@@ -22,6 +22,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -102,12 +103,68 @@ class _Image:
     stage: int = 0
 
 
-class StreamingCertifier:
-    """Counts the classes of noisy samples for a stream of images, in full batches."""
+class ImageBatches:
+    """The plain batch body: noisy images ``x[slot] + sigma * eta`` -> ``engine.classify`` -> counts.
 
-    def __init__(self, engine: Engine, plan: SamplingPlan, sigma: float, seed: int, batch_size: int) -> None:
+    Works with any :class:`Engine`. The fast bodies (fused front end, compiled body, CUDA
+    graphs) live in :mod:`dmae_fast.certification.fast_stream` and keep this interface.
+    """
+
+    def __init__(self, engine: Engine, sigma: float, seed: int, batch_size: int) -> None:
+        self.engine, self.sigma, self.seed = engine, sigma, seed
+        self.device, self.shape = engine.device, engine.spec.input_shape
+        self.description = engine.description
+        self._ones = torch.ones(batch_size, dtype=torch.int64, device=self.device)
+
+    def allocate(self, num_slots: int, phase_ids: torch.Tensor) -> torch.Tensor:
+        """Per-run buffers; returns the counts [slots, phases, classes] the scheduler reads."""
+        self._slot_images = torch.zeros((num_slots, *self.shape), device=self.device)
+        self._phase_ids = phase_ids
+        self._counts = torch.zeros((num_slots, len(phase_ids), self.engine.spec.num_classes),
+                                   dtype=torch.int64, device=self.device)
+        return self._counts
+
+    def load(self, slot: int, image: torch.Tensor) -> None:
+        self._slot_images[slot].copy_(image, non_blocking=True)
+
+    def run(self, slot: torch.Tensor, index: torch.Tensor, position: torch.Tensor, sample: torch.Tensor) -> None:
+        """Noise, classify and count one batch of rows (device tensors), without synchronizing."""
+        noise = gaussian_noise(self.seed, index, self._phase_ids[position], sample, self.shape)
+        predicted = self.engine.classify(self._slot_images[slot] + self.sigma * noise)
+        count(self._counts, slot, position, predicted, self._ones)
+
+
+def count(counts: torch.Tensor, slot: torch.Tensor, position: torch.Tensor, predicted: torch.Tensor,
+          ones: torch.Tensor) -> None:
+    """counts[slot, position, predicted] += 1 for every row, on the device (one index_add_)."""
+    flat = (slot * counts.shape[1] + position) * counts.shape[2] + predicted
+    counts.view(-1).index_add_(0, flat, ones[: len(flat)])
+
+
+class BatchBody(Protocol):
+    """What the scheduler needs to run batches (:class:`ImageBatches` or a fast body)."""
+
+    description: str
+
+    def allocate(self, num_slots: int, phase_ids: torch.Tensor) -> torch.Tensor: ...
+
+    def load(self, slot: int, image: torch.Tensor) -> None: ...
+
+    def run(self, slot: torch.Tensor, index: torch.Tensor, position: torch.Tensor, sample: torch.Tensor) -> None: ...
+
+
+class StreamingCertifier:
+    """Counts the classes of noisy samples for a stream of images, in full batches.
+
+    ``body`` runs the batches (default :class:`ImageBatches`); the schedule, and so the
+    counts, do not depend on it beyond the classifier's floating-point rounding.
+    """
+
+    def __init__(self, engine: Engine, plan: SamplingPlan, sigma: float, seed: int, batch_size: int,
+                 body: BatchBody | None = None) -> None:
         self.engine, self.plan = engine, plan
         self.sigma, self.seed, self.batch_size = sigma, seed, batch_size
+        self.body = body or ImageBatches(engine, sigma, seed, batch_size)
         self.device = engine.device
         self.shape = engine.spec.input_shape
         self._starts = np.cumsum((0,) + plan.sizes)
@@ -126,11 +183,8 @@ class StreamingCertifier:
         """
         if self.plan.looks and decide is None:
             raise ValueError("a plan with looks needs a decide callback")
-        self._slot_images = torch.zeros((self.num_slots, *self.shape), device=self.device)
-        self._counts = torch.zeros((self.num_slots, len(self.plan.phases), self.engine.spec.num_classes),
-                                   dtype=torch.int64, device=self.device)
-        self._ones = torch.ones(self.batch_size, dtype=torch.int64, device=self.device)
-        self._phase_ids = torch.tensor([int(p) for p in self.plan.phases], device=self.device)
+        phase_ids = torch.tensor([int(p) for p in self.plan.phases], device=self.device)
+        self._counts = self.body.allocate(self.num_slots, phase_ids)
         self._free = deque(range(self.num_slots))
         self._ready: deque[_Image] = deque()
         self._waiting: deque[tuple[list[_Image], torch.Tensor, torch.cuda.Event | None]] = deque()
@@ -183,7 +237,7 @@ class StreamingCertifier:
         if image.device.type == "cpu":  # on the host: no device synchronisation
             check_finite(image, index)
         slot = self._free.popleft()
-        self._slot_images[slot].copy_(image, non_blocking=True)
+        self.body.load(slot, image)
         return _Image(index, int(label), slot)
 
     def _segments(self, slot: int, index: int, row: int, take: int) -> list[_Segment]:
@@ -196,7 +250,7 @@ class StreamingCertifier:
         return out
 
     def _run_batch(self, segments: list[_Segment]) -> None:
-        """Noise, classify and count one batch, all on the device (no synchronization)."""
+        """Hand one batch's rows (slot, image index, phase position, sample) to the body."""
         lengths = torch.tensor([s.count for s in segments])
         columns = torch.tensor([[s.slot, s.index, s.phase_position, s.first_sample] for s in segments])
         per_row = torch.repeat_interleave(columns, lengths, dim=0)
@@ -204,12 +258,7 @@ class StreamingCertifier:
         per_row[:, 3] += offsets
         if self.device.type == "cuda":
             per_row = per_row.pin_memory()
-        slot, index, position, sample = per_row.to(self.device, non_blocking=True).unbind(1)
-        noise = gaussian_noise(self.seed, index, self._phase_ids[position], sample, self.shape)
-        predicted = self.engine.classify(self._slot_images[slot] + self.sigma * noise)
-        counts = self._counts
-        flat = (slot * counts.shape[1] + position) * counts.shape[2] + predicted
-        counts.view(-1).index_add_(0, flat, self._ones[: len(flat)])
+        self.body.run(*per_row.to(self.device, non_blocking=True).unbind(1))
 
     def _snapshot(self, reached: list[_Image]) -> None:
         """Copy the counts of images at a stage end off the device, asynchronously.

@@ -10,6 +10,7 @@ Rows are written as images finish; ``<out>.json`` beside the results records the
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import math
@@ -23,20 +24,21 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch.profiler import ProfilerActivity, profile
 from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
 from dmae_fast import __version__
 from dmae_fast.analysis import DEFAULT_RADII, average_certified_radius, format_table
 from dmae_fast.certification.core import FIXED_N, Certificate, certify_from_counts, predict_from_counts
+from dmae_fast.certification.fast_stream import FastBatches, FastPath, StageTimer
 from dmae_fast.certification.sequential import FUTILITY_MODES, PAPER_RADII, SequentialCertifier, SequentialConfig
 from dmae_fast.certification.stream import Decide, ImageCounts, SamplingPlan, StreamingCertifier
-from dmae_fast.cli.common import Parser, run_reporting_errors
+from dmae_fast.cli.common import Parser, parse_normalization, run_reporting_errors
 from dmae_fast.data import DEMO, TensorImageDataset, open_dataset, subset_indices
 from dmae_fast.demo import DEMO_CHECKPOINT
 from dmae_fast.engines import Engine, EngineOptions, open_engine
 from dmae_fast.errors import UserError
-from dmae_fast.model import NORMALIZATIONS
 from dmae_fast.results import CertifyRow, PredictRow, ResultsWriter, read_done_indices, read_results
 
 PROG = "dmae-certify"
@@ -77,6 +79,17 @@ class CertifyConfig:
     resume: bool = False
     radii: tuple[float, ...] | None = None  # summary radii; radii of interest with --sequential
     progress: bool = True
+    fused: bool = False  # fast path: Triton noise + patch embedding
+    compile: bool = False  # fast path: torch.compile the body
+    cuda_graphs: bool = False  # fast path: capture and replay each batch
+    profile: str | None = None  # directory for a torch profiler trace + per-stage table
+
+    @property
+    def fast_path(self) -> FastPath | None:
+        """The fast batch body's options, or None for the plain body."""
+        if not (self.fused or self.compile or self.cuda_graphs or self.profile):
+            return None
+        return FastPath(fused=self.fused, compile=self.compile, cuda_graphs=self.cuda_graphs)
 
     def validate(self) -> None:
         checks = [
@@ -109,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     source = model.add_mutually_exclusive_group()
     source.add_argument("--ckpt", help="checkpoint: ours (.safetensors), official DMAE/MAE, timm; "
                         "'demo' for the embedded demo model (default with --data demo)")
-    source.add_argument("--engine", help="engine file or checkpoint (exported engines arrive with dmae-export)")
+    source.add_argument("--engine", help="engine file (.onnx, .engine/.plan, .pt2, with its sidecar) or checkpoint")
     model.add_argument("--input-size", type=int, help="side of the images the classifier receives, where "
                        "noise is added (default: from the checkpoint; e.g. 32 for DMAE CIFAR-10 models)")
     model.add_argument("--normalize", help="input normalization for checkpoints without metadata: "
@@ -151,6 +164,14 @@ def build_parser() -> argparse.ArgumentParser:
                      help="early abstain/lower-radius stop: deterministic (only when even all remaining samples "
                      "could not reach the next radius; costs no certificate), upper (also by a 99%% upper bound), none")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    fast = parser.add_argument_group("fast path (PyTorch checkpoints; same counts up to the classifier's rounding)")
+    fast.add_argument("--fused", action="store_true", help="Triton kernel: noise + patch embedding in one pass "
+                      "(falls back, with a notice, for classifiers that resize inside, e.g. CIFAR-10)")
+    fast.add_argument("--compile", action="store_true", help="torch.compile the transformer body")
+    fast.add_argument("--cuda-graphs", action="store_true", help="capture each batch's work once, replay it (CUDA)")
+    fast.add_argument("--fast", action="store_true", help="all three: --fused --compile --cuda-graphs")
+    fast.add_argument("--profile", metavar="DIR", help="write a torch profiler trace (DIR/trace.json) and print "
+                      "a per-stage breakdown (front end, body, counting, host); use with a small --max")
     return parser
 
 
@@ -163,21 +184,11 @@ def _config_from_args(args: argparse.Namespace) -> CertifyConfig:
     out = args.out or f"certify-{Path(args.data).name or 'data'}-{datetime.now():%Y%m%d-%H%M%S}.tsv"
     fields = {f.name for f in dataclasses.fields(CertifyConfig)}
     values = {k: v for k, v in vars(args).items() if k in fields and v is not None}
+    if args.fast:
+        values.update(fused=True, compile=True, cuda_graphs=True)
     values.update(engine=engine, out=out, progress=not args.quiet, sigma=args.sigma,
                   radii=tuple(args.radii) if args.radii else None, looks=tuple(args.looks) if args.looks else None)
     return CertifyConfig(**values)
-
-
-def _normalization(text: str | None) -> tuple[tuple[float, ...] | None, tuple[float, ...] | None]:
-    if text is None:
-        return None, None
-    if text in NORMALIZATIONS:
-        return NORMALIZATIONS[text]
-    try:
-        mean, std = (tuple(float(v) for v in part.split(",")) for part in text.split(":"))
-    except ValueError:
-        raise UserError(f"--normalize must be imagenet, cifar10 or 'm1,m2,m3:s1,s2,s3', got {text!r}") from None
-    return mean, std  # channel count and std > 0 are checked with the classifier's spec
 
 
 class _IndexedImages(Dataset):
@@ -268,13 +279,34 @@ def _as_recorded(value):
     return list(value) if isinstance(value, tuple) else value
 
 
-def _write_sidecar(config: CertifyConfig, engine: Engine, procedure: _Procedure, summary: dict) -> None:
+def _profiler(config: CertifyConfig, device: torch.device):
+    """A torch profiler over the run when --profile asks for one."""
+    if not config.profile:
+        return contextlib.nullcontext()
+    folder = Path(config.profile)
+    if folder.exists() and not folder.is_dir():
+        raise UserError(f"--profile {folder} is a file; name a directory")
+    folder.mkdir(parents=True, exist_ok=True)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    return profile(activities=activities)
+
+
+def _report_profile(config: CertifyConfig, profiler, timer: StageTimer, elapsed: float) -> None:
+    trace = Path(config.profile) / "trace.json"
+    profiler.export_chrome_trace(str(trace))
+    table = timer.table(elapsed)
+    (Path(config.profile) / "stages.txt").write_text(table + "\n")
+    print(f"{PROG}: per-stage time (each stage synchronized; trace in {trace}):\n{table}", file=sys.stderr)
+
+
+def _write_sidecar(config: CertifyConfig, description: str, engine: Engine, procedure: _Procedure,
+                   summary: dict) -> None:
     record = {
         "config": dataclasses.asdict(config),
         "procedure": procedure.name,
         "plan": {"phases": [p.name for p in procedure.plan.phases], "sizes": procedure.plan.sizes,
                  "looks": procedure.plan.looks},
-        "engine": engine.description,
+        "engine": description,
         "classifier": engine.spec.to_json_dict(),
         "versions": {"dmae_fast": __version__, "torch": torch.__version__, "python": platform.python_version()},
         "device_name": _device_name(engine.device),
@@ -324,7 +356,7 @@ def certify(config: CertifyConfig) -> int:
     config.validate()
     if not config.resume:
         _output_mode(config)  # refuse an existing --out before loading anything
-    mean, std = _normalization(config.normalize)
+    mean, std = parse_normalization(config.normalize)
     engine = open_engine(config.engine, EngineOptions(config.device, config.precision, config.input_size, mean, std))
     if config.sigma is None and engine.spec.sigma is None:
         raise UserError("--sigma is required: the checkpoint does not record the sigma it was trained for")
@@ -339,19 +371,26 @@ def certify(config: CertifyConfig) -> int:
         indices = [i for i in indices if i not in done]
     procedure = _procedure(config)
     plan = procedure.plan
-    streamer = StreamingCertifier(engine, plan, config.sigma, config.seed, config.batch)
+    timer = StageTimer(engine.device) if config.profile else None
+    body = None
+    if config.fast_path is not None:
+        body = FastBatches(engine, config.sigma, config.seed, config.batch, config.fast_path, timer)
+    streamer = StreamingCertifier(engine, plan, config.sigma, config.seed, config.batch, body)
+    description = body.description if body is not None else engine.description
     workers = config.workers if config.workers is not None else (0 if isinstance(dataset, TensorImageDataset) else 4)
     images = _images(dataset, indices, workers, pin=engine.device.type == "cuda")
     print(f"{PROG}: {len(indices)} images, {'up to ' if plan.looks else ''}{plan.total:,} samples each, "
-          f"{procedure.name}, sigma {config.sigma}, {engine.description}, batch {config.batch} -> {config.out}",
+          f"{procedure.name}, sigma {config.sigma}, {description}, batch {config.batch} -> {config.out}",
           file=sys.stderr)
     if mode != "overwrite":  # an overwritten run's old record stays until the new results replace it
-        _write_sidecar(config, engine, procedure, {"status": "running"})
+        _write_sidecar(config, description, engine, procedure, {"status": "running"})
     start = time.perf_counter()
     finished = samples = 0
     bar = tqdm(total=len(indices), unit="img", desc="certifying" if not config.predict else "predicting",
                disable=not config.progress, mininterval=0.5, file=sys.stderr)
-    with ResultsWriter(config.out, kind="predict" if config.predict else "certify", mode=mode) as writer, bar:
+    profiler = _profiler(config, engine.device)
+    with ResultsWriter(config.out, kind="predict" if config.predict else "certify", mode=mode) as writer, bar, \
+            profiler:
         for done in streamer.run(images, procedure.decide):
             finished += 1
             samples += int(done.counts.sum())
@@ -361,8 +400,11 @@ def certify(config: CertifyConfig) -> int:
             bar.set_postfix_str(f"{samples / elapsed:,.0f} samples/s")
     elapsed = time.perf_counter() - start
     rate = samples / elapsed if elapsed > 0 else float("nan")
-    _write_sidecar(config, engine, procedure, {"status": "complete", "images": finished, "samples": samples,
-                                               "elapsed_s": round(elapsed, 3), "samples_per_s": round(rate, 1)})
+    if timer is not None:
+        _report_profile(config, profiler, timer, elapsed)
+    _write_sidecar(config, description, engine, procedure,
+                   {"status": "complete", "images": finished, "samples": samples,
+                    "elapsed_s": round(elapsed, 3), "samples_per_s": round(rate, 1)})
     _print_summary(config, finished, elapsed, rate)
     return 0
 

@@ -6,8 +6,6 @@ import sys
 
 _PLANNED = {
     "dmae-train": "DMAE pre-training, fine-tuning and linear probing (the training issue)",
-    "dmae-export": "export to ONNX, TensorRT and compiled torch packages (the export issue)",
-    "dmae-bench": "throughput and end-to-end benchmarks (the fast-path issue)",
 }
 
 
@@ -18,11 +16,3 @@ def _not_yet(name: str) -> int:
 
 def train_main() -> int:
     return _not_yet("dmae-train")
-
-
-def export_main() -> int:
-    return _not_yet("dmae-export")
-
-
-def bench_main() -> int:
-    return _not_yet("dmae-bench")

@@ -8,17 +8,24 @@ import torch
 
 from dmae_fast.model import ClassifierSpec
 
+INPUT_KINDS = ("image", "tokens")
+
 
 class Engine(Protocol):
-    """A base classifier: noisy images in [0, 1] -> class indices, on its device.
+    """A base classifier: noisy inputs -> class indices, on its device.
 
-    ``classify`` takes a float32 batch [B, *spec.input_shape] on ``device`` and returns the
+    ``classify`` takes a float32 batch [B, *input_shape] on ``device`` and returns the
     int64 class indices [B] on the same device, without synchronizing with the host.
+    Image engines (``input == "image"``) take images in [0, 1] (``input_shape ==
+    spec.input_shape``); token engines take ``SmoothingClassifier.tokens(images)``
+    ([B, 1 + L, D]), for use behind a fused noise + patch-embedding front end.
     """
 
     spec: ClassifierSpec
     device: torch.device
     precision: str  # fp32, fp16, bf16 (the certificate is for the classifier as executed)
     description: str
+    input: str  # "image" or "tokens"
+    input_shape: tuple[int, ...]
 
-    def classify(self, images: torch.Tensor) -> torch.Tensor: ...
+    def classify(self, inputs: torch.Tensor) -> torch.Tensor: ...

@@ -6,28 +6,36 @@ from contextlib import nullcontext
 
 import torch
 
+from dmae_fast.engines.sidecar import input_shape
 from dmae_fast.model import SmoothingClassifier
 
 PRECISIONS = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 class TorchEngine:
-    """Runs a :class:`SmoothingClassifier` in inference mode; fp16/bf16 via autocast."""
+    """Runs a :class:`SmoothingClassifier` in inference mode; fp16/bf16 via autocast.
 
-    def __init__(self, model: SmoothingClassifier, device: torch.device, precision: str = "fp32") -> None:
+    ``input="tokens"`` runs only the body after the front end (``forward_tokens``).
+    """
+
+    def __init__(self, model: SmoothingClassifier, device: torch.device, precision: str = "fp32",
+                 input: str = "image") -> None:
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {sorted(PRECISIONS)}, got {precision!r}")
         self.model = model.eval().to(device)
         self.spec = model.spec
         self.device = device
         self.precision = precision
-        self.description = f"torch eager {precision} on {device}"
+        self.input = input
+        self.input_shape = input_shape(model.spec, input)
+        self._forward = model if input == "image" else model.forward_tokens
+        self.description = f"torch eager {precision} on {device}" + (" (token input)" if input == "tokens" else "")
 
     def _autocast(self):
         dtype = PRECISIONS[self.precision]
         return nullcontext() if dtype is None else torch.autocast(self.device.type, dtype=dtype)
 
     @torch.inference_mode()
-    def classify(self, images: torch.Tensor) -> torch.Tensor:
+    def classify(self, inputs: torch.Tensor) -> torch.Tensor:
         with self._autocast():
-            return self.model(images).argmax(dim=1)
+            return self._forward(inputs).argmax(dim=1)

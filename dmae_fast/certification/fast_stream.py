@@ -1,0 +1,236 @@
+"""The fast batch body of the streaming certifier: fused front end, compiled body, CUDA graphs.
+
+The scheduler (:class:`~dmae_fast.certification.stream.StreamingCertifier`) is the same
+for every body; this one differs only in how a batch's rows become counts:
+
+* front end: with ``fused``, the Triton kernel turns rows straight into ViT tokens from
+  each image's clean patch embedding E (computed once, when the image is loaded), with
+  the noise generated in-kernel (:mod:`dmae_fast.kernels.fused_frontend`); otherwise the
+  noisy images ``x + sigma * eta`` are built as in the plain body. Classifiers that resize
+  inside (CIFAR-10 32 -> 224) fall back to the noisy images, with a one-line notice.
+* body: the transformer -> argmax, eager or ``torch.compile``-d, under autocast for
+  fp16/bf16 (as :class:`~dmae_fast.engines.TorchEngine`).
+* counting: ``counts[slot, phase, class] += 1`` with one ``index_add_`` on the device.
+* CUDA graphs: the three stages above are captured once per run and replayed for every
+  batch. Every batch is padded to the full batch size (only the last one of a run is
+  short): padded rows point at a spare slot whose counts nobody reads.
+
+Where the plan switches from selection to estimation samples nothing is decided on the
+host: both phases' full class counts are kept on the device (the estimation phase's
+target class, the argmax of the selection counts, is only needed to read the final
+counts), so the schedule is fixed in advance and the host never waits for the device
+before issuing the next batch. It reads each image's counts once, asynchronously.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+
+import torch
+from torch.profiler import record_function
+
+from dmae_fast.certification.stream import count
+from dmae_fast.engines.base import Engine
+from dmae_fast.engines.torch_engine import PRECISIONS
+from dmae_fast.errors import UserError
+from dmae_fast.kernels.frontend_reference import FrontEnd, clean_embedding, fused_unsupported_reason
+from dmae_fast.model import SmoothingClassifier
+from dmae_fast.noise import gaussian_noise
+
+STAGES = ("front end", "body", "counting", "host")
+
+
+@dataclass(frozen=True)
+class FastPath:
+    """How the fast body runs; every combination gives the same counts up to rounding."""
+
+    fused: bool = False  # Triton front end (noise + patch embedding in one kernel)
+    compile: bool = False  # torch.compile the body
+    compile_mode: str = "max-autotune-no-cudagraphs"
+    cuda_graphs: bool = False  # capture front end + body + counting, replay per batch
+
+    def describe(self) -> str:
+        parts = [name for name, on in (("fused", self.fused), ("compiled", self.compile),
+                                       ("cuda-graphs", self.cuda_graphs)) if on]
+        return "+".join(parts) or "eager"
+
+
+class StageTimer:
+    """Per-stage wall time (synchronizing around each stage) and profiler ranges.
+
+    Used by ``--profile``: the synchronization serializes the pipeline, so the shares
+    are what each stage costs, not how they overlap in an unprofiled run.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.seconds = dict.fromkeys(STAGES, 0.0)
+        self.batches = 0
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        with record_function(name):
+            self._sync()
+            start = time.perf_counter()
+            yield
+            self._sync()
+            self.seconds[name] += time.perf_counter() - start
+
+    def table(self, total_seconds: float) -> str:
+        """The per-stage breakdown; 'host' is the run's time outside the device stages."""
+        seconds = dict(self.seconds)
+        seconds["host"] = max(0.0, total_seconds - sum(v for k, v in seconds.items() if k != "host"))
+        lines = [f"{'stage':<10} {'seconds':>9} {'share':>7} {'ms/batch':>9}"]
+        for name in STAGES:
+            share = seconds[name] / total_seconds if total_seconds > 0 else 0.0
+            per_batch = 1000 * seconds[name] / max(1, self.batches)
+            lines.append(f"{name:<10} {seconds[name]:>9.3f} {share:>7.1%} {per_batch:>9.3f}")
+        lines.append(f"{'total':<10} {total_seconds:>9.3f} {'100.0%':>7} {self.batches:>6} batches")
+        return "\n".join(lines)
+
+
+def _notice(message: str) -> None:
+    print(f"dmae-fast: {message}", file=sys.stderr)
+
+
+class FastBatches:
+    """A batch body (see :class:`~dmae_fast.certification.stream.BatchBody`) for PyTorch engines."""
+
+    def __init__(self, engine: Engine, sigma: float, seed: int, batch_size: int, options: FastPath = FastPath(),
+                 timer: StageTimer | None = None) -> None:
+        model = getattr(engine, "model", None)
+        if not isinstance(model, SmoothingClassifier):
+            raise UserError(f"the fast path (--fused/--compile/--cuda-graphs/--profile) needs a PyTorch "
+                            f"checkpoint, not {engine.description}")
+        self.model, self.device, self.spec = model, engine.device, engine.spec
+        self.sigma, self.seed, self.batch_size, self.timer = sigma, seed, batch_size, timer
+        self.options = self._available(options)
+        self.dtype = PRECISIONS[engine.precision]
+        self.description = f"torch {self.options.describe()} {engine.precision} on {self.device}"
+        if self.options.fused:
+            from dmae_fast.kernels import fused_frontend
+
+            self._fused_tokens = fused_frontend.fused_tokens
+            token_dtype = self.dtype or torch.float32
+            self._front = FrontEnd.from_model(model, sigma).cast(token_dtype)
+            self._tokens = torch.empty((batch_size, 1 + self._front.num_patches, self._front.embed_dim),
+                                       dtype=token_dtype, device=self.device)
+        forward = self._classify_tokens if self.options.fused else self._classify_images
+        self._classify = torch.compile(forward, mode=self.options.compile_mode, dynamic=False) \
+            if self.options.compile else forward
+        self._graph: torch.cuda.CUDAGraph | None = None
+
+    def _available(self, options: FastPath) -> FastPath:
+        """Drop what this classifier or machine cannot do, saying so in one line each."""
+        if options.fused:
+            reason = fused_unsupported_reason(self.spec)
+            if reason is None:
+                try:
+                    import triton  # noqa: F401
+                except ImportError:
+                    reason = "triton is not installed"
+            if reason is not None:
+                _notice(f"fused front end unavailable ({reason}); using the unfused front end")
+                options = FastPath(False, options.compile, options.compile_mode, options.cuda_graphs)
+        if options.cuda_graphs and (self.device.type != "cuda" or self.timer is not None):
+            why = "profiling times each stage" if self.device.type == "cuda" else "no CUDA device"
+            _notice(f"CUDA graphs off ({why})")
+            options = FastPath(options.fused, options.compile, options.compile_mode, False)
+        return options
+
+    def _autocast(self):
+        return nullcontext() if self.dtype is None else torch.autocast(self.device.type, dtype=self.dtype)
+
+    def _stage(self, name: str):
+        return self.timer(name) if self.timer is not None else nullcontext()
+
+    def allocate(self, num_slots: int, phase_ids: torch.Tensor) -> torch.Tensor:
+        """Buffers for a run, plus one spare slot that padded rows point at."""
+        self._spare = num_slots
+        self._phase_ids = phase_ids
+        if self.options.fused:
+            self._slots = torch.zeros((num_slots + 1, self._front.num_patches, self._front.embed_dim),
+                                      device=self.device)
+        else:
+            self._slots = torch.zeros((num_slots + 1, *self.spec.input_shape), device=self.device)
+        self._counts = torch.zeros((num_slots + 1, len(phase_ids), self.spec.num_classes),
+                                   dtype=torch.int64, device=self.device)
+        self._rows = torch.zeros((4, self.batch_size), dtype=torch.int64, device=self.device)
+        self._rows[0] = num_slots
+        self._ones = torch.ones(self.batch_size, dtype=torch.int64, device=self.device)
+        self._graph = None
+        return self._counts[:num_slots]
+
+    @torch.no_grad()
+    def load(self, slot: int, image: torch.Tensor) -> None:
+        with self._stage("front end"):
+            if self.options.fused:
+                self._slots[slot] = clean_embedding(self.model, image.to(self.device, non_blocking=True)[None])[0]
+            else:
+                self._slots[slot].copy_(image, non_blocking=True)
+
+    def run(self, slot: torch.Tensor, index: torch.Tensor, position: torch.Tensor, sample: torch.Tensor) -> None:
+        """Pad the rows to the full batch in the static buffer, then run (or replay) the step."""
+        rows = len(slot)
+        self._rows[:, rows:] = 0
+        self._rows[0, rows:] = self._spare
+        for target, column in zip(self._rows, (slot, index, position, sample)):
+            target[:rows].copy_(column)
+        if self.timer is not None:
+            self.timer.batches += 1
+        if not self.options.cuda_graphs:
+            self._step()
+        elif self._graph is None:
+            self._capture()
+        else:
+            self._graph.replay()
+
+    @torch.no_grad()
+    def _step(self) -> None:
+        slot, index, position, sample = self._rows
+        phase = self._phase_ids[position]
+        with self._stage("front end"):
+            if self.options.fused:
+                inputs = self._fused_tokens(self._front, self._slots, slot, index, phase, sample, self.seed,
+                                            out=self._tokens)
+            else:
+                inputs = self._slots[slot] + self.sigma * gaussian_noise(self.seed, index, phase, sample,
+                                                                         self.spec.input_shape)
+        with self._stage("body"):
+            predicted = self._classify(inputs)
+        with self._stage("counting"):
+            count(self._counts, slot, position, predicted, self._ones)
+
+    def _classify_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
+        with self._autocast():
+            return self.model.forward_tokens(tokens).argmax(dim=1)
+
+    def _classify_images(self, images: torch.Tensor) -> torch.Tensor:
+        with self._autocast():
+            return self.model(images).argmax(dim=1)
+
+    def _capture(self) -> None:
+        """Warm up (compiling, autotuning) on the real rows, then capture the step and replay it.
+
+        The warm-up batches count into a copy that is restored, so the capture adds nothing.
+        """
+        saved = self._counts.clone()
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                self._step()
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        self._graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self._graph):
+            self._step()
+        self._counts.copy_(saved)
+        self._graph.replay()

@@ -1,0 +1,302 @@
+"""``dmae-bench``: throughput and end-to-end certification timings, reference loops vs ours.
+
+    dmae-bench --all --out DIR         # everything, bounded by --budget seconds (GPU machine)
+    dmae-bench --smoke --out DIR       # a few seconds on the CPU: tiny model, files and table only
+    dmae-bench throughput [--models ...] [--batches ...] [--engines FILE ...] --out DIR
+    dmae-bench certify [--certify-model vit-b16] [--images 20] [--n0 100] [--n 10000] --out DIR
+
+Writes DIR/<date>-<device>[-throughput|-certify].json, .md and .png (see docs/performance.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import re
+import sys
+import time
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+from dmae_fast import __version__
+from dmae_fast.bench import report
+from dmae_fast.bench.e2e import CertifyTiming, time_ours, time_reference
+from dmae_fast.bench.peak import matmul_peak
+from dmae_fast.bench.reference_loops import COHEN, DMAE
+from dmae_fast.bench.throughput import MODEL_SPECS, Row, Variant, add_ratios, build_model, measure
+from dmae_fast.certification.fast_stream import FastPath
+from dmae_fast.cli.certify import _device_name
+from dmae_fast.cli.common import Parser, run_reporting_errors
+from dmae_fast.engines import EngineOptions, open_engine, resolve_device
+from dmae_fast.errors import UserError
+
+PROG = "dmae-bench"
+MODELS = ("vit-b16", "vit-l16", "demo", *[m for m in MODEL_SPECS if m not in ("vit-b16", "vit-l16")])
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """One benchmark run (the command line, resolved)."""
+
+    out: str
+    throughput: bool = True
+    certify: bool = True
+    models: tuple[str, ...] = ("vit-b16", "vit-l16", "demo")
+    batches: tuple[int, ...] = (32, 64, 128, 256, 512, 1024)  # the sweep
+    main_batch: int = 512  # every variant is measured here
+    seconds: float = 3.0  # per throughput row, after warm-up
+    budget_s: float = 480.0  # rows that would start later are skipped, saying so
+    compile_mode: str = "default"
+    engines: tuple[str, ...] = ()
+    certify_model: str = "vit-b16"
+    images: int = 20
+    n0: int = 100
+    n: int = 10_000
+    reference_budget_s: float = 30.0  # per reference loop in the certify timing
+    device: str = "auto"
+    smoke: bool = False
+
+    @classmethod
+    def smoke_run(cls, out: str, device: str = "cpu") -> BenchConfig:
+        """A few seconds on the CPU: every stage runs, nothing about speed is claimed."""
+        return cls(out, models=("tiny-cpu", "demo"), batches=(16, 32), main_batch=32, seconds=0.3, budget_s=120,
+                   certify_model="tiny-cpu", images=2, n0=10, n=60, reference_budget_s=2.0, device=device, smoke=True)
+
+    def validate(self) -> None:
+        unknown = [m for m in (*self.models, self.certify_model) if m not in MODELS]
+        checks = [
+            (not unknown, f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(MODELS)}"),
+            (all(b >= 1 for b in (*self.batches, self.main_batch)), "batch sizes must be >= 1"),
+            (self.seconds > 0 and self.budget_s > 0, "--seconds and --budget must be > 0"),
+            (self.images >= 1 and self.n0 >= 1 and self.n >= 1, "--images, --n0 and --n must be >= 1"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise UserError(message)
+
+
+def _variants(config: BenchConfig, device: torch.device) -> tuple[list[Variant], list[Variant]]:
+    """(every variant, the subset swept over batch sizes); fp32 on the CPU."""
+    half = ("fp16", "bf16") if device.type == "cuda" else ("fp32",)
+    mode = config.compile_mode
+
+    def fast(fused=False, compiled=False, graphs=False):
+        return FastPath(fused=fused, compile=compiled, compile_mode=mode, cuda_graphs=graphs)
+
+    ours = [Variant("ours: eager", p, fast()) for p in half]
+    ours += [Variant("ours: compiled", half[0], fast(compiled=True)),
+             Variant("ours: compiled + CUDA graphs", half[0], fast(compiled=True, graphs=True)),
+             Variant("ours: fused + CUDA graphs", half[0], fast(fused=True, graphs=True))]
+    ours += [Variant("ours: fused + compiled + CUDA graphs", p, fast(True, True, True)) for p in half]
+    if device.type != "cuda":
+        ours = [Variant("ours: fused", "fp32", fast(fused=True))] + ours
+    sweep = [v for v in ours if v.name in ("ours: eager", "ours: fused + CUDA graphs", "ours: fused")
+             and v.precision == half[0]]
+    return ours, sweep
+
+
+def _engine_variants(config: BenchConfig, device: torch.device) -> list[tuple[str, Variant]]:
+    """(model name, variant) for each --engines file; its classifier decides the model column."""
+    out = []
+    for path in config.engines:
+        engine = open_engine(path, EngineOptions(device=str(device)))
+        out.append((Path(path).name, Variant(f"engine: {engine.description}", engine.precision, engine=engine)))
+    return out
+
+
+class _Budget:
+    def __init__(self, seconds: float) -> None:
+        self.deadline = time.perf_counter() + seconds
+
+    def allows(self, needed: float) -> bool:
+        return time.perf_counter() + needed < self.deadline
+
+
+def _skipped(model: str, variant: Variant, batch: int, why: str) -> Row:
+    return Row(model, variant.name, variant.precision, batch, status=f"skipped: {why}")
+
+
+def _measure(config: BenchConfig, model_name: str, model, variant: Variant, batch: int, peak: float,
+             budget: _Budget) -> Row:
+    compiled = variant.fast is not None and variant.fast.compile
+    if compiled and not config.smoke and next(model.parameters()).device.type != "cuda":
+        return _skipped(model_name, variant, batch, "torch.compile is only timed on CUDA")
+    if compiled and config.smoke:
+        return _skipped(model_name, variant, batch, "CPU smoke run (compiling takes minutes on a CPU)")
+    if not budget.allows(config.seconds + (60 if compiled else 5)):
+        return _skipped(model_name, variant, batch, "time budget")
+    print(f"{PROG}: {model_name} {variant.name} {variant.precision} batch {batch}", file=sys.stderr)
+    try:
+        return measure(model_name, model, variant, batch, config.seconds, peak)
+    except UserError:
+        raise
+    except Exception as error:  # one failing row (a compiler bug, a missing kernel) must not lose the others
+        message = " ".join(f"{type(error).__name__}: {error}".split())[:200]
+        return Row(model_name, variant.name, variant.precision, batch, status=f"failed: {message}")
+
+
+def _throughput(config: BenchConfig, device: torch.device, peak: float, budget: _Budget, save) -> list[Row]:
+    ours, sweep = _variants(config, device)
+    rows: list[Row] = []
+    models = {}
+    for name in config.models:  # every variant at the main batch first: the table's core
+        model = models[name] = build_model(name, device)
+        for loop in (COHEN, DMAE):
+            rows.append(_measure(config, name, model, Variant(loop.name, loop.precision, reference=loop),
+                                 loop.batch_size, peak, budget))
+        for variant in ours:
+            rows.append(_measure(config, name, model, variant, config.main_batch, peak, budget))
+        save(rows)
+    for name, variant in _engine_variants(config, device):
+        rows.append(_measure_engine(config, name, variant, peak, budget))
+    for name in config.models:  # then the batch sweep, smallest batches first, stopping at out of memory
+        for variant in sweep:
+            for batch in config.batches:
+                if batch == config.main_batch:
+                    continue
+                row = _measure(config, name, models[name], variant, batch, peak, budget)
+                rows.append(row)
+                if row.status == "out of memory":
+                    break
+        save(rows)
+    return rows
+
+
+def _measure_engine(config: BenchConfig, name: str, variant: Variant, peak: float, budget: _Budget) -> Row:
+    engine = variant.engine
+    model = torch.nn.Linear(1, 1).to(engine.device)  # only carries the device for ``measure``
+    model.spec = engine.spec
+    return _measure(config, name, model, variant, config.main_batch, peak, budget)
+
+
+def _certify(config: BenchConfig, device: torch.device, budget: _Budget) -> list[CertifyTiming]:
+    name = config.certify_model
+    model = build_model(name, device)
+    sigma = 0.25
+    generator = torch.Generator().manual_seed(0)
+    images = [torch.rand(model.spec.input_shape, generator=generator).to(device) for _ in range(config.images)]
+    timings = []
+    for loop in (COHEN, DMAE):
+        if budget.allows(config.reference_budget_s + 10):
+            print(f"{PROG}: certify timing, {loop.name}", file=sys.stderr)
+            timings.append(time_reference(name, model, loop, images, config.n0, config.n, sigma,
+                                          config.reference_budget_s))
+    cuda = device.type == "cuda"
+    fast = FastPath(fused=True, compile=cuda, compile_mode=config.compile_mode, cuda_graphs=cuda)
+    precision = "fp16" if cuda else "fp32"
+    if budget.allows(30 if cuda else 5):
+        print(f"{PROG}: certify timing, ours ({fast.describe()})", file=sys.stderr)
+        timings.append(time_ours(name, model, fast, precision, config.main_batch if config.smoke else 1024,
+                                 images, config.n0, config.n, sigma))
+    return timings
+
+
+def _meta(config: BenchConfig, device: torch.device, peaks: dict[str, float]) -> dict:
+    versions = {"dmae_fast": __version__, "torch": torch.__version__, "python": platform.python_version()}
+    try:
+        import triton
+
+        versions["triton"] = triton.__version__
+    except ImportError:
+        pass
+    if device.type == "cuda":
+        versions["cuda"] = torch.version.cuda
+    notes = ["CPU smoke run: the numbers say nothing about GPU speed."] if config.smoke else []
+    return {"format": "dmae-bench/1", "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "device": _device_name(device), "versions": versions, "matmul_peak_flops": peaks,
+            "mfu_peak": max(peaks, key=peaks.get), "config": {k: v for k, v in vars(config).items()},
+            "notes": notes}
+
+
+def _stem(out: Path, device: torch.device, suffix: str) -> str:
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    stem = f"{datetime.now():%Y-%m-%d}-{re.sub(r'[^a-z0-9]+', '-', name.lower()).strip('-')}{suffix}"
+    candidate, k = stem, 2
+    while (out / f"{candidate}.json").exists():  # never overwrite earlier results
+        candidate, k = f"{stem}-{k}", k + 1
+    return candidate
+
+
+def bench(config: BenchConfig) -> int:
+    config.validate()
+    out = Path(config.out)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is a file; name a directory")
+    device = resolve_device(config.device)
+    budget = _Budget(config.budget_s)
+    dtypes = {"fp16": torch.float16, "bf16": torch.bfloat16} if device.type == "cuda" else {"fp32": torch.float32}
+    peaks = {name: matmul_peak(device, dtype, seconds=1.0 if not config.smoke else 0.2)
+             for name, dtype in dtypes.items()}
+    meta = _meta(config, device, peaks)
+    suffix = "" if config.throughput and config.certify else ("-throughput" if config.throughput else "-certify")
+    stem = _stem(out, device, suffix)
+    rows: list[Row] = []
+    timings: list[CertifyTiming] = []
+
+    def save(current_rows: list[Row]) -> list[Path]:
+        add_ratios(current_rows)
+        return report.write(out, stem, meta, current_rows, timings)
+
+    if config.throughput:
+        rows = _throughput(config, device, peaks[meta["mfu_peak"]], budget, save)
+    if config.certify:
+        timings.extend(_certify(config, device, budget))
+    paths = save(rows)
+    print(report.markdown(meta, rows, timings))
+    print(f"{PROG}: wrote {', '.join(str(p) for p in paths)}", file=sys.stderr)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog=PROG, description="Throughput (noisy samples/s) and end-to-end CERTIFY timings of the "
+                    "reference loops (Cohen et al., DMAE) and ours, on one device.")
+    parser.add_argument("command", nargs="?", choices=["throughput", "certify"],
+                        help="only the throughput table, or only the CERTIFY timing")
+    parser.add_argument("--all", action="store_true", help="throughput sweeps for every model and variant, then "
+                        "the CERTIFY timing, within --budget seconds")
+    parser.add_argument("--smoke", action="store_true", help="a few seconds on the CPU with a tiny model")
+    parser.add_argument("--out", default="bench/results", help="output directory (default bench/results)")
+    parser.add_argument("--models", nargs="+", help=f"throughput models: {', '.join(MODELS)}")
+    parser.add_argument("--batches", type=int, nargs="+", help="batch sizes of the sweep")
+    parser.add_argument("--main-batch", type=int, help="the batch size every variant is measured at (default 512)")
+    parser.add_argument("--seconds", type=float, help="timed seconds per throughput row (default 3)")
+    parser.add_argument("--budget", dest="budget_s", type=float, help="total seconds; later rows are skipped "
+                        "(default 480)")
+    parser.add_argument("--compile-mode", help="torch.compile mode (default 'default'; 'max-autotune' compiles "
+                        "for minutes)")
+    parser.add_argument("--engines", nargs="+", help="exported engine files (.onnx, .pt2, .engine) to time too")
+    parser.add_argument("--certify-model", help="model of the CERTIFY timing (default vit-b16)")
+    parser.add_argument("--images", type=int, help="images in the CERTIFY timing (default 20)")
+    parser.add_argument("--n0", type=int, help="selection samples (default 100)")
+    parser.add_argument("--n", type=int, help="estimation samples (default 10,000)")
+    parser.add_argument("--reference-budget", dest="reference_budget_s", type=float,
+                        help="seconds per reference loop in the CERTIFY timing (default 30)")
+    parser.add_argument("--device", help="auto (default), cpu, cuda or cuda:N")
+    return parser
+
+
+def _config_from_args(args: argparse.Namespace) -> BenchConfig:
+    if sum([args.all, args.smoke, args.command is not None]) != 1:
+        raise UserError("choose one of: --all, --smoke, throughput, certify")
+    base = BenchConfig.smoke_run(args.out, args.device or "cpu") if args.smoke else BenchConfig(args.out)
+    if args.command is not None:
+        base = replace(base, throughput=args.command == "throughput", certify=args.command == "certify")
+    fields = ("models", "batches", "main_batch", "seconds", "budget_s", "compile_mode", "engines", "certify_model",
+              "images", "n0", "n", "reference_budget_s", "device")
+    values = {k: getattr(args, k) for k in fields if getattr(args, k) is not None}
+    for key in ("models", "batches", "engines"):
+        if key in values:
+            values[key] = tuple(values[key])
+    return replace(base, **values)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    return run_reporting_errors(PROG, lambda: bench(_config_from_args(build_parser().parse_args(argv))))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""What every engine file shares: the sidecar's facts, input checks, the batch range."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from dmae_fast.engines.sidecar import EngineMeta
+from dmae_fast.errors import UserError
+
+
+class ExportedEngine:
+    """Base of the ONNX Runtime, AOTInductor and TensorRT engines.
+
+    Subclasses implement :meth:`_run` (one batch inside the engine's batch range ->
+    float32 logits on ``device``). :meth:`logits` checks the input, splits batches larger
+    than ``batch.max`` and pads batches smaller than ``batch.min``; :meth:`classify` is its
+    argmax, on the device.
+    """
+
+    runtime = "?"  # e.g. "ONNX Runtime (CPUExecutionProvider)", set by subclasses
+
+    def __init__(self, path: Path, meta: EngineMeta, device: torch.device) -> None:
+        self.path = path
+        self.meta = meta
+        self.spec = meta.spec
+        self.device = device
+        self.precision = meta.precision
+        self.input = meta.input
+        self.input_shape = meta.input_shape
+
+    @property
+    def description(self) -> str:
+        return f"{self.meta.kind} {self.precision} engine {self.path.name} via {self.runtime} on {self.device}"
+
+    def _run(self, batch: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def logits(self, inputs: torch.Tensor) -> torch.Tensor:
+        """float32 inputs [B, *input_shape] on ``device`` -> float32 logits [B, num_classes]."""
+        if tuple(inputs.shape[1:]) != self.input_shape or inputs.ndim != 1 + len(self.input_shape):
+            raise UserError(f"engine {self.path.name} takes {self.input} inputs of shape "
+                            f"[B, {', '.join(map(str, self.input_shape))}], got {list(inputs.shape)}")
+        if inputs.dtype != torch.float32 or inputs.device.type != self.device.type:
+            raise UserError(f"engine {self.path.name} takes float32 inputs on {self.device}, "
+                            f"got {inputs.dtype} on {inputs.device}")
+        low, high = self.meta.batch.min, self.meta.batch.max
+        if len(inputs) == 0:
+            return torch.empty((0, self.spec.num_classes), device=inputs.device)
+        outputs = []
+        for chunk in inputs.split(high):
+            rows = len(chunk)
+            if rows < low:
+                chunk = torch.cat([chunk, chunk.new_zeros((low - rows, *self.input_shape))])
+            outputs.append(self._run(chunk.contiguous())[:rows])
+        return outputs[0] if len(outputs) == 1 else torch.cat(outputs)
+
+    def classify(self, inputs: torch.Tensor) -> torch.Tensor:
+        return self.logits(inputs).argmax(dim=1)

@@ -1,0 +1,63 @@
+"""dmae-bench: the FLOPs formula, the reference loops, and a CPU smoke run (nothing about speed)."""
+
+import json
+import os
+
+import torch
+
+if not torch.cuda.is_available():  # the fused kernel runs in Triton's interpreter on CPU
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+
+from dmae_fast.bench.flops import vit_forward_flops  # noqa: E402
+from dmae_fast.bench.reference_loops import COHEN, DMAE  # noqa: E402
+from dmae_fast.bench.throughput import MODEL_SPECS, build_model  # noqa: E402
+from dmae_fast.cli.bench import main  # noqa: E402
+
+
+@pytest.mark.parametrize("name,gflop", [("vit-b16", 35.1), ("vit-l16", 123.1)])
+def test_flops_formula_matches_the_published_counts(name, gflop):
+    assert vit_forward_flops(MODEL_SPECS[name]) / 1e9 == pytest.approx(gflop, rel=0.01)
+
+
+@pytest.mark.parametrize("loop", [COHEN, DMAE])
+def test_reference_loops_count_every_sample(loop):
+    model = build_model("tiny-cpu", torch.device("cpu"))
+    counts = loop.counts(model, torch.rand(3, 16, 16), 450, 0.25)  # more than one batch of Cohen's 400
+    assert counts.shape == (10,) and counts.sum() == 450
+
+
+def test_cli_refuses_ambiguous_or_missing_commands(capsys, tmp_path):
+    assert main(["--out", str(tmp_path)]) == 2
+    assert main(["--smoke", "--all", "--out", str(tmp_path)]) == 2
+    assert main(["--smoke", "--models", "vit-x", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("dmae-bench: error:") == 3 and "Traceback" not in err
+
+
+def test_smoke_run_writes_json_markdown_and_plot(tmp_path, capsys):
+    out = tmp_path / "results"
+    argv = ["--smoke", "--out", str(out), "--models", "tiny-cpu", "--batches", "16", "--seconds", "0.1"]
+    assert main(argv) == 0
+    stems = {p.stem for p in out.iterdir()}
+    assert len(stems) == 1 and {p.suffix for p in out.iterdir()} == {".json", ".md", ".png"}
+    record = json.loads(next(out.glob("*.json")).read_text())
+    assert record["device"] and record["versions"]["torch"] and record["matmul_peak_flops"]["fp32"] > 0
+    rows = {(r["variant"], r["batch"]): r for r in record["throughput"]}
+    for key in [("reference: Cohen et al.", 400), ("reference: DMAE", 1000), ("ours: eager", 32),
+                ("ours: fused", 32), ("ours: fused", 16)]:
+        assert rows[key]["status"] == "ok" and rows[key]["samples_per_s"] > 0 and rows[key]["mfu"] > 0
+    assert rows[("reference: Cohen et al.", 400)]["vs_cohen"] == pytest.approx(1.0)
+    assert rows[("ours: fused + CUDA graphs", 32)]["status"] == "skipped: needs CUDA"
+    methods = [t["method"] for t in record["certify"]]
+    assert methods == ["reference: Cohen et al.", "reference: DMAE", "ours: fused"]
+    assert all(t["images"] >= 1 and t["extrapolated_1000_s"] > 0 for t in record["certify"])
+    table = next(out.glob("*.md")).read_text()
+    header = "| model | variant | precision | batch | samples/s | MFU | memory (GiB) | vs Cohen | vs DMAE | status |"
+    assert header in table and "CPU smoke run" in table
+    lines = [line for line in table.splitlines() if line.startswith("| tiny-cpu")]
+    assert len(lines) == len(record["throughput"]) + len(record["certify"])
+    assert all(line.count("|") in (11,) for line in lines[: len(record["throughput"])])
+    assert main(argv) == 0  # a second run never overwrites the first
+    assert len({p.stem for p in out.iterdir()}) == 2

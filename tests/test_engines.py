@@ -1,0 +1,237 @@
+"""Tests for opening engine files (dmae_fast.engines): sidecars, routing, checks, batching.
+
+Engine files here are ONNX exports of small models (about a second each); the
+AOTInductor and certification paths are covered in test_export.py.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from dmae_fast.checkpoints import load_classifier, save_classifier
+from dmae_fast.cli.certify import main as certify_main
+from dmae_fast.demo import DEMO_CHECKPOINT
+from dmae_fast.engines import EngineOptions, TorchEngine, open_engine
+from dmae_fast.engines.onnx_engine import ORT_MISSING
+from dmae_fast.engines.sidecar import BatchRange, read_sidecar, sidecar_path
+from dmae_fast.engines.tensorrt_engine import TENSORRT_MISSING
+from dmae_fast.errors import UserError
+from dmae_fast.export import ExportConfig, export_engines
+from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier
+
+CERTIFY = ["--data", "demo", "--max", "2", "--n0", "10", "--n", "50", "--batch", "32", "--quiet"]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def two_threads():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(threads)
+
+
+def tiny_checkpoint(path: Path, num_classes: int = 10, input_size: int = 8) -> Path:
+    encoder = EncoderConfig(embed_dim=32, depth=1, num_heads=2, patch_size=4, img_size=8)
+    spec = ClassifierSpec(encoder=encoder, num_classes=num_classes, input_size=input_size, sigma=0.25)
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        return save_classifier(SmoothingClassifier(spec), path)
+
+
+def export_onnx(tmp: Path, ckpt: str, name: str, **options) -> Path:
+    config = ExportConfig(ckpt, str(tmp), ("onnx",), name=name, parity_samples=100, seed=0, **options)
+    return export_engines(config, report=lambda line: None)[0]
+
+
+@pytest.fixture(scope="module")
+def demo_onnx(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return export_onnx(tmp_path_factory.mktemp("demo"), "demo", "demo", batch=BatchRange(3, 4, 5))
+
+
+@pytest.fixture
+def engine_copy(demo_onnx: Path, tmp_path: Path) -> Path:
+    """A private copy (engine + sidecar) a test may damage."""
+    target = tmp_path / demo_onnx.name
+    shutil.copy(demo_onnx, target)
+    shutil.copy(sidecar_path(demo_onnx), sidecar_path(target))
+    return target
+
+
+def certify(capsys, *args) -> tuple[int, str]:
+    capsys.readouterr()
+    rc = certify_main([str(a) for a in args])
+    return rc, capsys.readouterr().err
+
+
+def one_line(result: tuple[int, str], *mentions: str) -> str:
+    rc, err = result
+    lines = err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1 and lines[0].startswith("dmae-certify: error:"), err
+    for mention in mentions:
+        assert mention in lines[0], (mention, lines[0])
+    return lines[0]
+
+
+# --------------------------------------------------------------------------- batch range
+
+
+@pytest.mark.parametrize("text, expected", [("1:1000:1024", BatchRange(1, 1000, 1024)), ("8", BatchRange(8, 8, 8)),
+                                            ("4:4:4", BatchRange(4, 4, 4))])
+def test_batch_range_parses(text, expected):
+    assert BatchRange.parse(text) == expected
+    assert BatchRange.parse(str(expected)) == expected
+
+
+@pytest.mark.parametrize("text", ["", "1:2", "1:2:3:4", "x", "2:1:3", "1:4:3", "0:0:0", "-1:1:1", "1.5:2:3"])
+def test_bad_batch_range_is_a_user_error(text):
+    with pytest.raises(UserError):
+        BatchRange.parse(text)
+
+
+# --------------------------------------------------------------------------- the engine interface
+
+
+def test_onnx_engine_classifies_like_torch_across_the_batch_range(demo_onnx):
+    engine = open_engine(demo_onnx, EngineOptions(device="cpu"))
+    reference = TorchEngine(load_classifier(DEMO_CHECKPOINT), torch.device("cpu"))
+    assert engine.spec == reference.spec and engine.precision == "fp32" and engine.input_shape == (3, 8, 8)
+    assert "onnx fp32 engine demo.onnx via ONNX Runtime" in engine.description
+    images = torch.rand(12, 3, 8, 8, generator=torch.Generator().manual_seed(0))
+    for rows in (1, 2, 3, 5, 12):  # below min (padded), inside, above max (split)
+        classes = engine.classify(images[:rows])
+        assert classes.dtype == torch.int64 and classes.shape == (rows,)
+        assert torch.equal(classes, reference.classify(images[:rows]))
+    assert engine.classify(images[:0]).shape == (0,)
+
+
+def test_wrong_input_shape_is_a_user_error(demo_onnx):
+    engine = open_engine(demo_onnx, EngineOptions(device="cpu"))
+    with pytest.raises(UserError, match=r"takes image inputs of shape \[B, 3, 8, 8\], got \[2, 3, 16, 16\]"):
+        engine.classify(torch.rand(2, 3, 16, 16))
+    with pytest.raises(UserError, match="float32"):
+        engine.classify(torch.rand(2, 3, 8, 8, dtype=torch.float64))
+
+
+def test_torch_engine_for_tokens():
+    model = load_classifier(DEMO_CHECKPOINT)
+    engine = open_engine(DEMO_CHECKPOINT, EngineOptions(device="cpu", input="tokens"))
+    images = torch.rand(6, 3, 8, 8)
+    with torch.no_grad():
+        tokens = model.tokens(images)
+    assert engine.input_shape == (17, 64) == tuple(tokens.shape[1:])
+    assert torch.equal(engine.classify(tokens), model(images).argmax(1))
+
+
+# --------------------------------------------------------------------------- options that cannot apply
+
+
+def test_engine_options_that_cannot_apply(demo_onnx):
+    with pytest.raises(UserError, match="exported in fp32; --precision fp16 cannot change it"):
+        open_engine(demo_onnx, EngineOptions(precision="fp16"))
+    with pytest.raises(UserError, match="--input-size and --normalize apply to checkpoints"):
+        open_engine(demo_onnx, EngineOptions(input_size=8))
+    with pytest.raises(UserError, match="image-input engine; export with --input tokens"):
+        open_engine(demo_onnx, EngineOptions(input="tokens"))
+    assert open_engine(demo_onnx, EngineOptions(precision="fp32")).precision == "fp32"
+
+
+def test_certify_refuses_token_engines(capsys, tmp_path):
+    tokens = export_onnx(tmp_path, "demo", "tok", input="tokens")
+    one_line(certify(capsys, *CERTIFY, "--engine", tokens, "--out", tmp_path / "r.tsv"),
+             "tokens-input engine", "needs an image engine")
+    assert not (tmp_path / "r.tsv").exists()
+
+
+# --------------------------------------------------------------------------- engine / data mismatch
+
+
+def test_engine_data_mismatch_is_one_line(capsys, tmp_path):
+    wide = export_onnx(tmp_path, str(tiny_checkpoint(tmp_path / "wide.safetensors", input_size=16)), "wide")
+    one_line(certify(capsys, *CERTIFY, "--engine", wide, "--out", tmp_path / "a.tsv"),
+             "shape (3, 8, 8)", "expects (3, 16, 16)")
+    few = export_onnx(tmp_path, str(tiny_checkpoint(tmp_path / "few.safetensors", num_classes=5)), "few")
+    one_line(certify(capsys, *CERTIFY, "--engine", few, "--out", tmp_path / "b.tsv"), "10 classes", "has 5")
+    assert not list(tmp_path.glob("*.tsv"))
+
+
+# --------------------------------------------------------------------------- sidecars
+
+
+def _edit(engine: Path, change) -> None:
+    path = sidecar_path(engine)
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize("change, mentions", [
+    (lambda d: d.update(format="something/2"), ["not a dmae-fast engine sidecar"]),
+    (lambda d: d.pop("input_shape"), ["missing field(s) input_shape"]),
+    (lambda d: d.update(input_shape=[3, 16, 16]), ["input_shape [3, 16, 16] does not match"]),
+    (lambda d: d.update(num_classes=7), ["num_classes 7 differs"]),
+    (lambda d: d.update(patch_size=16), ["patch_size 16 differs"]),
+    (lambda d: d.update(precision="int8"), ["precision 'int8'"]),
+    (lambda d: d.update(batch={"min": 4, "opt": 2, "max": 8}), ["min <= opt <= max"]),
+    (lambda d: d.update(batch=[1, 2]), ["malformed field"]),
+    (lambda d: d["classifier"].pop("encoder"), ["malformed field"]),
+    (lambda d: d.update(file="other.onnx"), ["describes 'other.onnx'"]),
+    (lambda d: d.update(kind="aoti"), ["says kind 'aoti'"]),
+    (lambda d: d.update(input_name="x"), ["input_name 'x' should be 'images'"]),
+])
+def test_malformed_sidecar_is_one_line(capsys, engine_copy, change, mentions):
+    _edit(engine_copy, change)
+    one_line(certify(capsys, *CERTIFY, "--engine", engine_copy, "--out", engine_copy.parent / "r.tsv"),
+             "sidecar", *mentions)
+
+
+def test_sidecar_missing_or_not_json(capsys, engine_copy):
+    sidecar = sidecar_path(engine_copy)
+    sidecar.write_text("{not json")
+    one_line(certify(capsys, *CERTIFY, "--engine", engine_copy), "is not valid JSON")
+    sidecar.unlink()
+    one_line(certify(capsys, *CERTIFY, "--engine", engine_copy), "has no sidecar demo.onnx.json")
+
+
+def test_missing_engine_file(capsys, tmp_path):
+    one_line(certify(capsys, *CERTIFY, "--engine", tmp_path / "none.onnx"), "none.onnx does not exist")
+
+
+def test_sidecar_of_another_engine_is_detected(tmp_path, demo_onnx):
+    """A sidecar copied onto another engine: the facts embedded in the file disagree."""
+    other = export_onnx(tmp_path, str(tiny_checkpoint(tmp_path / "t.safetensors", num_classes=10)), "other",
+                        precision="fp16")
+    _edit(other, lambda d: d.update(json.loads(sidecar_path(demo_onnx).read_text()), file="other.onnx"))
+    with pytest.raises(UserError, match="its sidecar disagree .*precision fp16 vs fp32"):
+        open_engine(other, EngineOptions(device="cpu"))
+
+
+def test_corrupt_engine_file_is_one_line(capsys, engine_copy):
+    engine_copy.write_bytes(b"not an onnx model")
+    one_line(certify(capsys, *CERTIFY, "--engine", engine_copy), "ONNX Runtime cannot load")
+
+
+# --------------------------------------------------------------------------- runtimes that are missing
+
+
+def test_onnxruntime_missing_is_one_line(capsys, demo_onnx, monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)
+    line = one_line(certify(capsys, *CERTIFY, "--engine", demo_onnx))
+    assert line == f"dmae-certify: error: {ORT_MISSING}"
+
+
+def test_tensorrt_missing_is_one_line(capsys, engine_copy, monkeypatch):
+    monkeypatch.setitem(sys.modules, "tensorrt", None)
+    for suffix in (".engine", ".plan"):
+        plan = engine_copy.with_suffix(suffix)
+        shutil.copy(engine_copy, plan)
+        sidecar_path(plan).write_text(sidecar_path(engine_copy).read_text())
+        _edit(plan, lambda d: d.update(kind="tensorrt", file=plan.name))
+        assert read_sidecar(plan).kind == "tensorrt"
+        line = one_line(certify(capsys, *CERTIFY, "--engine", plan))
+        assert line == f"dmae-certify: error: {TENSORRT_MISSING}"

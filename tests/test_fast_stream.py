@@ -1,0 +1,129 @@
+"""The fast batch body: same schedule, same counts as the plain streaming certifier."""
+
+import os
+
+import torch
+
+if not torch.cuda.is_available():  # the fused kernel runs in Triton's interpreter on CPU
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from dmae_fast.certification.fast_stream import STAGES, FastBatches, FastPath, StageTimer  # noqa: E402
+from dmae_fast.certification.stream import SamplingPlan, StreamingCertifier  # noqa: E402
+from dmae_fast.checkpoints import save_classifier  # noqa: E402
+from dmae_fast.cli.certify import main  # noqa: E402
+from dmae_fast.engines import TorchEngine  # noqa: E402
+from dmae_fast.errors import UserError  # noqa: E402
+from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier  # noqa: E402
+
+CPU = torch.device("cpu")
+
+
+def _engine(input_size=16, device=CPU, precision="fp32"):
+    torch.manual_seed(0)
+    spec = ClassifierSpec(EncoderConfig(32, 2, 2, patch_size=4, img_size=16), num_classes=10,
+                          input_size=input_size, sigma=0.5)
+    return TorchEngine(SmoothingClassifier(spec), device, precision)
+
+
+def _images(size, count=5):
+    generator = torch.Generator().manual_seed(1)
+    return [(7 * i + 2, torch.rand((3, size, size), generator=generator), i % 10) for i in range(count)]
+
+
+def _counts(engine, images, plan, batch, body=None, decide=None, seed=11):
+    out = list(StreamingCertifier(engine, plan, 0.5, seed, batch, body).run(images, decide))
+    return {o.index: o.counts for o in out}
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_fast_body_gives_identical_counts(fused):
+    engine, images = _engine(), _images(16)
+    plan = SamplingPlan.certify(n0=12, n=40)  # 52 rows per image, batch 48: images straddle batches
+    plain = _counts(engine, images, plan, 48)
+    timer = StageTimer(CPU)
+    body = FastBatches(engine, 0.5, 11, 48, FastPath(fused=fused), timer)
+    assert body.options.fused == fused and ("fused" in body.description) == fused
+    fast = _counts(engine, images, plan, 48, body)
+    assert plain.keys() == fast.keys()
+    assert sum((c > 0).sum() for c in plain.values()) > 15  # votes are spread: the comparison means something
+    assert all(np.array_equal(plain[i], fast[i]) for i in plain)
+    assert timer.batches == -(-5 * 52 // 48)  # the last, short batch was padded, not dropped
+    table = timer.table(1.0)
+    assert all(stage in table for stage in STAGES) and timer.seconds["body"] > 0
+
+
+def test_resizing_classifier_falls_back_to_the_unfused_front_end(capsys):
+    engine, images = _engine(input_size=8), _images(8, count=3)
+    body = FastBatches(engine, 0.5, 11, 32, FastPath(fused=True))
+    assert "fused front end unavailable" in capsys.readouterr().err
+    assert not body.options.fused
+    plan = SamplingPlan.predict(n=30)
+    plain, fast = _counts(engine, images, plan, 32), _counts(engine, images, plan, 32, body)
+    assert all(np.array_equal(plain[i], fast[i]) for i in plain)
+
+
+def test_sequential_plan_with_the_fused_body():
+    engine, images = _engine(), _images(16, count=4)
+    plan = SamplingPlan.sequential(n0=8, estimation_looks=(16, 40))
+    decide = lambda index, counts, look: index % 2 == 0  # noqa: E731  (even images stop at the first look)
+    body = FastBatches(engine, 0.5, 11, 24, FastPath(fused=True))
+    plain, fast = _counts(engine, images, plan, 24, decide=decide), _counts(engine, images, plan, 24, body, decide)
+    assert all(np.array_equal(plain[i], fast[i]) for i in plain)
+    assert {i: int(c[1].sum()) for i, c in fast.items()} == {i: 16 if i % 2 == 0 else 40 for i, _, _ in images}
+
+
+def test_non_torch_engines_are_refused():
+    class Foreign:
+        spec, device, precision, description = _engine().spec, CPU, "fp32", "onnxruntime on cpu"
+
+    with pytest.raises(UserError, match="needs a PyTorch checkpoint"):
+        FastBatches(Foreign(), 0.5, 0, 8, FastPath(fused=True))
+
+
+def test_cli_fused_profile_rows_equal_the_plain_run(tmp_path, capsys):
+    checkpoint = save_classifier(_engine().model, tmp_path / "model.safetensors")
+    images = torch.rand(3, 3, 16, 16, generator=torch.Generator().manual_seed(2))
+    data = tmp_path / "images"
+    data.mkdir()
+    from PIL import Image
+
+    for i, image in enumerate(images):
+        Image.fromarray((image.permute(1, 2, 0).numpy() * 255).astype(np.uint8)).save(data / f"{i}.png")
+    (tmp_path / "labels.txt").write_text("".join(f"{i}.png {i}\n" for i in range(3)))
+    common = ["--ckpt", checkpoint, "--data", data, "--labels", tmp_path / "labels.txt", "--n0", "10",
+              "--n", "30", "--batch", "32", "--quiet", "--device", "cpu", "--workers", "0"]
+    assert main([str(a) for a in common + ["--out", tmp_path / "plain.tsv"]]) == 0
+    profile = tmp_path / "profile"
+    argv = common + ["--out", tmp_path / "fused.tsv", "--fused", "--profile", profile]
+    assert main([str(a) for a in argv]) == 0
+    err = capsys.readouterr().err
+    assert "per-stage time" in err and "front end" in err and "counting" in err
+    assert (profile / "trace.json").stat().st_size > 0 and (profile / "stages.txt").exists()
+
+    def rows(name):
+        return [line.split("\t")[:5] + line.split("\t")[6:] for line in (tmp_path / name).read_text().splitlines()]
+
+    assert rows("plain.tsv") == rows("fused.tsv")
+    assert "fused" in (tmp_path / "fused.tsv.json").read_text()
+
+
+gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("options", [FastPath(cuda_graphs=True), FastPath(fused=True, cuda_graphs=True),
+                                     FastPath(fused=True, compile=True, cuda_graphs=True)])
+def test_cuda_fast_paths_agree_with_the_plain_body(options):
+    engine = _engine(device=torch.device("cuda"), precision="fp16")
+    images = _images(16, count=6)
+    plan = SamplingPlan.certify(n0=50, n=500)
+    plain = _counts(engine, images, plan, 256)
+    fast = _counts(engine, images, plan, 256, FastBatches(engine, 0.5, 11, 256, options))
+    total = sum(c.sum() for c in plain.values())
+    assert sum(c.sum() for c in fast.values()) == total
+    flipped = sum(np.abs(plain[i] - fast[i]).sum() for i in plain) / 2
+    assert flipped <= 0.01 * total  # only fp16 rounding may flip votes

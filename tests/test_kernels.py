@@ -1,0 +1,86 @@
+"""The fused front end (Triton; interpreter on CPU) against its plain-torch reference."""
+
+import os
+
+import torch
+
+if not torch.cuda.is_available():  # before triton is imported anywhere in this process
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+
+from dmae_fast.kernels.frontend_reference import (  # noqa: E402
+    FrontEnd,
+    clean_embedding,
+    fused_unsupported_reason,
+    reference_tokens,
+)
+from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier  # noqa: E402
+from dmae_fast.noise import gaussian_noise, uint32_stream  # noqa: E402
+
+fused_frontend = pytest.importorskip("dmae_fast.kernels.fused_frontend")
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+SEED = 2**63 + 2**40 + 12345  # both key words non-zero, the high bit set
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    # width 48 (not a power of two), 3x3 patches of 4x4 pixels: K = 48, L = 9 (tiles are masked)
+    spec = ClassifierSpec(EncoderConfig(48, 2, 2, patch_size=4, img_size=12), num_classes=7, input_size=12,
+                          mean=(0.4, 0.5, 0.6), std=(0.2, 0.25, 0.3))
+    return SmoothingClassifier(spec).eval().to(DEVICE)
+
+
+def _rows(count, slots):
+    generator = torch.Generator().manual_seed(3)
+    slot = torch.randint(0, slots, (count,), generator=generator)
+    image = slot * 1000 + 2**31 + 5  # image indices above 2**31
+    phase = torch.randint(0, 3, (count,), generator=generator)
+    sample = torch.randint(0, 2**32, (count,), generator=generator)
+    return [t.to(DEVICE) for t in (slot, image, phase, sample)]
+
+
+def test_noise_words_bit_for_bit_and_gaussians_to_rounding():
+    _, image, phase, sample = _rows(6, 3)
+    numel = 3 * 12 * 12 + 2  # not a multiple of 4
+    words, noise = fused_frontend.contract_noise(SEED, image, phase, sample, numel)
+    expected = uint32_stream(SEED, image, phase, sample, numel)[:, :numel]
+    assert torch.equal(words, expected)
+    torch.testing.assert_close(noise, gaussian_noise(SEED, image, phase, sample, (numel,)), rtol=0, atol=1e-6)
+
+
+def test_reference_tokens_equal_the_classifier_on_noisy_images(model):
+    """The linearity identity: E + W'eta + pos == tokens(x + sigma eta)."""
+    x = torch.rand(3, 3, 12, 12, device=DEVICE)
+    slot, image, phase, sample = _rows(10, 3)
+    front = FrontEnd.from_model(model, sigma=0.5)
+    ours = reference_tokens(front, clean_embedding(model, x), slot, image, phase, sample, SEED)
+    with torch.no_grad():
+        direct = model.tokens(x[slot] + 0.5 * gaussian_noise(SEED, image, phase, sample, (3, 12, 12)))
+    torch.testing.assert_close(ours, direct, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.float16, 2e-2), (torch.bfloat16, 1e-1)])
+def test_fused_tokens_match_the_reference(model, dtype, tol):
+    x = torch.rand(3, 3, 12, 12, device=DEVICE)
+    slot, image, phase, sample = _rows(37, 3)  # 37 * 9 (row, patch) pairs: a partial tile
+    front = FrontEnd.from_model(model, sigma=0.25)
+    embeddings = clean_embedding(model, x)
+    fused = fused_frontend.fused_tokens(front.cast(dtype), embeddings, slot, image, phase, sample, SEED, dtype)
+    assert fused.dtype == dtype and fused.shape == (37, 10, 48)
+    reference = reference_tokens(front, embeddings, slot, image, phase, sample, SEED)
+    torch.testing.assert_close(fused.float(), reference, rtol=tol, atol=tol)
+    with torch.no_grad():
+        logits = model.forward_tokens(fused.float())
+        expected = model(x[slot] + 0.25 * gaussian_noise(SEED, image, phase, sample, (3, 12, 12)))
+    if dtype == torch.float32:
+        assert torch.equal(logits.argmax(1), expected.argmax(1))
+        torch.testing.assert_close(logits, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_resizing_classifiers_are_not_fused():
+    spec = ClassifierSpec(EncoderConfig(32, 1, 2, patch_size=4, img_size=16), num_classes=10, input_size=8)
+    assert "resizes" in fused_unsupported_reason(spec)
+    with pytest.raises(ValueError, match="resizes"):
+        FrontEnd.from_model(SmoothingClassifier(spec), 0.25)
