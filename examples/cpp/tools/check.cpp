@@ -1,0 +1,127 @@
+// dmae-smooth-check: the library's functions on queries from stdin, one result line per
+// query line, for tests that compare them with SciPy, dmae_fast.noise and dmae_fast.results.
+//
+//   ppf P                 -> Phi^-1(P)                         (%.17g)
+//   betainc A B X         -> I_X(A, B)
+//   bound NA N ALPHA      -> Clopper-Pearson lower bound
+//   binom K N             -> two-sided binomial test p-value at 1/2
+//   words SEED IMAGE PHASE SAMPLE NUMEL -> the uint32 stream (space-separated)
+//   gauss SEED IMAGE PHASE SAMPLE NUMEL -> std:: Gaussians as float32 bit patterns
+//   gauss-torch SEED IMAGE PHASE SAMPLE NUMEL -> ATen Gaussians (CPU) as bit patterns
+//   significant VALUE DIGITS / repr VALUE / duration SECONDS -> the results-file formats
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "dmae_smooth/noise.h"
+#include "dmae_smooth/results.h"
+#include "dmae_smooth/stats.h"
+#ifdef DMAE_SMOOTH_WITH_TORCH
+#include <ATen/ops/empty.h>
+
+#include "dmae_smooth/aoti.h"
+#endif
+
+namespace {
+
+using namespace dmae_smooth;
+
+std::string number(double value) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.17g", value);
+  return buffer;
+}
+
+template <typename T>
+std::string join(const std::vector<T>& values) {
+  std::ostringstream out;
+  for (std::size_t i = 0; i < values.size(); ++i) out << (i ? " " : "") << values[i];
+  return out.str();
+}
+
+std::string bits(const std::vector<float>& values) {
+  std::vector<std::uint32_t> patterns(values.size());
+  std::memcpy(patterns.data(), values.data(), values.size() * sizeof(float));
+  return join(patterns);
+}
+
+std::string answer(const std::string& line) {
+  std::istringstream in(line);
+  std::string op;
+  in >> op;
+  if (op == "ppf") {
+    double p;
+    in >> p;
+    return number(normal_ppf(p));
+  }
+  if (op == "betainc") {
+    double a, b, x;
+    in >> a >> b >> x;
+    return number(incomplete_beta(a, b, x));
+  }
+  if (op == "bound") {
+    std::int64_t n_a, n;
+    double alpha;
+    in >> n_a >> n >> alpha;
+    return number(clopper_pearson_lower(n_a, n, alpha));
+  }
+  if (op == "binom") {
+    std::int64_t k, n;
+    in >> k >> n;
+    return number(binomial_test_pvalue(k, n));
+  }
+  if (op == "significant") {
+    double value;
+    int digits;
+    in >> value >> digits;
+    return format_significant(value, digits);
+  }
+  if (op == "repr") {
+    double value;
+    in >> value;
+    return format_repr(value);
+  }
+  if (op == "duration") {
+    double seconds;
+    in >> seconds;
+    return format_duration(seconds);
+  }
+  std::uint64_t seed;
+  std::uint32_t image, phase, sample;
+  std::size_t numel;
+  in >> seed >> image >> phase >> sample >> numel;
+  if (op == "words") {
+    std::vector<std::uint32_t> words(4 * ((numel + 3) / 4));
+    uint32_stream(seed, image, static_cast<Phase>(phase), sample, numel, words.data());
+    return join(words);
+  }
+  if (op == "gauss") {
+    std::vector<float> values(numel);
+    gaussian_noise(seed, image, static_cast<Phase>(phase), sample, numel, values.data());
+    return bits(values);
+  }
+#ifdef DMAE_SMOOTH_WITH_TORCH
+  if (op == "gauss-torch") {
+    const auto padded = static_cast<std::int64_t>(4 * ((numel + 3) / 4));
+    at::Tensor uniforms = at::empty({1, padded}, at::kFloat);
+    uniform_stream(seed, image, static_cast<Phase>(phase), sample, numel, uniforms.data_ptr<float>());
+    const at::Tensor g = uniform_to_gaussian(uniforms).narrow(1, 0, static_cast<std::int64_t>(numel)).contiguous();
+    return bits(std::vector<float>(g.data_ptr<float>(), g.data_ptr<float>() + numel));
+  }
+#endif
+  return "error: unknown query '" + op + "'";
+}
+
+}  // namespace
+
+int main() {
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    if (!line.empty()) std::cout << answer(line) << "\n";
+  }
+  return 0;
+}

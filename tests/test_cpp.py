@@ -1,0 +1,291 @@
+"""The C++ embedding (examples/cpp): built once per session, compared with the Python side.
+
+* statistics vs SciPy (Clopper-Pearson bound, Phi^-1, binomial test p-values),
+* the noise contract: uint32 stream bit for bit, Gaussians vs dmae_fast.noise,
+* results-file number formats vs dmae_fast.results,
+* ``dmae-smooth certify|predict`` on demo images through the demo AOTInductor package
+  (written by dmae-export's pipeline): the same rows (counts, classes, radii) as
+  ``dmae-certify --engine`` with the same seed,
+* bad input: one line on stderr, non-zero exit, the user's files untouched.
+
+Skipped when cmake or a C++ compiler is missing. On 2 cores the build takes 25-40 s and
+the demo export 15-20 s, concurrently; the whole file about a minute.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import io
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import beta, binomtest, norm
+
+from dmae_fast.cli.certify import main as certify_main
+from dmae_fast.data import demo_digits
+from dmae_fast.demo import DEMO_CHECKPOINT
+from dmae_fast.engines.sidecar import BatchRange
+from dmae_fast.export import ExportConfig, export_engines
+from dmae_fast.noise import gaussian_noise, uint32_stream
+from dmae_fast.results import read_results
+
+SOURCE = Path(__file__).resolve().parents[1] / "examples" / "cpp"
+SEED = 2**40 + 12345  # a seed whose high word matters
+N0, N, ALPHA = 20, 200, 0.001
+SIGMA = 0.5  # above the demo model's 0.25: counts spread (nA 137..194), so any noise mismatch shows
+INDICES = [0, 3, 6, 9]  # --skip 3 --max 4: the noise must use the dataset index
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+def export_demo_pt2(directory: Path) -> Path:
+    """The demo classifier as an AOTInductor package + sidecar, written by dmae-export's pipeline."""
+    config = ExportConfig(ckpt=str(DEMO_CHECKPOINT), out=str(directory), formats=("torch",), device="cpu",
+                          batch=BatchRange(1, 256, 4096), parity_samples=64, name="demo")
+    (engine,) = export_engines(config, report=lambda message: None)
+    return engine
+
+
+@pytest.fixture(scope="module")
+def build_started(tmp_path_factory):
+    """Configure and start building examples/cpp in the background (Release, Ninja if any)."""
+    if shutil.which("cmake") is None or not any(shutil.which(c) for c in ("c++", "g++", "clang++")):
+        pytest.skip("cmake or a C++ compiler is missing")
+    build = tmp_path_factory.mktemp("cpp-build")
+    torch_root = Path(torch.__file__).parent
+    generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+    configure = ["cmake", "-S", str(SOURCE), "-B", str(build), *generator,
+                 "-DCMAKE_BUILD_TYPE=Release", f"-DTORCH_ROOT={torch_root}"]
+    command = f"{shlex.join(configure)} && cmake --build {shlex.quote(str(build))} --parallel 2"
+    with open(build / "build.log", "w") as log:  # the child writes through its own copy
+        process = subprocess.Popen(["bash", "-c", command], stdout=log, stderr=subprocess.STDOUT)
+    yield build, process
+    process.wait()
+
+
+@pytest.fixture(scope="module")
+def build(build_started) -> Path:
+    directory, process = build_started
+    if process.wait() != 0:
+        pytest.fail("building examples/cpp failed:\n" + (directory / "build.log").read_text()[-4000:])
+    return directory
+
+
+@pytest.fixture(scope="module")
+def engine_file(build_started, tmp_path_factory) -> Path:
+    return export_demo_pt2(tmp_path_factory.mktemp("engine"))
+
+
+@pytest.fixture(scope="module")
+def demo_files(tmp_path_factory) -> tuple[Path, Path]:
+    test = demo_digits("test")
+    directory = tmp_path_factory.mktemp("demo-data")
+    images, labels = directory / "images.npy", directory / "labels.npy"
+    np.save(images, test.images[:10].numpy())
+    np.save(labels, test.labels[:10].numpy())
+    return images, labels
+
+
+def ask(build: Path, queries: list[str]) -> list[str]:
+    """Answers of dmae-smooth-check, one per query."""
+    done = subprocess.run([str(build / "dmae-smooth-check")], input="\n".join(queries) + "\n",
+                          capture_output=True, text=True, check=True)
+    answers = done.stdout.splitlines()
+    assert len(answers) == len(queries) and not any(a.startswith("error") for a in answers)
+    return answers
+
+
+def smooth(build: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([str(build / "dmae-smooth"), *args], capture_output=True, text=True,
+                          timeout=300, cwd=cwd, check=False)
+
+
+# --------------------------------------------------------------------------- the CLI vs Python
+# First in the file, engine_file first: the demo export runs while the build proceeds.
+
+
+def _rows_without_time(path: Path) -> list[list[str]]:
+    lines = path.read_text().splitlines()
+    time_column = lines[0].split("\t").index("time")
+    return [[cell for j, cell in enumerate(line.split("\t")) if j != time_column] for line in lines]
+
+
+@pytest.mark.parametrize("command", ["certify", "predict"])
+def test_cli_rows_equal_dmae_certify(engine_file, build, demo_files, tmp_path, command):
+    """Same engine file, seed, n0, n, alpha, sigma and image indices: the same rows.
+
+    The batch holds one image's samples in both runs, so even the classifier's rounding
+    sees identical batches.
+    """
+    images, labels = demo_files
+    batch = str(N if command == "predict" else N0 + N)
+    common = ["--engine", str(engine_file), "--n0", str(N0), "--n", str(N), "--alpha", str(ALPHA),
+              "--seed", str(SEED), "--sigma", str(SIGMA), "--batch", batch, "--skip", "3", "--max", "4", "--quiet"]
+    cpp, python = tmp_path / f"{command}-cpp.tsv", tmp_path / f"{command}-python.tsv"
+    done = smooth(build, command, "--images", str(images), "--labels", str(labels), "--out", str(cpp), *common)
+    assert done.returncode == 0, done.stderr
+    predict = ["--predict"] if command == "predict" else []
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert certify_main(["--data", "demo", "--device", "cpu", "--out", str(python), *predict, *common]) == 0
+    assert _rows_without_time(cpp) == _rows_without_time(python)
+    table = read_results(cpp)  # dmae-certify's reader takes the file
+    assert table.idx.tolist() == INDICES
+    if command == "certify":
+        assert (table.predict >= 0).sum() >= 3 and table.radius.max() > 0.3  # real certificates
+        assert table.extra["nA"].max() < N  # no image unanimous: every count is a real comparison
+
+
+def test_host_noise_sampler_certifies_the_same_classes(build, engine_file, demo_files, tmp_path):
+    """std:: math noise (any engine) vs torch's: Gaussians within a few ulps, so the counts
+    agree up to a sample that sits on a decision boundary (none in measured runs)."""
+    images, labels = demo_files
+    outs = [tmp_path / "torch-noise.tsv", tmp_path / "host-noise.tsv"]
+    for out, flags in zip(outs, ([], ["--host-noise"])):
+        done = smooth(build, "certify", "--engine", str(engine_file), "--images", str(images), "--labels",
+                      str(labels), "--n0", str(N0), "--n", str(N), "--seed", str(SEED), "--sigma", str(SIGMA),
+                      "--skip", "3", "--max", "3", "--batch", "64", "--out", str(out), "--quiet", *flags)
+        assert done.returncode == 0, done.stderr
+    a, b = read_results(outs[0]), read_results(outs[1])
+    assert a.predict.tolist() == b.predict.tolist()
+    assert np.abs(a.extra["nA"] - b.extra["nA"]).max() <= 1 and a.extra["nA"].max() < N
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def test_clopper_pearson_bound_matches_scipy(build):
+    cases = [(n_a, n, alpha)
+             for n in (1, 2, 10, 200, 1000, 10_000, 100_000)
+             for n_a in sorted({0, 1, 2, n // 2, (9 * n) // 10, n - 1, n} & set(range(n + 1)))
+             for alpha in (0.001, 0.05, 1e-6)]
+    answers = [float(a) for a in ask(build, [f"bound {n_a} {n} {alpha!r}" for n_a, n, alpha in cases])]
+    for (n_a, n, alpha), got in zip(cases, answers):
+        want = 0.0 if n_a == 0 else beta.ppf(alpha, n_a, n - n_a + 1)
+        assert got == pytest.approx(want, rel=1e-10, abs=1e-300), (n_a, n, alpha)
+
+
+def test_normal_ppf_matches_scipy(build):
+    ps = [1e-300, 1e-20, 1e-10, 1e-6, 0.001, 0.02, 0.02425, 0.1, 0.3, 0.4999, 0.5, 0.6, 0.9,
+          0.97575, 0.999, 0.9999999, 1 - 1e-10, 1 - 2**-52]
+    answers = [float(a) for a in ask(build, [f"ppf {p!r}" for p in ps])]
+    for p, got in zip(ps, answers):
+        assert got == pytest.approx(norm.ppf(p), rel=1e-12, abs=1e-15), p
+    assert ask(build, ["ppf 0", "ppf 1"]) == ["-inf", "inf"]
+
+
+def test_binomial_pvalue_matches_scipy(build):
+    cases = [(k, n) for n in (1, 2, 7, 100, 201, 1000, 10_000)
+             for k in sorted({0, 1, n // 3, n // 2, n // 2 + 1, n - 1, n} & set(range(n + 1)))]
+    answers = [float(a) for a in ask(build, [f"binom {k} {n}" for k, n in cases])]
+    for (k, n), got in zip(cases, answers):
+        assert got == pytest.approx(binomtest(k, n, 0.5).pvalue, rel=1e-10, abs=1e-300), (k, n)
+
+
+# --------------------------------------------------------------------------- noise contract
+
+NOISE_CASES = [(0, 0, 0, 0, 8), (SEED, 7, 1, 199, 192), (2**64 - 1, 2**32 - 1, 2, 2**32 - 1, 6),
+               (123, 500, 0, 12345, 3 * 32 * 32 + 2)]
+
+
+def test_uint32_stream_is_bit_identical(build):
+    answers = ask(build, [f"words {s} {i} {p} {k} {numel}" for s, i, p, k, numel in NOISE_CASES])
+    for (seed, image, phase, sample, numel), got in zip(NOISE_CASES, answers):
+        want = uint32_stream(seed, torch.tensor([image]), phase, torch.tensor([sample]), numel)[0]
+        assert [int(w) for w in got.split()] == want.tolist()
+
+
+def _gaussians(answer: str) -> np.ndarray:
+    return np.array([int(b) for b in answer.split()], dtype=np.uint32).view(np.float32)
+
+
+def test_gaussians_with_aten_are_bit_identical_and_std_math_within_four_ulps(build):
+    """The libtorch sampler reproduces torch exactly; std::log/cos/sin differ from torch's
+    vectorized (SLEEF) ones at times (measured: 5% of elements, at most 3 ulps)."""
+    torch_answers = ask(build, [f"gauss-torch {s} {i} {p} {k} {n}" for s, i, p, k, n in NOISE_CASES])
+    std_answers = ask(build, [f"gauss {s} {i} {p} {k} {n}" for s, i, p, k, n in NOISE_CASES])
+    for (seed, image, phase, sample, numel), aten, std in zip(NOISE_CASES, torch_answers, std_answers):
+        want = gaussian_noise(seed, torch.tensor([image]), phase, torch.tensor([sample]), (numel,))[0].numpy()
+        assert np.array_equal(_gaussians(aten).view(np.uint32), want.view(np.uint32))
+        ulps = np.abs(_gaussians(std) - want) / np.spacing(np.maximum(np.abs(want), np.abs(_gaussians(std))))
+        assert ulps.max() <= 4, (seed, ulps.max())
+
+
+# --------------------------------------------------------------------------- results formats
+
+
+def test_number_formats_match_the_python_writer(build):
+    values = [0.0, 1.0, 0.5, 0.25, 1.23456, 12.3, 100.0, 123.4, 0.0001234, 0.00009999, 1e-5, 99.95, 0.9995,
+              0.99999, 0.9999999, 3.1986e-7, 2.0, 1e16, 1e22, 0.79863]
+    queries = ([f"significant {v!r} 3" for v in values] + [f"significant {v!r} 6" for v in values]
+               + [f"repr {v!r}" for v in values + [0.1, 1 / 3, 12345678.9, 1.5e-300]]
+               + [f"duration {s!r}" for s in (0.0, 1.5, 0.1234567, 3600.25, 172805.5, 2.5e-6, 86399.9999996)])
+    want = ([f"{v:.3}" for v in values] + [f"{v:.6}" for v in values]
+            + [repr(v) for v in values + [0.1, 1 / 3, 12345678.9, 1.5e-300]]
+            + [str(datetime.timedelta(seconds=s)) for s in (0.0, 1.5, 0.1234567, 3600.25, 172805.5, 2.5e-6,
+                                                             86399.9999996)])
+    assert ask(build, queries) == want
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def _one_line_error(done: subprocess.CompletedProcess, *fragments: str) -> None:
+    assert done.returncode != 0
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dmae-smooth: error: "), done.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+def test_bad_input_gives_one_line_and_keeps_files(build, engine_file, demo_files, tmp_path):
+    images, labels = demo_files
+    def run(*args: str) -> subprocess.CompletedProcess:  # in tmp_path, where a default --out would land
+        return smooth(build, *args, cwd=tmp_path)
+
+    base = ["--engine", str(engine_file), "--images", str(images), "--labels", str(labels), "--quiet"]
+    existing = tmp_path / "keep.tsv"
+    existing.write_text("precious\n")
+    _one_line_error(run("certify", *base, "--out", str(existing)), "exists")
+    assert existing.read_text() == "precious\n"
+    _one_line_error(run("certify", *base, "--n0", "0"), "--n0")
+    _one_line_error(run("certify", *base, "--sigma", "nan"), "--sigma")
+    _one_line_error(run("certify", *base, "--frobnicate", "1"), "--frobnicate")
+    _one_line_error(run("explode"), "explode")
+    _one_line_error(run("certify", *base, "--batch", "5000"), "maximum batch")
+    _one_line_error(run("certify", *base[:2], "--labels", str(labels)), "--images")
+    wrong = tmp_path / "wrong.npy"
+    np.save(wrong, np.zeros((2, 1, 8, 8), dtype=np.float32))
+    _one_line_error(run("certify", *base, "--images", str(wrong)), "[N, 3, 8, 8]")
+    np.save(wrong, np.zeros(10, dtype=np.int32))
+    _one_line_error(run("certify", *base, "--labels", str(wrong)), "dtype <i4")
+    no_sidecar = tmp_path / "copy.pt2"
+    shutil.copy(engine_file, no_sidecar)
+    _one_line_error(run("certify", *base, "--engine", str(no_sidecar)), "sidecar")
+    Path(f"{no_sidecar}.json").write_text("{\"format\": \"dmae-fast-engine/1\", ")
+    _one_line_error(run("certify", *base, "--engine", str(no_sidecar)), "not valid JSON")
+    garbage = tmp_path / "garbage.pt2"
+    garbage.write_bytes(b"not a zip")
+    shutil.copy(f"{engine_file}.json", f"{garbage}.json")
+    _one_line_error(run("certify", *base, "--engine", str(garbage)), "garbage.pt2")
+    assert sorted(p.name for p in tmp_path.iterdir() if p.suffix == ".tsv") == ["keep.tsv"]
+
+
+def test_overwrite_replaces_the_file_only_when_the_run_completes(build, engine_file, demo_files, tmp_path):
+    images, labels = demo_files
+    out = tmp_path / "results.tsv"
+    out.write_text("old\n")
+    args = ["certify", "--engine", str(engine_file), "--images", str(images), "--n0", "5", "--n", "20",
+            "--max", "2", "--out", str(out), "--overwrite", "--quiet"]
+    bad_labels = tmp_path / "bad.npy"
+    np.save(bad_labels, np.full(10, 99, dtype=np.int64))
+    _one_line_error(smooth(build, *args, "--labels", str(bad_labels)), "label 99")
+    assert out.read_text() == "old\n"
+    assert smooth(build, *args, "--labels", str(labels)).returncode == 0
+    assert read_results(out).idx.tolist() == [0, 1] and not Path(f"{out}.partial").exists()
