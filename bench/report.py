@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from dmae_fast.bench.e2e import CertifyTiming
+from dmae_fast.bench.engines import ExportRecord
 from dmae_fast.bench.throughput import Row
 
 
@@ -34,7 +35,20 @@ def certify_table(timings: list[CertifyTiming]) -> str:
     return "\n".join(lines)
 
 
-def markdown(meta: dict[str, Any], rows: list[Row], timings: list[CertifyTiming]) -> str:
+def engines_table(exports: list[ExportRecord]) -> str:
+    lines = [("| model | engine | file | precision | export (s) | parity inputs | max abs logit diff "
+              "| top-1 agreement | parity device | status |"),
+             "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | --- | --- |"]
+    for e in exports:
+        p = e.parity or {}
+        lines.append(f"| {e.model} | {e.engine} | {e.file} | {e.precision} | {_fmt(e.export_s, '.1f')} | "
+                     f"{p.get('samples', '')} | {_fmt(p.get('max_abs_logit_diff'), '.3g')} | "
+                     f"{_fmt(p.get('top1_agreement'), '.2%')} | {p.get('device', '')} | {e.status} |")
+    return "\n".join(lines)
+
+
+def markdown(meta: dict[str, Any], rows: list[Row], timings: list[CertifyTiming],
+             exports: list[ExportRecord] = ()) -> str:
     peaks = ", ".join(f"{k} {v / 1e12:,.1f} TFLOP/s" for k, v in meta["matmul_peak_flops"].items())
     parts = [f"# dmae-bench {meta['created']} on {meta['device']}", "",
              f"Measured matmul peak: {peaks}. MFU = samples/s x FLOPs per forward / the {meta['mfu_peak']} peak.",
@@ -43,6 +57,9 @@ def markdown(meta: dict[str, Any], rows: list[Row], timings: list[CertifyTiming]
         parts += [f"- {note}" for note in meta["notes"]] + [""]
     if rows:
         parts += ["## Throughput (noise + forward + counting)", "", throughput_table(rows), ""]
+    if exports:
+        parts += ["## Exported engines (verified against torch fp32 eager on noisy inputs)", "",
+                  engines_table(exports), ""]
     if timings:
         parts += ["## CERTIFY end to end, extrapolated to 1,000 images", "", certify_table(timings), ""]
     return "\n".join(parts)
@@ -73,14 +90,16 @@ def plot(rows: list[Row], path: Path) -> None:
     plt.close(fig)
 
 
-def write(out: Path, stem: str, meta: dict[str, Any], rows: list[Row], timings: list[CertifyTiming]) -> list[Path]:
+def write(out: Path, stem: str, meta: dict[str, Any], rows: list[Row], timings: list[CertifyTiming],
+          exports: list[ExportRecord] = ()) -> list[Path]:
     """<stem>.json, <stem>.md and (with throughput rows) <stem>.png under ``out``; returns the paths."""
     out.mkdir(parents=True, exist_ok=True)
     record = {**meta, "throughput": [dataclasses.asdict(r) for r in rows],
+              "engines": [dataclasses.asdict(e) for e in exports],
               "certify": [dataclasses.asdict(t) for t in timings]}
     paths = [out / f"{stem}.json", out / f"{stem}.md"]
     paths[0].write_text(json.dumps(record, indent=2) + "\n")
-    paths[1].write_text(markdown(meta, rows, timings))
+    paths[1].write_text(markdown(meta, rows, timings, exports))
     if any(r.samples_per_s for r in rows):
         paths.append(out / f"{stem}.png")
         plot(rows, paths[-1])

@@ -40,7 +40,8 @@ def build_model(name: str, device: torch.device) -> SmoothingClassifier:
 
 @dataclass(frozen=True)
 class Variant:
-    """One way of producing counts: a reference loop, our fast body, or an exported engine."""
+    """One way of producing counts: a reference loop, our fast body (on the model, or on an
+    exported token engine when ``engine`` is set too), or an exported engine alone."""
 
     name: str
     precision: str
@@ -116,10 +117,11 @@ def measure(model_name: str, model: SmoothingClassifier, variant: Variant, batch
             image = torch.rand(shape, device=device)
             rate = _rate(lambda: variant.reference.counts(model, image, batch, SIGMA), batch, seconds, device)
         else:
-            if variant.engine is not None:
+            if variant.fast is None:
                 body = ImageBatches(variant.engine, SIGMA, SEED, batch)
             else:
-                body = FastBatches(TorchEngine(model, device, variant.precision), SIGMA, SEED, batch, variant.fast)
+                engine = variant.engine or TorchEngine(model, device, variant.precision)
+                body = FastBatches(engine, SIGMA, SEED, batch, variant.fast)
                 if body.options != variant.fast:
                     row.status = f"skipped: {variant.name} not available for this model (see notice)"
                     return row

@@ -25,6 +25,7 @@ from dmae_fast.checkpoints import load_classifier
 from dmae_fast.data import DEMO
 from dmae_fast.demo import DEMO_CHECKPOINT
 from dmae_fast.engines import engine_class, resolve_device
+from dmae_fast.engines.front_end import front_end_path, write_front_end
 from dmae_fast.engines.sidecar import (
     SUFFIX_BY_KIND,
     BatchRange,
@@ -63,11 +64,16 @@ def export_engines(config: ExportConfig, report: Report = print, note: Report = 
     name = config.name or _default_name(ckpt, config)
     targets = [out / (name + SUFFIX_BY_KIND[KIND_BY_FORMAT[fmt]]) for fmt in formats]
     if not config.overwrite:
-        for existing in (p for t in targets for p in (t, sidecar_path(t)) if p.exists()):
+        for existing in (p for t in targets for p in _companions(t, config) if p.exists()):
             raise UserError(f"{existing} exists; pass --overwrite to replace it")
     for fmt, target in zip(formats, targets):
         _export_one(fmt, model, ckpt, target, config, device, report)
     return targets
+
+
+def _companions(engine: Path, config: ExportConfig) -> tuple[Path, ...]:
+    """The files one engine writes: itself, its sidecar and, for token engines, its front end."""
+    return (engine, sidecar_path(engine)) + ((front_end_path(engine),) if config.input == "tokens" else ())
 
 
 def _formats(config: ExportConfig, device: torch.device, note: Report) -> list[str]:
@@ -147,6 +153,8 @@ def _export_one(fmt: str, model: SmoothingClassifier, ckpt: Path, target: Path, 
     meta = dataclasses.replace(meta, parity=parity)
     os.replace(partial, target)
     write_sidecar(target, meta)
+    if config.input == "tokens":
+        write_front_end(model, target)  # what a fused front end needs to feed the engine
     verified = "not verified (ONNX Runtime is not installed)" if parity is None else parity.summary()
     report(f"wrote {target} (+ .json): {fmt} {config.precision}, {config.input} input "
            f"{list(meta.input_shape)}, batch {config.batch}, {time.perf_counter() - start:.1f} s; {verified}")

@@ -12,7 +12,7 @@ embedding are linear: normalize(x + s eta) = normalize(x) + (s / std) eta, and
 PatchEmbed(a + b) = PatchEmbed(a) + W @ b (the bias counted once, in E).
 
 It holds only when the noise is added at the encoder's resolution: a classifier that
-resizes inside (CIFAR-10: 32 -> 224, the demo: 8 -> 16) is run unfused
+resizes inside (CIFAR-10: 32 -> 224) is run unfused
 (:func:`fused_unsupported_reason`).
 """
 

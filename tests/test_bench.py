@@ -2,6 +2,9 @@
 
 import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import torch
 
@@ -38,10 +41,12 @@ def test_cli_refuses_ambiguous_or_missing_commands(capsys, tmp_path):
 
 def test_smoke_run_writes_json_markdown_and_plot(tmp_path, capsys):
     out = tmp_path / "results"
-    argv = ["--smoke", "--out", str(out), "--models", "tiny-cpu", "--batches", "16", "--seconds", "0.1"]
+    argv = ["--smoke", "--out", str(out), "--models", "tiny-cpu", "--batches", "16", "--seconds", "0.1",
+            "--engine-dir", str(tmp_path / "engines")]
     assert main(argv) == 0
     stems = {p.stem for p in out.iterdir()}
     assert len(stems) == 1 and {p.suffix for p in out.iterdir()} == {".json", ".md", ".png"}
+    engine_folder = tmp_path / "engines" / f"{stems.pop()}-engines"
     record = json.loads(next(out.glob("*.json")).read_text())
     assert record["device"] and record["versions"]["torch"] and record["matmul_peak_flops"]["fp32"] > 0
     rows = {(r["variant"], r["batch"]): r for r in record["throughput"]}
@@ -50,14 +55,60 @@ def test_smoke_run_writes_json_markdown_and_plot(tmp_path, capsys):
         assert rows[key]["status"] == "ok" and rows[key]["samples_per_s"] > 0 and rows[key]["mfu"] > 0
     assert rows[("reference: Cohen et al.", 400)]["vs_cohen"] == pytest.approx(1.0)
     assert rows[("ours: fused + CUDA graphs", 32)]["status"] == "skipped: needs CUDA"
+    for key in [("engine: ONNX image", 32), ("ours: fused + ONNX tokens", 32)]:  # exported by the run itself
+        assert rows[key]["status"] == "ok" and rows[key]["samples_per_s"] > 0 and rows[key]["vs_cohen"] > 0
+    engines = {e["engine"]: e for e in record["engines"]}
+    assert set(engines) == {"ONNX image", "ONNX tokens"}
+    for entry in engines.values():
+        assert entry["status"] == "ok" and entry["parity"]["top1_agreement"] >= 0.999
+        assert entry["parity"]["samples"] == 256 and entry["parity"]["max_abs_logit_diff"] < 1e-4
+        engine = engine_folder / entry["file"]
+        assert engine.is_file() and Path(str(engine) + ".json").is_file()
+    assert (engine_folder / "tiny-cpu-tokens-fp32.onnx.frontend.safetensors").is_file()
     methods = [t["method"] for t in record["certify"]]
     assert methods == ["reference: Cohen et al.", "reference: DMAE", "ours: fused"]
     assert all(t["images"] >= 1 and t["extrapolated_1000_s"] > 0 for t in record["certify"])
     table = next(out.glob("*.md")).read_text()
     header = "| model | variant | precision | batch | samples/s | MFU | memory (GiB) | vs Cohen | vs DMAE | status |"
-    assert header in table and "CPU smoke run" in table
+    assert header in table and "CPU smoke run" in table and "## Exported engines" in table
     lines = [line for line in table.splitlines() if line.startswith("| tiny-cpu")]
-    assert len(lines) == len(record["throughput"]) + len(record["certify"])
+    assert len(lines) == len(record["throughput"]) + len(record["engines"]) + len(record["certify"])
     assert all(line.count("|") in (11,) for line in lines[: len(record["throughput"])])
     assert main(argv) == 0  # a second run never overwrites the first
     assert len({p.stem for p in out.iterdir()}) == 2
+
+
+def _session(tmp_path, **env):
+    """bench/gpu_session.sh in smoke mode (CPU sizes, no pip install), as the GPU session runs it."""
+    root = Path(__file__).resolve().parents[1]
+    variables = {**os.environ, "OUT": str(tmp_path / "out"), "SCRATCH": str(tmp_path / "scratch"),
+                 "GPU_SESSION_SMOKE": "1", "PYTHON": sys.executable, **env}
+    done = subprocess.run(["bash", str(root / "bench" / "gpu_session.sh")], cwd=root, env=variables,
+                          capture_output=True, text=True, timeout=170)
+    steps = {}
+    for line in (tmp_path / "out" / "steps.tsv").read_text().splitlines():
+        name, status, _seconds = line.split("\t")
+        steps[name] = status
+    return done, steps
+
+
+def test_gpu_session_script_runs_every_step_in_smoke_mode(tmp_path):
+    done, steps = _session(tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:]
+    assert steps == {"versions": "0", "gpu-tests": "0", "demo": "0", "bench": "0"}
+    out = tmp_path / "out"
+    assert "torch " in (out / "logs" / "versions.log").read_text()
+    assert "testcase" in (out / "tests" / "gpu-tests.xml").read_text()
+    assert "identical: 1 rows" in (out / "logs" / "demo.log").read_text()
+    [record] = [json.loads(p.read_text()) for p in (out / "bench").glob("*.json")]
+    assert {e["status"] for e in record["engines"]} == {"ok"} and record["certify"]
+    assert sorted(p.name for p in (out / "bench" / "engines").iterdir()) == [
+        "tiny-cpu-image-fp32.onnx.json", "tiny-cpu-tokens-fp32.onnx.json"]  # sidecars only: engines stay behind
+    assert "failed steps: none" in (out / "session.log").read_text()
+
+
+def test_gpu_session_script_records_steps_it_could_not_run(tmp_path):
+    done, steps = _session(tmp_path, SESSION_SECONDS="0")
+    assert done.returncode == 1
+    assert steps["versions"] == "0" and steps["gpu-tests"] == steps["bench"] == "skipped"
+    assert "failed steps: gpu-tests demo bench" in (tmp_path / "out" / "session.log").read_text()

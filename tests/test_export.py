@@ -26,10 +26,11 @@ from dmae_fast.engines import EngineOptions, open_engine
 from dmae_fast.engines.sidecar import BatchRange, read_sidecar
 from dmae_fast.engines.tensorrt_engine import TENSORRT_MISSING
 from dmae_fast.errors import UserError
+from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier
 from dmae_fast.export import ExportConfig, export_engines
 from dmae_fast.export import parity as parity_module
 from dmae_fast.export.graphs import ImageGraph, bicubic_matrix
-from dmae_fast.export.onnx_export import operators
+from dmae_fast.export.onnx_export import operators, write_onnx
 from dmae_fast.export.tensorrt_build import (
     TENSORRT_ONNX_OPS,
     TensorRTBuild,
@@ -43,6 +44,7 @@ CONTRACT_FIELDS = {"format", "kind", "file", "input", "input_name", "input_shape
                    "device", "source_checkpoint", "created"}
 PARITY_FIELDS = {"samples", "max_abs_logit_diff", "top1_agreement", "threshold", "reference", "device"}
 CERTIFY = ["--data", "demo", "--max", "5", "--n0", "20", "--n", "200", "--batch", "64", "--quiet", "--device", "cpu"]
+DEMO_SPEC = load_classifier(DEMO_CHECKPOINT).spec
 COUNTS = ["idx", "label", "predict", "radius", "correct", "n0", "n", "nA", "pA_lower"]
 
 
@@ -58,12 +60,12 @@ def two_threads():
 def engines(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("engines")
     runs = {
-        "onnx": ExportConfig("demo", str(out), ("onnx",), seed=1),
-        "onnx-fp16": ExportConfig("demo", str(out), ("onnx",), "fp16", seed=2),
-        "onnx-tokens-fp16": ExportConfig("demo", str(out), ("onnx",), "fp16", "tokens", seed=3),
-        "pt2": ExportConfig("demo", str(out), ("torch",), seed=4, batch=BatchRange(1, 64, 256)),
+        "onnx": ExportConfig("demo", str(out), ("onnx",), seed=1, device="cpu"),
+        "onnx-fp16": ExportConfig("demo", str(out), ("onnx",), "fp16", seed=2, device="cpu"),
+        "onnx-tokens-fp16": ExportConfig("demo", str(out), ("onnx",), "fp16", "tokens", seed=3, device="cpu"),
+        "pt2": ExportConfig("demo", str(out), ("torch",), seed=4, batch=BatchRange(1, 64, 256), device="cpu"),
         "pt2-tokens-bf16": ExportConfig("demo", str(out), ("torch",), "bf16", "tokens", seed=5,
-                                        batch=BatchRange(1, 64, 256)),
+                                        batch=BatchRange(1, 64, 256), device="cpu"),
     }
     lines: list[str] = []
     paths = {key: export_engines(config, report=lines.append)[0] for key, config in runs.items()}
@@ -111,13 +113,15 @@ def test_sidecar_has_the_contract_fields(engines):
         assert PARITY_FIELDS <= set(data["parity"])
         assert data["format"] == "dmae-fast-engine/1" and data["file"] == path.name
         assert data["input_dtype"] == "float32" and data["output_name"] == "logits"
-        assert data["num_classes"] == 10 and data["patch_size"] == 4 and data["sigma"] == 0.25
+        assert data["num_classes"] == 10 and data["patch_size"] == DEMO_SPEC.encoder.patch_size
+        assert data["sigma"] == DEMO_SPEC.sigma
         assert data["classifier"]["mean"] and data["classifier"]["input_size"] == 8
         assert data["source_checkpoint"] == str(DEMO_CHECKPOINT.resolve()) and data["device"] == "cpu"
         tokens = "tokens" in key
         assert data["input"] == ("tokens" if tokens else "image")
         assert data["input_name"] == ("tokens" if tokens else "images")
-        assert data["input_shape"] == ([1 + 16, 64] if tokens else [3, 8, 8])
+        grid = DEMO_SPEC.encoder.img_size // DEMO_SPEC.encoder.patch_size
+        assert data["input_shape"] == ([1 + grid * grid, DEMO_SPEC.encoder.embed_dim] if tokens else [3, 8, 8])
         assert {"dmae_fast", "torch"} <= set(data["versions"])
     assert json.loads(Path(str(engines["onnx"]) + ".json").read_text())["kind"] == "onnx"
     assert json.loads(Path(str(engines["pt2"]) + ".json").read_text())["kind"] == "aoti"
@@ -179,8 +183,17 @@ def test_bicubic_resize_as_matrices_matches_interpolate():
     assert torch.allclose(matrix @ images @ matrix.T, resized, atol=1e-12)
 
 
-def test_image_graph_equals_the_classifier():
-    model = load_classifier(DEMO_CHECKPOINT)  # 8x8 input resized to 16x16 inside
+def _resizing_model() -> SmoothingClassifier:
+    """A tiny classifier that resizes inside, as DMAE's CIFAR-10 models do (8 -> 16 here)."""
+    torch.manual_seed(0)
+    encoder = EncoderConfig(embed_dim=32, depth=1, num_heads=2, patch_size=4, img_size=16)
+    spec = ClassifierSpec(encoder=encoder, num_classes=5, input_size=8, mean=(0.5,) * 3, std=(0.25,) * 3)
+    return SmoothingClassifier(spec).eval()
+
+
+@pytest.mark.parametrize("resize", [False, True])
+def test_image_graph_equals_the_classifier(resize):
+    model = _resizing_model() if resize else load_classifier(DEMO_CHECKPOINT)
     images = torch.rand(16, 3, 8, 8)
     with torch.no_grad():
         assert torch.allclose(ImageGraph(model)(images), model(images), atol=1e-5)
@@ -193,7 +206,15 @@ def test_onnx_for_tensorrt_uses_only_supported_operators(engines):
     for key in ("onnx", "onnx-fp16", "onnx-tokens-fp16"):
         check_tensorrt_operators(engines[key])
         assert operators(engines[key]) <= TENSORRT_ONNX_OPS
-    assert "Resize" not in operators(engines["onnx"])  # the 8 -> 16 resize is two MatMuls
+
+
+def test_resize_inside_the_graph_is_matrix_products(tmp_path):
+    """TensorRT's parser has no bicubic Resize: the graph resizes with two MatMuls instead."""
+    model = _resizing_model()
+    path = tmp_path / "resizing.onnx"
+    write_onnx(ImageGraph(model), torch.rand(2, 3, 8, 8), path, "images", {})
+    assert "Resize" not in operators(path) and "MatMul" in operators(path)
+    check_tensorrt_operators(path)
 
 
 def test_unsupported_operator_is_a_one_line_error(tmp_path):
@@ -364,7 +385,8 @@ def test_cli_exports_onnx(capsys, tmp_path):
     (["--ckpt", "demo", "--input", "pixels"], ["--input", "invalid choice"]),
     (["--ckpt", "demo", "--parity-samples", "0"], ["--parity-samples"]),
     (["--ckpt", "demo", "--normalize", "1,2"], ["--normalize"]),
-    (["--ckpt", "demo", "--device", "cuda"], ["CUDA is not available"]),
+    pytest.param(["--ckpt", "demo", "--device", "cuda"], ["CUDA is not available"],
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")),
 ])
 def test_bad_input_is_one_line(capsys, tmp_path, args, mentions):
     one_line_error(run(capsys, *args, "--out", tmp_path), *mentions)

@@ -1,6 +1,7 @@
 """The fast batch body: same schedule, same counts as the plain streaming certifier."""
 
 import os
+from pathlib import Path
 
 import torch
 
@@ -14,8 +15,10 @@ from dmae_fast.certification.fast_stream import STAGES, FastBatches, FastPath, S
 from dmae_fast.certification.stream import SamplingPlan, StreamingCertifier  # noqa: E402
 from dmae_fast.checkpoints import save_classifier  # noqa: E402
 from dmae_fast.cli.certify import main  # noqa: E402
-from dmae_fast.engines import TorchEngine  # noqa: E402
+from dmae_fast.engines import EngineOptions, TorchEngine, open_engine  # noqa: E402
+from dmae_fast.engines.front_end import front_end_path  # noqa: E402
 from dmae_fast.errors import UserError  # noqa: E402
+from dmae_fast.export import ExportConfig, export_engines  # noqa: E402
 from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier  # noqa: E402
 
 CPU = torch.device("cpu")
@@ -83,8 +86,8 @@ def test_non_torch_engines_are_refused():
         FastBatches(Foreign(), 0.5, 0, 8, FastPath(fused=True))
 
 
-def test_cli_fused_profile_rows_equal_the_plain_run(tmp_path, capsys):
-    checkpoint = save_classifier(_engine().model, tmp_path / "model.safetensors")
+def _image_folder(tmp_path):
+    """Three 16x16 PNGs and their labels file; returns dmae-certify's data arguments."""
     images = torch.rand(3, 3, 16, 16, generator=torch.Generator().manual_seed(2))
     data = tmp_path / "images"
     data.mkdir()
@@ -93,8 +96,18 @@ def test_cli_fused_profile_rows_equal_the_plain_run(tmp_path, capsys):
     for i, image in enumerate(images):
         Image.fromarray((image.permute(1, 2, 0).numpy() * 255).astype(np.uint8)).save(data / f"{i}.png")
     (tmp_path / "labels.txt").write_text("".join(f"{i}.png {i}\n" for i in range(3)))
-    common = ["--ckpt", checkpoint, "--data", data, "--labels", tmp_path / "labels.txt", "--n0", "10",
-              "--n", "30", "--batch", "32", "--quiet", "--device", "cpu", "--workers", "0"]
+    return ["--data", data, "--labels", tmp_path / "labels.txt", "--n0", "10", "--n", "30", "--batch", "32",
+            "--quiet", "--device", "cpu", "--workers", "0"]
+
+
+def _rows(path):
+    """Result rows without the time column."""
+    return [line.split("\t")[:5] + line.split("\t")[6:] for line in path.read_text().splitlines()]
+
+
+def test_cli_fused_profile_rows_equal_the_plain_run(tmp_path, capsys):
+    checkpoint = save_classifier(_engine().model, tmp_path / "model.safetensors")
+    common = ["--ckpt", checkpoint] + _image_folder(tmp_path)
     assert main([str(a) for a in common + ["--out", tmp_path / "plain.tsv"]]) == 0
     profile = tmp_path / "profile"
     argv = common + ["--out", tmp_path / "fused.tsv", "--fused", "--profile", profile]
@@ -103,11 +116,62 @@ def test_cli_fused_profile_rows_equal_the_plain_run(tmp_path, capsys):
     assert "per-stage time" in err and "front end" in err and "counting" in err
     assert (profile / "trace.json").stat().st_size > 0 and (profile / "stages.txt").exists()
 
-    def rows(name):
-        return [line.split("\t")[:5] + line.split("\t")[6:] for line in (tmp_path / name).read_text().splitlines()]
-
-    assert rows("plain.tsv") == rows("fused.tsv")
+    assert _rows(tmp_path / "plain.tsv") == _rows(tmp_path / "fused.tsv")
     assert "fused" in (tmp_path / "fused.tsv.json").read_text()
+
+
+@pytest.fixture(scope="module")
+def token_engines(tmp_path_factory):
+    """The tiny model's checkpoint and its fp32 token engines: ONNX (~1 s) and .pt2 (~15 s on CPU)."""
+    out = tmp_path_factory.mktemp("token-engines")
+    checkpoint = save_classifier(_engine().model, out / "tiny.safetensors")
+    engines = {}
+    for fmt in ("onnx", "torch"):
+        config = ExportConfig(str(checkpoint), str(out), (fmt,), "fp32", "tokens", parity_samples=64, seed=0,
+                              device="cpu")
+        [engines[fmt]] = export_engines(config, report=lambda line: None)
+    return checkpoint, engines
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "torch"])
+@pytest.mark.parametrize("fused", [True, False])
+def test_token_engine_behind_the_front_end_gives_identical_counts(token_engines, fmt, fused):
+    _, engines = token_engines
+    engine = open_engine(engines[fmt], EngineOptions(device="cpu", input="tokens"))
+    images, plan = _images(16), SamplingPlan.certify(n0=12, n=40)
+    body = FastBatches(engine, 0.5, 11, 48, FastPath(fused=fused))
+    assert body.options.fused == fused and engine.path.name in body.description
+    assert body.model.spec.encoder.depth == 0  # the front end read beside the engine, not a checkpoint
+    plain = _counts(_engine(), images, plan, 48)
+    fast = _counts(engine, images, plan, 48, body)
+    assert sum((c > 0).sum() for c in plain.values()) > 15
+    assert all(np.array_equal(plain[i], fast[i]) for i in plain)
+
+
+def test_token_engine_needs_its_front_end_file(token_engines, tmp_path):
+    _, engines = token_engines
+    copy = tmp_path / engines["onnx"].name
+    copy.write_bytes(engines["onnx"].read_bytes())
+    (tmp_path / (copy.name + ".json")).write_text(Path(str(engines["onnx"]) + ".json").read_text())
+    engine = open_engine(copy, EngineOptions(device="cpu", input="tokens"))
+    with pytest.raises(UserError, match="has no front end"):
+        FastBatches(engine, 0.5, 0, 8, FastPath(fused=True))
+    front_end_path(copy).write_bytes(front_end_path(engines["torch"]).read_bytes())  # another engine's
+    with pytest.raises(UserError, match="does not fit"):
+        FastBatches(engine, 0.5, 0, 8, FastPath(fused=True))
+
+
+def test_cli_fused_token_engine_rows_equal_the_checkpoint_run(token_engines, tmp_path, capsys):
+    checkpoint, engines = token_engines
+    common = _image_folder(tmp_path)
+    assert main([str(a) for a in ["--ckpt", checkpoint, *common, "--out", tmp_path / "plain.tsv"]]) == 0
+    argv = ["--engine", engines["onnx"], "--fused", *common, "--out", tmp_path / "tokens.tsv"]
+    assert main([str(a) for a in argv]) == 0
+    assert _rows(tmp_path / "plain.tsv") == _rows(tmp_path / "tokens.tsv")
+    assert "fused front end + onnx fp32 engine" in (tmp_path / "tokens.tsv.json").read_text()
+    argv = ["--engine", engines["onnx"], *common, "--out", tmp_path / "refused.tsv"]
+    assert main([str(a) for a in argv]) == 2  # a token engine needs the fast path's front end
+    assert "or --fused for a token engine" in capsys.readouterr().err
 
 
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -127,3 +191,22 @@ def test_cuda_fast_paths_agree_with_the_plain_body(options):
     assert sum(c.sum() for c in fast.values()) == total
     flipped = sum(np.abs(plain[i] - fast[i]).sum() for i in plain) / 2
     assert flipped <= 0.01 * total  # only fp16 rounding may flip votes
+
+
+@pytest.mark.gpu
+@gpu
+def test_fused_front_end_feeds_a_cuda_pt2_token_engine_under_a_cuda_graph(tmp_path):
+    """The GPU path of ``ours: fused + .pt2 tokens + CUDA graphs``: AOTInductor under graph capture."""
+    checkpoint = save_classifier(_engine().model, tmp_path / "tiny.safetensors")
+    config = ExportConfig(str(checkpoint), str(tmp_path), ("torch",), "fp16", "tokens", parity_samples=256, seed=0,
+                          device="cuda")
+    [path] = export_engines(config, report=lambda line: None)
+    engine = open_engine(path, EngineOptions(device="cuda", input="tokens"))
+    images, plan = _images(16, count=6), SamplingPlan.certify(n0=50, n=500)
+    plain = _counts(_engine(device=torch.device("cuda")), images, plan, 256)
+    body = FastBatches(engine, 0.5, 11, 256, FastPath(fused=True, cuda_graphs=True))
+    assert body.options.cuda_graphs and body.options.fused
+    fast = _counts(engine, images, plan, 256, body)
+    total = sum(c.sum() for c in plain.values())
+    assert sum(c.sum() for c in fast.values()) == total
+    assert sum(np.abs(plain[i] - fast[i]).sum() for i in plain) / 2 <= 0.01 * total  # fp16 rounding only

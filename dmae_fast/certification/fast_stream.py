@@ -9,7 +9,9 @@ for every body; this one differs only in how a batch's rows become counts:
   noisy images ``x + sigma * eta`` are built as in the plain body. Classifiers that resize
   inside (CIFAR-10 32 -> 224) fall back to the noisy images, with a one-line notice.
 * body: the transformer -> argmax, eager or ``torch.compile``-d, under autocast for
-  fp16/bf16 (as :class:`~dmae_fast.engines.TorchEngine`).
+  fp16/bf16 (as :class:`~dmae_fast.engines.TorchEngine`); or an exported token engine
+  (``dmae-export --input tokens``: .pt2, ONNX, TensorRT) fed float32 tokens, its front
+  end read from the ``.frontend.safetensors`` file the exporter wrote beside it.
 * counting: ``counts[slot, phase, class] += 1`` with one ``index_add_`` on the device.
 * CUDA graphs: the three stages above are captured once per run and replayed for every
   batch. Every batch is padded to the full batch size (only the last one of a run is
@@ -24,6 +26,7 @@ before issuing the next batch. It reads each image's counts once, asynchronously
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from collections.abc import Iterator
@@ -35,6 +38,8 @@ from torch.profiler import record_function
 
 from dmae_fast.certification.stream import count
 from dmae_fast.engines.base import Engine
+from dmae_fast.engines.exported import ExportedEngine
+from dmae_fast.engines.front_end import load_front_end
 from dmae_fast.engines.torch_engine import PRECISIONS
 from dmae_fast.errors import UserError
 from dmae_fast.kernels.frontend_reference import FrontEnd, clean_embedding, fused_unsupported_reason
@@ -101,26 +106,41 @@ def _notice(message: str) -> None:
     print(f"dmae-fast: {message}", file=sys.stderr)
 
 
+def _front_and_body(engine: Engine) -> tuple[SmoothingClassifier, ExportedEngine | None]:
+    """(the classifier whose front end makes the tokens, the exported token engine that runs
+    the body or None when the classifier's own torch body does)."""
+    model = getattr(engine, "model", None)
+    if isinstance(model, SmoothingClassifier):
+        return model, None
+    if isinstance(engine, ExportedEngine) and engine.input == "tokens":
+        return load_front_end(engine.path, engine.meta).to(engine.device), engine
+    raise UserError(f"the fast path (--fused/--compile/--cuda-graphs/--profile) needs a PyTorch checkpoint or "
+                    f"a token engine (dmae-export --input tokens), not {engine.description}")
+
+
 class FastBatches:
-    """A batch body (see :class:`~dmae_fast.certification.stream.BatchBody`) for PyTorch engines."""
+    """A batch body (see :class:`~dmae_fast.certification.stream.BatchBody`) for PyTorch
+    classifiers and for exported token engines."""
 
     def __init__(self, engine: Engine, sigma: float, seed: int, batch_size: int, options: FastPath = FastPath(),
                  timer: StageTimer | None = None) -> None:
-        model = getattr(engine, "model", None)
-        if not isinstance(model, SmoothingClassifier):
-            raise UserError(f"the fast path (--fused/--compile/--cuda-graphs/--profile) needs a PyTorch "
-                            f"checkpoint, not {engine.description}")
-        self.model, self.device, self.spec = model, engine.device, engine.spec
+        self.model, self.token_engine = _front_and_body(engine)
+        self.device, self.spec = engine.device, engine.spec
         self.sigma, self.seed, self.batch_size, self.timer = sigma, seed, batch_size, timer
         self.options = self._available(options)
-        self.dtype = PRECISIONS[engine.precision]
-        self.description = f"torch {self.options.describe()} {engine.precision} on {self.device}"
+        self.dtype = PRECISIONS[engine.precision] if self.token_engine is None else None  # engines take fp32
+        if self.token_engine is None:
+            self.description = f"torch {self.options.describe()} {engine.precision} on {self.device}"
+        else:
+            graphs = " + cuda-graphs" if self.options.cuda_graphs else ""
+            self.description = (f"{'fused' if self.options.fused else 'unfused'} front end{graphs} + "
+                                f"{engine.description}")
         if self.options.fused:
             from dmae_fast.kernels import fused_frontend
 
             self._fused_tokens = fused_frontend.fused_tokens
             token_dtype = self.dtype or torch.float32
-            self._front = FrontEnd.from_model(model, sigma).cast(token_dtype)
+            self._front = FrontEnd.from_model(self.model, sigma).cast(token_dtype)
             self._tokens = torch.empty((batch_size, 1 + self._front.num_patches, self._front.embed_dim),
                                        dtype=token_dtype, device=self.device)
         forward = self._classify_tokens if self.options.fused else self._classify_images
@@ -129,7 +149,7 @@ class FastBatches:
         self._graph: torch.cuda.CUDAGraph | None = None
 
     def _available(self, options: FastPath) -> FastPath:
-        """Drop what this classifier or machine cannot do, saying so in one line each."""
+        """Drop what this classifier, engine or machine cannot do, saying so in one line each."""
         if options.fused:
             reason = fused_unsupported_reason(self.spec)
             if reason is None:
@@ -139,11 +159,21 @@ class FastBatches:
                     reason = "triton is not installed"
             if reason is not None:
                 _notice(f"fused front end unavailable ({reason}); using the unfused front end")
-                options = FastPath(False, options.compile, options.compile_mode, options.cuda_graphs)
-        if options.cuda_graphs and (self.device.type != "cuda" or self.timer is not None):
-            why = "profiling times each stage" if self.device.type == "cuda" else "no CUDA device"
-            _notice(f"CUDA graphs off ({why})")
-            options = FastPath(options.fused, options.compile, options.compile_mode, False)
+                options = dataclasses.replace(options, fused=False)
+        if options.compile and self.token_engine is not None:
+            _notice(f"torch.compile off ({self.token_engine.path.name} is compiled already)")
+            options = dataclasses.replace(options, compile=False)
+        if options.cuda_graphs:
+            why = None
+            if self.device.type != "cuda":
+                why = "no CUDA device"
+            elif self.timer is not None:
+                why = "profiling times each stage"
+            elif self.token_engine is not None and self.token_engine.meta.kind != "aoti":
+                why = f"{self.token_engine.meta.kind} engines are not captured; .pt2 engines are"
+            if why is not None:
+                _notice(f"CUDA graphs off ({why})")
+                options = dataclasses.replace(options, cuda_graphs=False)
         return options
 
     def _autocast(self):
@@ -210,10 +240,14 @@ class FastBatches:
             count(self._counts, slot, position, predicted, self._ones)
 
     def _classify_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
+        if self.token_engine is not None:
+            return self.token_engine.classify(tokens)
         with self._autocast():
             return self.model.forward_tokens(tokens).argmax(dim=1)
 
     def _classify_images(self, images: torch.Tensor) -> torch.Tensor:
+        if self.token_engine is not None:
+            return self.token_engine.classify(self.model.tokens(images))
         with self._autocast():
             return self.model(images).argmax(dim=1)
 

@@ -1,6 +1,6 @@
 """``dmae-bench``: throughput and end-to-end certification timings, reference loops vs ours.
 
-    dmae-bench --all --out DIR         # everything, bounded by --budget seconds (GPU machine)
+    dmae-bench --all --out DIR         # everything incl. exported engines, bounded by --budget seconds
     dmae-bench --smoke --out DIR       # a few seconds on the CPU: tiny model, files and table only
     dmae-bench throughput [--models ...] [--batches ...] [--engines FILE ...] --out DIR
     dmae-bench certify [--certify-model vit-b16] [--images 20] [--n0 100] [--n 10000] --out DIR
@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from dmae_fast import __version__
+from dmae_fast.bench import engines as bench_engines
 from dmae_fast.bench import report
 from dmae_fast.bench.e2e import CertifyTiming, time_ours, time_reference
 from dmae_fast.bench.peak import matmul_peak
@@ -31,6 +32,7 @@ from dmae_fast.certification.fast_stream import FastPath
 from dmae_fast.cli.certify import _device_name
 from dmae_fast.cli.common import Parser, run_reporting_errors
 from dmae_fast.engines import EngineOptions, open_engine, resolve_device
+from dmae_fast.engines.sidecar import BatchRange
 from dmae_fast.errors import UserError
 
 PROG = "dmae-bench"
@@ -50,7 +52,9 @@ class BenchConfig:
     seconds: float = 3.0  # per throughput row, after warm-up
     budget_s: float = 480.0  # rows that would start later are skipped, saying so
     compile_mode: str = "default"
-    engines: tuple[str, ...] = ()
+    engines: tuple[str, ...] = ()  # user-supplied engine files, timed as they are
+    export_models: tuple[str, ...] = ("vit-b16", "demo")  # exported to engines, then timed
+    engine_dir: str | None = None  # where exports go (default: the output directory)
     certify_model: str = "vit-b16"
     images: int = 20
     n0: int = 100
@@ -63,10 +67,11 @@ class BenchConfig:
     def smoke_run(cls, out: str, device: str = "cpu") -> BenchConfig:
         """A few seconds on the CPU: every stage runs, nothing about speed is claimed."""
         return cls(out, models=("tiny-cpu", "demo"), batches=(16, 32), main_batch=32, seconds=0.3, budget_s=120,
-                   certify_model="tiny-cpu", images=2, n0=10, n=60, reference_budget_s=2.0, device=device, smoke=True)
+                   export_models=("tiny-cpu",), certify_model="tiny-cpu", images=2, n0=10, n=60,
+                   reference_budget_s=2.0, device=device, smoke=True)
 
     def validate(self) -> None:
-        unknown = [m for m in (*self.models, self.certify_model) if m not in MODELS]
+        unknown = [m for m in (*self.models, *self.export_models, self.certify_model) if m not in MODELS]
         checks = [
             (not unknown, f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(MODELS)}"),
             (all(b >= 1 for b in (*self.batches, self.main_batch)), "batch sizes must be >= 1"),
@@ -108,11 +113,19 @@ def _engine_variants(config: BenchConfig, device: torch.device) -> list[tuple[st
 
 
 class _Budget:
-    def __init__(self, seconds: float) -> None:
+    """The run's deadline; ``reserve`` seconds are kept back (for the CERTIFY timing)."""
+
+    def __init__(self, seconds: float, reserve: float = 0.0) -> None:
         self.deadline = time.perf_counter() + seconds
+        self.reserve = reserve
 
     def allows(self, needed: float) -> bool:
-        return time.perf_counter() + needed < self.deadline
+        return time.perf_counter() + needed + self.reserve < self.deadline
+
+
+def _certify_reserve(config: BenchConfig, device: torch.device) -> float:
+    """Seconds the CERTIFY timing needs: two reference loops and ours (compiling on CUDA)."""
+    return 2 * (config.reference_budget_s + 10) + (60 if device.type == "cuda" else 5) if config.certify else 0.0
 
 
 def _skipped(model: str, variant: Variant, batch: int, why: str) -> Row:
@@ -138,7 +151,8 @@ def _measure(config: BenchConfig, model_name: str, model, variant: Variant, batc
         return Row(model_name, variant.name, variant.precision, batch, status=f"failed: {message}")
 
 
-def _throughput(config: BenchConfig, device: torch.device, peak: float, budget: _Budget, save) -> list[Row]:
+def _throughput(config: BenchConfig, device: torch.device, peak: float, budget: _Budget, save,
+                folder: Path, exports: list[bench_engines.ExportRecord]) -> list[Row]:
     ours, sweep = _variants(config, device)
     rows: list[Row] = []
     models = {}
@@ -152,6 +166,12 @@ def _throughput(config: BenchConfig, device: torch.device, peak: float, budget: 
         save(rows)
     for name, variant in _engine_variants(config, device):
         rows.append(_measure_engine(config, name, variant, peak, budget))
+    save(rows)
+    for plan in bench_engines.plans(config.export_models, device, config.smoke):
+        if plan.model not in models:
+            models[plan.model] = build_model(plan.model, device)
+        rows += _exported(config, plan, models[plan.model], device, peak, budget, folder, exports)
+        save(rows)
     for name in config.models:  # then the batch sweep, smallest batches first, stopping at out of memory
         for variant in sweep:
             for batch in config.batches:
@@ -162,6 +182,39 @@ def _throughput(config: BenchConfig, device: torch.device, peak: float, budget: 
                 if row.status == "out of memory":
                     break
         save(rows)
+    return rows
+
+
+def _exported(config: BenchConfig, plan: bench_engines.EnginePlan, model, device: torch.device, peak: float,
+              budget: _Budget, folder: Path, exports: list[bench_engines.ExportRecord]) -> list[Row]:
+    """Export one engine (recording its parity) and time it: an image engine through the plain
+    body; a token engine behind the fused front end (and, on CUDA, under a CUDA graph)."""
+    if plan.input == "image":
+        variants = [Variant(f"engine: {plan.label}", plan.precision)]
+    else:
+        fused = f"ours: fused + {plan.label}"
+        variants = [Variant(fused, plan.precision, fast=FastPath(fused=True))]
+        if device.type == "cuda":
+            variants.append(Variant(f"{fused} + CUDA graphs", plan.precision,
+                                    fast=FastPath(fused=True, cuda_graphs=True)))
+    onnx_reason = bench_engines.onnx_unavailable_reason(device) if plan.format == "onnx" else None
+    if onnx_reason == "onnxruntime is not installed":
+        return [_skipped(plan.model, v, config.main_batch, onnx_reason) for v in variants]
+    record = bench_engines.record_for(plan, "skipped: time budget")
+    if budget.allows(plan.estimate_s(device)):
+        print(f"{PROG}: exporting {plan.model} {plan.label} {plan.precision}", file=sys.stderr)
+        batch = BatchRange(1, config.main_batch, max(config.main_batch, *config.batches))
+        record = bench_engines.export(plan, model, folder, batch, device)
+    exports.append(record)
+    if record.status != "ok":
+        return [_skipped(plan.model, v, config.main_batch, f"export {record.status}") for v in variants]
+    if onnx_reason is not None:  # parity was measured on the CPU; a CPU throughput says nothing here
+        return [_skipped(plan.model, v, config.main_batch, onnx_reason) for v in variants]
+    engine = open_engine(record.path, EngineOptions(device=str(device), input=plan.input))
+    rows = []
+    for variant in variants:
+        variant = replace(variant, engine=engine)
+        rows.append(_measure(config, plan.model, model, variant, config.main_batch, peak, budget))
     return rows
 
 
@@ -226,7 +279,7 @@ def bench(config: BenchConfig) -> int:
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file; name a directory")
     device = resolve_device(config.device)
-    budget = _Budget(config.budget_s)
+    budget = _Budget(config.budget_s, reserve=_certify_reserve(config, device))
     dtypes = {"fp16": torch.float16, "bf16": torch.bfloat16} if device.type == "cuda" else {"fp32": torch.float32}
     peaks = {name: matmul_peak(device, dtype, seconds=1.0 if not config.smoke else 0.2)
              for name, dtype in dtypes.items()}
@@ -235,17 +288,20 @@ def bench(config: BenchConfig) -> int:
     stem = _stem(out, device, suffix)
     rows: list[Row] = []
     timings: list[CertifyTiming] = []
+    exports: list[bench_engines.ExportRecord] = []
+    engine_folder = Path(config.engine_dir or out) / f"{stem}-engines"
 
     def save(current_rows: list[Row]) -> list[Path]:
         add_ratios(current_rows)
-        return report.write(out, stem, meta, current_rows, timings)
+        return report.write(out, stem, meta, current_rows, timings, exports)
 
     if config.throughput:
-        rows = _throughput(config, device, peaks[meta["mfu_peak"]], budget, save)
+        rows = _throughput(config, device, peaks[meta["mfu_peak"]], budget, save, engine_folder, exports)
     if config.certify:
+        budget.reserve = 0.0
         timings.extend(_certify(config, device, budget))
     paths = save(rows)
-    print(report.markdown(meta, rows, timings))
+    print(report.markdown(meta, rows, timings, exports))
     print(f"{PROG}: wrote {', '.join(str(p) for p in paths)}", file=sys.stderr)
     return 0
 
@@ -267,7 +323,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default 480)")
     parser.add_argument("--compile-mode", help="torch.compile mode (default 'default'; 'max-autotune' compiles "
                         "for minutes)")
-    parser.add_argument("--engines", nargs="+", help="exported engine files (.onnx, .pt2, .engine) to time too")
+    parser.add_argument("--engines", nargs="+", help="your exported engine files (.onnx, .pt2, .engine) to time too")
+    parser.add_argument("--export-models", nargs="*", help="models exported to engines and timed (default vit-b16 "
+                        "demo; none: no exports)")
+    parser.add_argument("--engine-dir", help="where the exported engines go (default: --out); a folder "
+                        "<stem>-engines is made inside")
     parser.add_argument("--certify-model", help="model of the CERTIFY timing (default vit-b16)")
     parser.add_argument("--images", type=int, help="images in the CERTIFY timing (default 20)")
     parser.add_argument("--n0", type=int, help="selection samples (default 100)")
@@ -284,10 +344,10 @@ def _config_from_args(args: argparse.Namespace) -> BenchConfig:
     base = BenchConfig.smoke_run(args.out, args.device or "cpu") if args.smoke else BenchConfig(args.out)
     if args.command is not None:
         base = replace(base, throughput=args.command == "throughput", certify=args.command == "certify")
-    fields = ("models", "batches", "main_batch", "seconds", "budget_s", "compile_mode", "engines", "certify_model",
-              "images", "n0", "n", "reference_budget_s", "device")
+    fields = ("models", "batches", "main_batch", "seconds", "budget_s", "compile_mode", "engines", "export_models",
+              "engine_dir", "certify_model", "images", "n0", "n", "reference_budget_s", "device")
     values = {k: getattr(args, k) for k in fields if getattr(args, k) is not None}
-    for key in ("models", "batches", "engines"):
+    for key in ("models", "batches", "engines", "export_models"):
         if key in values:
             values[key] = tuple(values[key])
     return replace(base, **values)

@@ -38,6 +38,7 @@ from dmae_fast.cli.common import Parser, parse_normalization, run_reporting_erro
 from dmae_fast.data import DEMO, TensorImageDataset, open_dataset, subset_indices
 from dmae_fast.demo import DEMO_CHECKPOINT
 from dmae_fast.engines import Engine, EngineOptions, open_engine
+from dmae_fast.engines.sidecar import KIND_BY_SUFFIX, read_sidecar
 from dmae_fast.errors import UserError
 from dmae_fast.results import CertifyRow, PredictRow, ResultsWriter, read_done_indices, read_results
 
@@ -164,7 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="early abstain/lower-radius stop: deterministic (only when even all remaining samples "
                      "could not reach the next radius; costs no certificate), upper (also by a 99%% upper bound), none")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
-    fast = parser.add_argument_group("fast path (PyTorch checkpoints; same counts up to the classifier's rounding)")
+    fast = parser.add_argument_group("fast path (PyTorch checkpoints, or token engines from dmae-export --input "
+                                     "tokens; same counts up to the classifier's rounding)")
     fast.add_argument("--fused", action="store_true", help="Triton kernel: noise + patch embedding in one pass "
                       "(falls back, with a notice, for classifiers that resize inside, e.g. CIFAR-10)")
     fast.add_argument("--compile", action="store_true", help="torch.compile the transformer body")
@@ -351,13 +353,22 @@ def _procedure(config: CertifyConfig) -> _Procedure:
     )
 
 
+def _engine_input(config: CertifyConfig) -> str:
+    """"tokens" for a token engine on the fast path (its front end feeds it), else "image"."""
+    path = Path(config.engine)
+    if config.fast_path is not None and path.suffix in KIND_BY_SUFFIX and path.is_file():
+        return read_sidecar(path).input
+    return "image"
+
+
 def certify(config: CertifyConfig) -> int:
     """Run one certification as configured; returns the exit status."""
     config.validate()
     if not config.resume:
         _output_mode(config)  # refuse an existing --out before loading anything
     mean, std = parse_normalization(config.normalize)
-    engine = open_engine(config.engine, EngineOptions(config.device, config.precision, config.input_size, mean, std))
+    options = EngineOptions(config.device, config.precision, config.input_size, mean, std, _engine_input(config))
+    engine = open_engine(config.engine, options)
     if config.sigma is None and engine.spec.sigma is None:
         raise UserError("--sigma is required: the checkpoint does not record the sigma it was trained for")
     config = dataclasses.replace(config, sigma=config.sigma or engine.spec.sigma, precision=engine.precision)

@@ -21,7 +21,8 @@ from dmae_fast.model.config import ClassifierSpec
 class SmoothingClassifier(VisionTransformer):
     """Maps images in [0, 1] (``spec.input_shape``) to logits over ``spec.num_classes``."""
 
-    def __init__(self, spec: ClassifierSpec) -> None:
+    def __init__(self, spec: ClassifierSpec, drop_path_rate: float = 0.0) -> None:
+        """``drop_path_rate``: stochastic depth for fine-tuning (inactive in eval mode)."""
         enc = spec.encoder
         super().__init__(
             img_size=enc.img_size,
@@ -33,6 +34,7 @@ class SmoothingClassifier(VisionTransformer):
             depth=enc.depth,
             num_heads=enc.num_heads,
             mlp_ratio=enc.mlp_ratio,
+            drop_path_rate=drop_path_rate,
         )
         if spec.head == "bn_linear":  # MAE/DMAE linear probing
             self.head = nn.Sequential(

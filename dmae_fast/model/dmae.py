@@ -90,12 +90,20 @@ class DMAEPretrain(nn.Module):
         return torch.einsum("bchpwq->bhwpqc", x).reshape(b, (h // p) * (w // p), p * p * c)
 
     def random_masking(
-        self, tokens: torch.Tensor, mask_ratio: float, generator: torch.Generator | None = None
+        self,
+        tokens: torch.Tensor,
+        mask_ratio: float,
+        generator: torch.Generator | None = None,
+        scores: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Keep a random subset of tokens per image: (kept, mask [B, L], restore order)."""
+        """Keep a random subset of tokens per image: (kept, mask [B, L], restore order).
+
+        The tokens with the lowest ``scores`` [B, L] are kept (default: uniform random).
+        """
         b, length, width = tokens.shape
         keep = int(length * (1 - mask_ratio))
-        scores = torch.rand(b, length, device=tokens.device, generator=generator)
+        if scores is None:
+            scores = torch.rand(b, length, device=tokens.device, generator=generator)
         shuffle = torch.argsort(scores, dim=1)
         restore = torch.argsort(shuffle, dim=1)
         kept = torch.gather(tokens, 1, shuffle[:, :keep, None].expand(-1, -1, width))
@@ -104,10 +112,14 @@ class DMAEPretrain(nn.Module):
         return kept, torch.gather(mask, 1, restore), restore
 
     def encode(
-        self, noisy: torch.Tensor, mask_ratio: float, generator: torch.Generator | None = None
+        self,
+        noisy: torch.Tensor,
+        mask_ratio: float,
+        generator: torch.Generator | None = None,
+        scores: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         x = self.patch_embed((noisy - self.mean) / self.std) + self.pos_embed[:, 1:]
-        x, mask, restore = self.random_masking(x, mask_ratio, generator)
+        x, mask, restore = self.random_masking(x, mask_ratio, generator, scores)
         cls = (self.cls_token + self.pos_embed[:, :1]).expand(x.shape[0], -1, -1)
         x = torch.cat([cls, x], dim=1)
         for block in self.blocks:
@@ -139,9 +151,17 @@ class DMAEPretrain(nn.Module):
         sigma: float = 0.25,
         mask_ratio: float = 0.75,
         generator: torch.Generator | None = None,
+        noise: torch.Tensor | None = None,
+        scores: torch.Tensor | None = None,
     ) -> PretrainOutput:
-        """One pre-training step's forward: ``clean`` holds [0, 1] images."""
-        noise = torch.randn(clean.shape, device=clean.device, generator=generator)
-        latent, mask, restore = self.encode(clean + sigma * noise, mask_ratio, generator)
+        """One pre-training step's forward: ``clean`` holds [0, 1] images.
+
+        ``noise`` (standard Gaussian, shaped like ``clean``) and the masking ``scores``
+        [B, L] may be given, e.g. drawn per sample so that a distributed or resumed run
+        sees the same randomness; otherwise they are drawn from ``generator``.
+        """
+        if noise is None:
+            noise = torch.randn(clean.shape, device=clean.device, generator=generator)
+        latent, mask, restore = self.encode(clean + sigma * noise, mask_ratio, generator, scores)
         pred = self.decode(latent, restore)
         return PretrainOutput(self.reconstruction_loss(clean, pred), pred, mask)

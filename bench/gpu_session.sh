@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# One-call GPU session: versions, install, GPU tests, demo counts GPU vs CPU, dmae-bench --all.
+#
+#   OUT=/path/for/results bash bench/gpu_session.sh          # from the repository root
+#
+# Steps, in order, each under `timeout` (a failed or timed-out step is recorded and the next
+# one runs): versions; install (pip install --no-deps --no-build-isolation -e ., else a
+# PYTHONPATH shim); gpu-tests (pytest -m gpu + the Triton kernel tests); tests (stream,
+# fast stream, engine and export tests on this machine); demo (dmae-certify fp32 on the
+# demo digits: CUDA counts must equal this machine's CPU counts); bench (dmae-bench --all,
+# its --budget = what is left of SESSION_SECONDS). Everything lands under $OUT:
+#   steps.tsv (step, exit status, seconds), session.log, logs/<step>.log, tests/*.xml (junit),
+#   demo/*.tsv, bench/<date>-<gpu>.json/.md/.png, bench/engines/*.json (engine sidecars).
+# Exit status: 0 if every step passed, else 1 (the failed steps are listed at the end).
+#
+# Environment: SESSION_SECONDS (default 550: the whole script), PYTHON (default python),
+# BENCH_ARGS (default below), SCRATCH (default a temporary folder: exported engines, which
+# are too large to bring back), GPU_SESSION_SMOKE=1 (CPU smoke sizes, no install: the test
+# that keeps this script working, tests/test_bench.py).
+set -u
+
+: "${OUT:?set OUT to the folder for the results}"
+PY=${PYTHON:-python}
+SMOKE=${GPU_SESSION_SMOKE:-0}
+TOTAL=${SESSION_SECONDS:-550}
+SCRATCH=${SCRATCH:-$(mktemp -d)}
+mkdir -p "$OUT/logs" "$OUT/tests" "$OUT/demo" "$OUT/bench/engines" "$SCRATCH"
+FAILED=""
+SECONDS=0
+
+log() { echo "$*" | tee -a "$OUT/session.log"; }
+
+# run_step NAME LIMIT_SECONDS COMMAND...: output to logs/NAME.log, status to steps.tsv
+run_step() {
+    local name=$1 limit=$2 start=$SECONDS rc
+    shift 2
+    if [ "$limit" -le 5 ]; then
+        log "== $name: skipped (session time is spent)"
+        printf '%s\t%s\t%s\n' "$name" "skipped" 0 >> "$OUT/steps.tsv"
+        FAILED="$FAILED $name"
+        return 0
+    fi
+    log "== $name (limit ${limit}s): $*"
+    if [ "$(type -t "$1")" = function ]; then set -- bash -c '"$@"' "$name" "$@"; fi  # timeout runs programs
+    timeout --kill-after=10 "$limit" "$@" > "$OUT/logs/$name.log" 2>&1
+    rc=$?
+    printf '%s\t%s\t%s\n' "$name" "$rc" "$((SECONDS - start))" >> "$OUT/steps.tsv"
+    tail -n 4 "$OUT/logs/$name.log" | sed 's/^/   /' | tee -a "$OUT/session.log"
+    log "   -> exit $rc after $((SECONDS - start)) s$([ $rc -eq 124 ] && echo ' (timed out)')"
+    [ $rc -eq 0 ] || FAILED="$FAILED $name"
+    return 0
+}
+
+# Seconds left for a step: its own cap, or what remains of the session minus RESERVE.
+left() { local cap=$1 rest=$((TOTAL - SECONDS - ${2:-0})); echo $((rest < cap ? rest : cap)); }
+
+versions() {
+    "$PY" - <<'EOF'
+import importlib, platform
+print("python", platform.python_version())
+for name in ("torch", "triton", "timm", "onnx", "onnxruntime", "tensorrt", "numpy"):
+    try:
+        module = importlib.import_module(name)
+        print(name, getattr(module, "__version__", "?"))
+    except ImportError:
+        print(name, "not installed")
+import torch
+print("cuda", torch.version.cuda, "available", torch.cuda.is_available())
+if torch.cuda.is_available():
+    print("gpu", torch.cuda.get_device_name(0), torch.cuda.get_device_capability(0))
+try:
+    import onnxruntime
+    print("onnxruntime providers", onnxruntime.get_available_providers())
+except ImportError:
+    pass
+EOF
+    if command -v nvidia-smi > /dev/null; then nvidia-smi; else echo "nvidia-smi: not found"; fi
+}
+
+install() {
+    "$PY" -m pip install --no-deps --no-build-isolation -e . && "$PY" -c "import dmae_fast.bench, dmae_fast.export"
+}
+
+# Where pip cannot install (offline, old setuptools): the same package layout as pyproject's
+# package-dir mapping, made of symbolic links, on PYTHONPATH.
+shim() {
+    local root=$SCRATCH/shim/dmae_fast
+    mkdir -p "$root"
+    for f in "$PWD"/dmae_fast/*; do ln -sfn "$f" "$root/"; done
+    for d in kernels export train bench; do ln -sfn "$PWD/$d" "$root/$d"; done
+    export PYTHONPATH="$SCRATCH/shim${PYTHONPATH:+:$PYTHONPATH}"
+    log "   using the PYTHONPATH shim $SCRATCH/shim"
+}
+
+pytest_step() {  # NAME LIMIT pytest-arguments...
+    local name=$1 limit=$2
+    shift 2
+    run_step "$name" "$limit" "$PY" -m pytest -v -p no:cacheprovider --junitxml="$OUT/tests/$name.xml" "$@"
+}
+
+demo_check() {  # fp32 counts on CUDA must equal this machine's CPU counts (same seed)
+    local gpu=cuda max=5 n=1000
+    [ "$SMOKE" = 1 ] && { gpu=cpu; max=1; n=30; }
+    local common=(--data demo --max "$max" --n0 100 --n "$n" --precision fp32 --quiet --overwrite --workers 0)
+    "$PY" -m dmae_fast.cli.certify "${common[@]}" --device cpu --out "$OUT/demo/cpu.tsv" &&
+        "$PY" -m dmae_fast.cli.certify "${common[@]}" --device "$gpu" --out "$OUT/demo/gpu.tsv" &&
+        "$PY" -m dmae_fast.bench.compare_counts "$OUT/demo/cpu.tsv" "$OUT/demo/gpu.tsv" || return 1
+    [ "$SMOKE" = 1 ] && return 0
+    # The committed CPU run (bench/results/2026-11-22-cpu-demo): informational only, since the
+    # demo model may have been retrained after it was recorded.
+    "$PY" -m dmae_fast.cli.certify --data demo --skip 10 --precision fp32 --device cuda --quiet --overwrite \
+        --workers 0 --out "$OUT/demo/gpu-skip10.tsv" &&
+        "$PY" -m dmae_fast.bench.compare_counts --informational bench/results/2026-11-22-cpu-demo/demo.tsv \
+            "$OUT/demo/gpu-skip10.tsv"
+}
+
+export OUT PY SMOKE SCRATCH
+export -f versions install demo_check
+log "gpu_session: OUT=$OUT SCRATCH=$SCRATCH SESSION_SECONDS=$TOTAL smoke=$SMOKE $(date -u +%FT%TZ)"
+run_step versions 30 versions
+
+if [ "$SMOKE" = 1 ]; then
+    shim
+else
+    run_step install "$(left 60)" install
+    case "$FAILED" in *install*) shim ;; esac
+fi
+
+if [ "$SMOKE" = 1 ]; then  # one quick module: its GPU test is collected and skipped
+    pytest_step gpu-tests "$(left 60)" -m gpu tests/test_stream.py
+else
+    pytest_step gpu-tests "$(left 100 330)" -m gpu --continue-on-collection-errors tests/
+    pytest_step tests "$(left 70 300)" -m "not gpu" tests/test_kernels.py tests/test_stream.py \
+        tests/test_fast_stream.py tests/test_engines.py tests/test_export.py
+fi
+run_step demo "$(left 45 260)" demo_check
+
+if [ "$SMOKE" = 1 ]; then
+    BENCH=(--smoke --models tiny-cpu --batches 16 --seconds 0.1)
+else
+    read -r -a BENCH <<< "${BENCH_ARGS:---all --models vit-b16 --export-models demo vit-b16 --batches 256 1024 --seconds 2 --reference-budget 8 --images 10}"
+fi
+BENCH_LIMIT=$(left 900 15)
+BUDGET=$((BENCH_LIMIT - 45 > 30 ? BENCH_LIMIT - 45 : 30))  # margin for a row or export that overruns
+[ "$SMOKE" = 1 ] && BUDGET=120
+run_step bench "$BENCH_LIMIT" "$PY" -m dmae_fast.cli.bench "${BENCH[@]}" --out "$OUT/bench" --budget "$BUDGET" \
+    --engine-dir "$SCRATCH"
+find "$SCRATCH" -maxdepth 2 -name '*.json' -path '*-engines/*' -exec cp {} "$OUT/bench/engines/" \; 2>/dev/null
+
+log "gpu_session: done in ${SECONDS}s; failed steps:${FAILED:- none}"
+cp "$OUT/steps.tsv" "$OUT/logs/" 2>/dev/null
+[ -z "$FAILED" ]

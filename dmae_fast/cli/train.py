@@ -1,0 +1,141 @@
+"""``dmae-train``: DMAE pre-training, fine-tuning, linear probing and the pre-training figure.
+
+    dmae-train pretrain  [--preset NAME] [--set FIELD=VALUE ...] [--init PATH] --out DIR
+    dmae-train finetune  [--preset NAME] [--set ...] --init PRETRAINED --out DIR
+    dmae-train linprobe  [--preset NAME] [--set ...] --init PRETRAINED --out DIR
+    dmae-train visualize [--preset NAME] [--set ...] --init PRETRAINED --out FIGURE.png
+    dmae-train pretrain|finetune|linprobe --resume --out DIR      (continue a run exactly)
+    dmae-train presets                                             (list the presets)
+
+Every training subcommand runs unchanged under ``torchrun --nproc-per-node K``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from dmae_fast.cli.common import Parser, run_reporting_errors
+from dmae_fast.errors import UserError
+from dmae_fast.train import config as cfg
+from dmae_fast.train.checkpointing import CHECKPOINT, CONFIG, read_config, write_config
+
+PROG = "dmae-train"
+TRAINING = ("pretrain", "finetune", "linprobe")
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog=PROG, description="DMAE pre-training, robust fine-tuning and linear probing.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    for name in (*TRAINING, "visualize"):
+        sub = commands.add_parser(name, help=(cfg.CONFIGS[name].__doc__ or "").splitlines()[0])
+        sub.add_argument("--preset", help="start from a named recipe (dmae-train presets lists them)")
+        sub.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
+                         help="override a config field, e.g. optim.epochs=10, data.holdout=0.1 (repeatable)")
+        sub.add_argument("--init", help="pre-trained checkpoint to start from (official DMAE/MAE file or ours)")
+        sub.add_argument("--show-config", action="store_true", help="print the resolved config as JSON and exit")
+        if name == "visualize":
+            sub.add_argument("--out", type=Path, default=Path("dmae-visualize.png"), help="PNG file to write")
+            continue
+        sub.add_argument("--out", type=Path, help="run directory (config, checkpoints, logs, result)")
+        sub.add_argument("--resume", action="store_true", help="continue the run in --out exactly where it stopped")
+        sub.add_argument("--stop-after-epochs", type=int, metavar="K",
+                         help="stop once K epochs of the schedule are done (continue later with --resume)")
+        sub.add_argument("--quiet", action="store_true", help="no progress bar")
+    commands.add_parser("presets", help="list the presets and their subcommands")
+    return parser
+
+
+def _resolve(args) -> object:
+    if getattr(args, "resume", False):
+        if args.preset or args.overrides or args.init:
+            raise UserError("--resume continues with the configuration saved in --out; "
+                            "do not combine it with --preset, --set or --init")
+        saved = read_config(args.out)
+        if saved.get("subcommand") != args.command:
+            raise UserError(f"{args.out} holds a '{saved.get('subcommand')}' run, not '{args.command}'")
+        return cfg.from_json(saved)
+    overrides = list(args.overrides)
+    if args.init:
+        overrides.append(("checkpoint=" if args.command == "visualize" else "init=") + args.init)
+    return cfg.resolve(args.command, args.preset, overrides)
+
+
+def _check_out(args) -> None:
+    """Never overwrite a run: a new run needs a directory without one."""
+    if args.out is None:
+        raise UserError("--out DIR is required (the run directory)")
+    if args.out.exists() and not args.out.is_dir():
+        raise UserError(f"--out {args.out} exists and is not a directory")
+    if args.resume:
+        if not (args.out / CHECKPOINT).is_file():
+            raise UserError(f"--resume: no {CHECKPOINT} in {args.out} (nothing to resume)")
+    elif (args.out / CONFIG).exists() or (args.out / CHECKPOINT).exists():
+        raise UserError(f"{args.out} already holds a run; continue it with --resume or choose another --out")
+    if args.stop_after_epochs is not None and args.stop_after_epochs < 1:
+        raise UserError("--stop-after-epochs must be at least 1")
+
+
+def run_training(args, config) -> int:
+    from dmae_fast.train.datasets import open_training_data
+    from dmae_fast.train.distributed import barrier, setup, teardown
+    from dmae_fast.train.finetune import FinetuneTask
+    from dmae_fast.train.loop import train
+    from dmae_fast.train.pretrain import PretrainTask
+    from dmae_fast.train.randomness import seed_global_rngs
+
+    _check_out(args)
+    if args.command in ("finetune", "linprobe") and not config.init:
+        print(f"{PROG}: note: no --init: the encoder starts from random weights", file=sys.stderr)
+    context = setup(config.device)
+    try:
+        barrier(context)  # every rank has checked --out before rank 0 creates it
+        if context.is_main:
+            args.out.mkdir(parents=True, exist_ok=True)
+            if not args.resume:
+                write_config(args.out, cfg.to_json(config))
+        barrier(context)
+        data = open_training_data(config.data, config.seed)
+        seed_global_rngs(config.seed)  # identical initial weights on every rank
+        task = PretrainTask(config, data) if args.command == "pretrain" else FinetuneTask(config, data)
+        summary = train(config, task, data, context, args.out, resume=args.resume,
+                        stop_after=args.stop_after_epochs, progress=not args.quiet)
+    finally:
+        teardown(context)
+    if context.is_main:
+        if summary.result is None:
+            print(f"stopped after epoch {summary.epochs_done} of {config.optim.epochs}; "
+                  f"continue with: {PROG} {args.command} --resume --out {args.out}")
+        else:
+            chosen = f"; selected {summary.best}" if summary.best else ""
+            print(f"wrote {summary.result} (final loss {summary.final_loss:.4f}{chosen})")
+    return 0
+
+
+def run(argv: list[str] | None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "presets":
+        for name in sorted(cfg.PRESETS):
+            print(f"{cfg.preset_kind(name):10s} {name}")
+        return 0
+    config = _resolve(args)
+    if args.show_config:
+        print(json.dumps(cfg.to_json(config), indent=2))
+        return 0
+    if args.command == "visualize":
+        from dmae_fast.train.visualize import visualize
+
+        if args.out.exists():
+            raise UserError(f"{args.out} exists; choose another --out (results are never overwritten)")
+        print(f"wrote {visualize(config, args.out)}")
+        return 0
+    return run_training(args, config)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_reporting_errors(PROG, lambda: run(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""The paper's pre-training figure: original / noisy / masked noisy / reconstruction.
+
+Works for our ``pretrain.pth`` files and for official DMAE/MAE pre-training files. The
+reconstruction is the decoder's prediction of EVERY patch (DMAE also denoises the visible
+ones); with ``norm_pix_loss`` models it is shown with each patch's clean mean and variance
+restored.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from dmae_fast.train.config import VisualizeConfig
+from dmae_fast.train.pretrain import load_own_pretrain
+from dmae_fast.train.randomness import Stream, gaussians, uniforms
+from matplotlib.figure import Figure
+
+from dmae_fast.checkpoints import load_pretrain
+from dmae_fast.data import open_dataset
+from dmae_fast.errors import UserError
+from dmae_fast.model import DMAEPretrain
+
+ROWS = ("original", "noisy", "masked noisy", "reconstruction")
+
+
+def unpatchify(model: DMAEPretrain, patches: torch.Tensor) -> torch.Tensor:
+    """[B, L, p*p*C] -> [B, C, H, W] (the inverse of ``model.patchify``)."""
+    p, c, grid = model.encoder_config.patch_size, model.encoder_config.in_chans, model.encoder_config.grid_size
+    x = patches.reshape(-1, grid, grid, p, p, c)
+    return torch.einsum("bhwpqc->bchpwq", x).reshape(-1, c, grid * p, grid * p)
+
+
+@torch.no_grad()
+def figure_rows(model: DMAEPretrain, images: torch.Tensor, config: VisualizeConfig) -> list[torch.Tensor]:
+    """The four rows of the figure, each [N, C, H, W] in [0, 1]."""
+    model.eval()
+    index = torch.arange(len(images))
+    noise = gaussians(config.seed, Stream.PRETRAIN_NOISE, index, 0, tuple(images.shape[1:]))
+    scores = uniforms(config.seed, Stream.MASK, index, 0, model.encoder_config.grid_size ** 2)
+    output = model(images, config.sigma, config.mask_ratio, noise=noise, scores=scores)
+    pred = output.pred
+    if model.norm_pix_loss:
+        target = model.patchify(images)
+        pred = pred * (target.var(-1, keepdim=True) + 1e-6) ** 0.5 + target.mean(-1, keepdim=True)
+    noisy = images + config.sigma * noise
+    p, c = model.encoder_config.patch_size, model.encoder_config.in_chans
+    hidden = unpatchify(model, output.mask[:, :, None].expand(-1, -1, p * p * c))
+    masked = noisy * (1 - hidden) + 0.5 * hidden
+    return [t.clamp(0, 1) for t in (images, noisy, masked, unpatchify(model, pred))]
+
+
+def visualize(config: VisualizeConfig, out: Path) -> Path:
+    if config.checkpoint is None:
+        raise UserError("visualize needs a pre-training checkpoint: --init PATH (or --set checkpoint=PATH)")
+    model = load_own_pretrain(config.checkpoint) or load_pretrain(config.checkpoint, num_heads=config.num_heads)
+    size = config.input_size or model.encoder_config.img_size
+    dataset = open_dataset(config.dataset, split=config.split, image_size=size)
+    count = min(config.images, len(dataset))
+    images = torch.stack([dataset[i][0] for i in range(count)])
+    if tuple(images.shape[1:]) != (model.encoder_config.in_chans, model.encoder_config.img_size,
+                                   model.encoder_config.img_size):
+        raise UserError(f"images of {config.dataset} are {tuple(images.shape[1:])}, the model takes "
+                        f"{model.encoder_config.img_size}x{model.encoder_config.img_size}: set input_size")
+    rows = figure_rows(model, images, config)
+    fig = Figure(figsize=(1.6 * count, 1.6 * len(ROWS)))  # no pyplot: works headless
+    axes = fig.subplots(len(ROWS), count, squeeze=False)
+    for r, (name, row) in enumerate(zip(ROWS, rows)):
+        for i in range(count):
+            axis = axes[r][i]
+            axis.imshow(row[i].permute(1, 2, 0).numpy(), interpolation="nearest")
+            axis.set_xticks([])
+            axis.set_yticks([])
+            if i == 0:
+                axis.set_ylabel(name, fontsize=8)
+    fig.suptitle(f"sigma {config.sigma}, mask ratio {config.mask_ratio}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    return out
