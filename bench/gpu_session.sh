@@ -7,10 +7,12 @@
 # one runs): versions; install (pip install --no-deps --no-build-isolation -e ., else a
 # PYTHONPATH shim); gpu-tests (pytest -m gpu + the Triton kernel tests); tests (stream,
 # fast stream, engine and export tests on this machine); demo (dmae-certify fp32 on the
-# demo digits: CUDA counts must equal this machine's CPU counts); bench (dmae-bench --all,
-# its --budget = what is left of SESSION_SECONDS). Everything lands under $OUT:
+# demo digits: CUDA counts must equal this machine's CPU counts); train (DMAE ViT-B
+# pre-training images/s in bf16, bench/train_throughput.py); bench (dmae-bench --all, its
+# --budget = what is left of SESSION_SECONDS). Everything lands under $OUT:
 #   steps.tsv (step, exit status, seconds), session.log, logs/<step>.log, tests/*.xml (junit),
-#   demo/*.tsv, bench/<date>-<gpu>.json/.md/.png, bench/engines/*.json (engine sidecars).
+#   demo/*.tsv, train/<date>-<gpu>-pretrain.json/.md, bench/<date>-<gpu>.json/.md/.png,
+#   bench/engines/*.json (engine sidecars).
 # Exit status: 0 if every step passed, else 1 (the failed steps are listed at the end).
 #
 # Environment: SESSION_SECONDS (default 550: the whole script), PYTHON (default python),
@@ -134,6 +136,13 @@ else
         tests/test_fast_stream.py tests/test_engines.py tests/test_export.py
 fi
 run_step demo "$(left 45 260)" demo_check
+
+if [ "$SMOKE" = 1 ]; then
+    TRAIN=(--preset demo-pretrain --batch 16 --seconds 0.5 --device cpu)
+else
+    TRAIN=(--preset dmae-vitb-pretrain --batch 256 --precision bf16 --seconds 20)
+fi
+run_step train "$(left 75 200)" "$PY" -m dmae_fast.bench.train_throughput "${TRAIN[@]}" --out "$OUT/train"
 
 if [ "$SMOKE" = 1 ]; then
     BENCH=(--smoke --models tiny-cpu --batches 16 --seconds 0.1)

@@ -4,12 +4,26 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
+from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from dmae_fast.bench.e2e import CertifyTiming
 from dmae_fast.bench.engines import ExportRecord
 from dmae_fast.bench.throughput import Row
+
+
+def result_stem(out: Path, device: torch.device, suffix: str) -> str:
+    """``<date>-<device>[suffix]``, numbered ``-2``, ``-3``, ... so earlier results are never overwritten."""
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    stem = f"{datetime.now():%Y-%m-%d}-{re.sub(r'[^a-z0-9]+', '-', name.lower()).strip('-')}{suffix}"
+    candidate, k = stem, 2
+    while (out / f"{candidate}.json").exists():
+        candidate, k = f"{stem}-{k}", k + 1
+    return candidate
 
 
 def _fmt(value: float | None, pattern: str) -> str:

@@ -1,6 +1,7 @@
 """dmae-bench: the FLOPs formula, the reference loops, and a CPU smoke run (nothing about speed)."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -95,7 +96,7 @@ def _session(tmp_path, **env):
 def test_gpu_session_script_runs_every_step_in_smoke_mode(tmp_path):
     done, steps = _session(tmp_path)
     assert done.returncode == 0, done.stdout[-2000:]
-    assert steps == {"versions": "0", "gpu-tests": "0", "demo": "0", "bench": "0"}
+    assert steps == {"versions": "0", "gpu-tests": "0", "demo": "0", "train": "0", "bench": "0"}
     out = tmp_path / "out"
     assert "torch " in (out / "logs" / "versions.log").read_text()
     assert "testcase" in (out / "tests" / "gpu-tests.xml").read_text()
@@ -104,11 +105,27 @@ def test_gpu_session_script_runs_every_step_in_smoke_mode(tmp_path):
     assert {e["status"] for e in record["engines"]} == {"ok"} and record["certify"]
     assert sorted(p.name for p in (out / "bench" / "engines").iterdir()) == [
         "tiny-cpu-image-fp32.onnx.json", "tiny-cpu-tokens-fp32.onnx.json"]  # sidecars only: engines stay behind
+    [trained] = [json.loads(p.read_text()) for p in (out / "train").glob("*.json")]
+    assert trained["result"]["preset"] == "demo-pretrain" and trained["result"]["images_per_s"] > 0
     assert "failed steps: none" in (out / "session.log").read_text()
+
+
+def test_pretraining_throughput_writes_numbered_results_and_refuses_bad_input(tmp_path, capsys):
+    from dmae_fast.bench.train_throughput import main as train_throughput
+
+    args = ["--out", str(tmp_path), "--preset", "demo-pretrain", "--batch", "8", "--seconds", "0.2", "--device", "cpu"]
+    assert train_throughput(args) == 0 and train_throughput(args) == 0
+    first, second = sorted(tmp_path.glob("*.json"), key=lambda p: len(p.name))
+    assert first.name.endswith("-cpu-pretrain.json") and second.name == first.name.replace(".json", "-2.json")
+    result = json.loads(first.read_text())["result"]
+    assert result["batch"] == 8 and result["steps"] >= 1 and math.isfinite(result["final_loss"])
+    capsys.readouterr()
+    assert train_throughput(["--out", str(tmp_path), "--preset", "demo-finetune"]) == 2
+    assert "is for 'dmae-train finetune'" in capsys.readouterr().err
 
 
 def test_gpu_session_script_records_steps_it_could_not_run(tmp_path):
     done, steps = _session(tmp_path, SESSION_SECONDS="0")
     assert done.returncode == 1
-    assert steps["versions"] == "0" and steps["gpu-tests"] == steps["bench"] == "skipped"
-    assert "failed steps: gpu-tests demo bench" in (tmp_path / "out" / "session.log").read_text()
+    assert steps["versions"] == "0" and steps["gpu-tests"] == steps["train"] == steps["bench"] == "skipped"
+    assert "failed steps: gpu-tests demo train bench" in (tmp_path / "out" / "session.log").read_text()

@@ -42,13 +42,7 @@ TIME = re.compile(r"\d+:\d\d:\d\d(\.\d+)?")
 ERROR_PREFIX = "dmae-certify: error:"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    """These runs are tiny: one thread is as fast and does not crawl when the CPUs are busy."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @dataclass

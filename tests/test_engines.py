@@ -28,12 +28,7 @@ from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier
 CERTIFY = ["--data", "demo", "--max", "2", "--n0", "10", "--n", "50", "--batch", "32", "--quiet"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def two_threads():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("two_torch_threads")
 
 
 def tiny_checkpoint(path: Path, num_classes: int = 10, input_size: int = 8) -> Path:

@@ -48,12 +48,7 @@ DEMO_SPEC = load_classifier(DEMO_CHECKPOINT).spec
 COUNTS = ["idx", "label", "predict", "radius", "correct", "n0", "n", "nA", "pA_lower"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def two_threads():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("two_torch_threads")
 
 
 @pytest.fixture(scope="module")

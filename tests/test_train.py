@@ -6,6 +6,9 @@ import math
 
 import pytest
 import torch
+
+from dmae_fast.errors import UserError
+from dmae_fast.model import ENCODER_PRESETS, DecoderConfig, DMAEPretrain, EncoderConfig
 from dmae_fast.train import config as cfg
 from dmae_fast.train.datasets import open_training_data
 from dmae_fast.train.losses import consistency_loss
@@ -13,16 +16,7 @@ from dmae_fast.train.optim import LARS, learning_rate, param_groups
 from dmae_fast.train.pretrain import PretrainTask
 from dmae_fast.train.randomness import Stream, gaussians, sample_seed, uniforms
 
-from dmae_fast.errors import UserError
-from dmae_fast.model import ENCODER_PRESETS, DecoderConfig, DMAEPretrain, EncoderConfig
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 # --------------------------------------------------------------------------- pre-training loss

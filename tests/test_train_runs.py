@@ -13,22 +13,17 @@ from pathlib import Path
 
 import pytest
 import torch
-from dmae_fast.train.pretrain import load_own_pretrain
 
 from dmae_fast.checkpoints import load_classifier, read_checkpoint
 from dmae_fast.cli.train import main
+from dmae_fast.train.pretrain import load_own_pretrain
 
 # 32 digits, batch 16, no crop: 2 optimizer steps per epoch, about 0.1 s each.
 TINY = ["--set", "data.limit=32", "--set", "optim.batch_size=16", "--set", "data.crop_scale=none",
         "--set", "optim.warmup_epochs=1", "--quiet"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def losses(run: Path) -> list[float]:

@@ -16,8 +16,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from dmae_fast.train.config import DataConfig
-from dmae_fast.train.randomness import sample_seed
 from PIL import Image
 from torch.utils.data import Dataset
 from torchvision import datasets, transforms
@@ -26,6 +24,8 @@ from torchvision.transforms import InterpolationMode
 from dmae_fast.data import CIFAR_SUBDIR, CIFAR_TRAIN_BATCHES, DEMO, cifar10, demo_digits
 from dmae_fast.errors import UserError
 from dmae_fast.model.config import NORMALIZATIONS
+from dmae_fast.train.config import DataConfig
+from dmae_fast.train.randomness import sample_seed
 
 Transform = Callable[[Any], torch.Tensor]
 

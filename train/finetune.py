@@ -15,18 +15,18 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from dmae_fast.train.config import FinetuneConfig, LinprobeConfig, to_json
-from dmae_fast.train.datasets import TrainingData
-from dmae_fast.train.loop import Task
-from dmae_fast.train.losses import consistency_loss, cross_entropy
-from dmae_fast.train.optim import param_groups
-from dmae_fast.train.randomness import Stream, gaussians, uniforms
 from timm.data import Mixup
 from torch import nn
 
 from dmae_fast.checkpoints import encoder_state, save_classifier
 from dmae_fast.errors import UserError
 from dmae_fast.model import ClassifierSpec, SmoothingClassifier
+from dmae_fast.train.config import FinetuneConfig, LinprobeConfig, to_json
+from dmae_fast.train.datasets import TrainingData
+from dmae_fast.train.loop import Task
+from dmae_fast.train.losses import consistency_loss, cross_entropy
+from dmae_fast.train.optim import param_groups
+from dmae_fast.train.randomness import Stream, gaussians, uniforms
 
 RESULT, LAST = "classifier.safetensors", "classifier-last.safetensors"
 EVAL_BATCH = 256

@@ -20,6 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler
+from tqdm import tqdm
+
+from dmae_fast.errors import UserError
 from dmae_fast.train.checkpointing import (
     load_training_state,
     rng_state,
@@ -31,12 +37,6 @@ from dmae_fast.train.datasets import TrainingData
 from dmae_fast.train.distributed import Context, barrier, mean_over_ranks
 from dmae_fast.train.optim import build_optimizer, learning_rate, set_learning_rate
 from dmae_fast.train.runlog import RunLog
-from torch import nn
-from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import DataLoader, DistributedSampler
-from tqdm import tqdm
-
-from dmae_fast.errors import UserError
 
 
 class Task(ABC):

@@ -6,9 +6,10 @@ from __future__ import annotations
 import math
 
 import torch
-from dmae_fast.train.config import OptimConfig
 from timm.optim import param_groups_layer_decay, param_groups_weight_decay
 from torch import nn
+
+from dmae_fast.train.config import OptimConfig
 
 #: Parameters never decayed besides 1-d ones (norms, biases): position and class/mask tokens.
 NO_DECAY = ("cls_token", "pos_embed", "mask_token", "decoder_pos_embed")

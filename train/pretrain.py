@@ -13,16 +13,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from dmae_fast.train.config import PretrainConfig, from_json, to_json
-from dmae_fast.train.datasets import TrainingData
-from dmae_fast.train.loop import Task
-from dmae_fast.train.optim import param_groups
-from dmae_fast.train.randomness import Stream, gaussians, uniforms
 from torch import nn
 
 from dmae_fast.checkpoints import load_strict, read_checkpoint
 from dmae_fast.errors import UserError
 from dmae_fast.model import DecoderConfig, DMAEPretrain
+from dmae_fast.train.config import PretrainConfig, from_json, to_json
+from dmae_fast.train.datasets import TrainingData
+from dmae_fast.train.loop import Task
+from dmae_fast.train.optim import param_groups
+from dmae_fast.train.randomness import Stream, gaussians, uniforms
 
 RESULT = "pretrain.pth"
 
@@ -30,6 +30,14 @@ RESULT = "pretrain.pth"
 def build_pretrain_model(config: PretrainConfig, mean: tuple[float, ...], std: tuple[float, ...]) -> DMAEPretrain:
     decoder = DecoderConfig(config.decoder_dim, config.decoder_depth, config.decoder_heads)
     return DMAEPretrain(config.encoder_config, decoder, mean, std, config.norm_pix_loss)
+
+
+def pretrain_loss(model: nn.Module, config: PretrainConfig, images: torch.Tensor, index: torch.Tensor,
+                  epoch: int) -> torch.Tensor:
+    """The DMAE loss of one batch, noise and masks drawn per sample from (seed, index, epoch)."""
+    noise = gaussians(config.seed, Stream.PRETRAIN_NOISE, index, epoch, tuple(images.shape[1:]))
+    scores = uniforms(config.seed, Stream.MASK, index, epoch, config.encoder_config.grid_size ** 2)
+    return model(images, config.sigma, config.mask_ratio, noise=noise, scores=scores).loss
 
 
 class PretrainTask(Task):
@@ -51,10 +59,7 @@ class PretrainTask(Task):
 
     def loss(self, model: nn.Module, images: torch.Tensor, labels: torch.Tensor, index: torch.Tensor,
              epoch: int) -> tuple[torch.Tensor, dict[str, float]]:
-        c = self.config
-        noise = gaussians(c.seed, Stream.PRETRAIN_NOISE, index, epoch, tuple(images.shape[1:]))
-        scores = uniforms(c.seed, Stream.MASK, index, epoch, c.encoder_config.grid_size ** 2)
-        return model(images, c.sigma, c.mask_ratio, noise=noise, scores=scores).loss, {}
+        return pretrain_loss(model, self.config, images, index, epoch), {}
 
     def save(self, out: Path, tag: str, info: dict[str, Any]) -> Path:
         path = out / RESULT

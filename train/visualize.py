@@ -11,15 +11,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from dmae_fast.train.config import VisualizeConfig
-from dmae_fast.train.pretrain import load_own_pretrain
-from dmae_fast.train.randomness import Stream, gaussians, uniforms
 from matplotlib.figure import Figure
 
 from dmae_fast.checkpoints import load_pretrain
 from dmae_fast.data import open_dataset
 from dmae_fast.errors import UserError
 from dmae_fast.model import DMAEPretrain
+from dmae_fast.train.config import VisualizeConfig
+from dmae_fast.train.pretrain import load_own_pretrain
+from dmae_fast.train.randomness import Stream, gaussians, uniforms
 
 ROWS = ("original", "noisy", "masked noisy", "reconstruction")
 

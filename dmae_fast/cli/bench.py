@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import platform
-import re
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -264,15 +263,6 @@ def _meta(config: BenchConfig, device: torch.device, peaks: dict[str, float]) ->
             "notes": notes}
 
 
-def _stem(out: Path, device: torch.device, suffix: str) -> str:
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    stem = f"{datetime.now():%Y-%m-%d}-{re.sub(r'[^a-z0-9]+', '-', name.lower()).strip('-')}{suffix}"
-    candidate, k = stem, 2
-    while (out / f"{candidate}.json").exists():  # never overwrite earlier results
-        candidate, k = f"{stem}-{k}", k + 1
-    return candidate
-
-
 def bench(config: BenchConfig) -> int:
     config.validate()
     out = Path(config.out)
@@ -285,7 +275,7 @@ def bench(config: BenchConfig) -> int:
              for name, dtype in dtypes.items()}
     meta = _meta(config, device, peaks)
     suffix = "" if config.throughput and config.certify else ("-throughput" if config.throughput else "-certify")
-    stem = _stem(out, device, suffix)
+    stem = report.result_stem(out, device, suffix)
     rows: list[Row] = []
     timings: list[CertifyTiming] = []
     exports: list[bench_engines.ExportRecord] = []

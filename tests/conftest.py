@@ -1,0 +1,27 @@
+"""Fixtures shared by the test modules."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+
+def _with_torch_threads(count: int) -> Iterator[None]:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(count)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread() -> Iterator[None]:
+    """Tiny runs: one thread is as fast and does not crawl when the CPUs are busy."""
+    yield from _with_torch_threads(1)
+
+
+@pytest.fixture(scope="module")
+def two_torch_threads() -> Iterator[None]:
+    """Exports and engine runs: two threads (CI has two cores)."""
+    yield from _with_torch_threads(2)
