@@ -108,11 +108,11 @@ demo_check() {  # fp32 counts on CUDA must equal this machine's CPU counts (same
         "$PY" -m dmae_fast.cli.certify "${common[@]}" --device "$gpu" --out "$OUT/demo/gpu.tsv" &&
         "$PY" -m dmae_fast.bench.compare_counts "$OUT/demo/cpu.tsv" "$OUT/demo/gpu.tsv" || return 1
     [ "$SMOKE" = 1 ] && return 0
-    # The committed CPU run (bench/results/2026-11-22-cpu-demo-dmae): informational only, since the
+    # The committed CPU run (bench/results/2026-11-24-cpu-demo-dmae): informational only, since the
     # demo model may have been retrained after it was recorded.
     "$PY" -m dmae_fast.cli.certify --data demo --skip 10 --precision fp32 --device cuda --quiet --overwrite \
         --workers 0 --out "$OUT/demo/gpu-skip10.tsv" &&
-        "$PY" -m dmae_fast.bench.compare_counts --informational bench/results/2026-11-22-cpu-demo-dmae/demo.tsv \
+        "$PY" -m dmae_fast.bench.compare_counts --informational bench/results/2026-11-24-cpu-demo-dmae/demo.tsv \
             "$OUT/demo/gpu-skip10.tsv"
 }
 

@@ -10,7 +10,7 @@ from typing import Literal, Sequence
 import numpy as np
 
 from dmae_fast.errors import UserError
-from dmae_fast.results import ABSTAIN, ResultsTable
+from dmae_fast.results import ABSTAIN, RADIUS_DECIMALS, ResultsTable
 
 DEFAULT_RADII: tuple[float, ...] = tuple(0.25 * i for i in range(13))
 PLOT_RADIUS_STEP = 0.01
@@ -22,6 +22,27 @@ Style = Literal["text", "markdown", "latex"]
 def _require_rows(table: ResultsTable) -> None:
     if len(table) == 0:
         raise UserError(f"{table.path} has a header but no result rows")
+    repeated = table.duplicate_indices()
+    if repeated:
+        shown = ", ".join(map(str, repeated[:5])) + (f" (+{len(repeated) - 5} more)" if len(repeated) > 5 else "")
+        raise UserError(f"{table.path}: image idx {shown} appear(s) in more than one row; every image must be "
+                        "counted once (remove the repeated rows)")
+    inconsistent = np.flatnonzero(table.correct != ((table.predict == table.label) & (table.predict != ABSTAIN)))
+    if table.radius is not None:
+        inconsistent = np.union1d(inconsistent, np.flatnonzero((table.predict == ABSTAIN) & (table.radius > 0)))
+    if inconsistent.size:
+        row = int(inconsistent[0])
+        raise UserError(f"{table.path}: the row of image idx {table.idx[row]} contradicts itself (correct must be "
+                        "1 exactly when predict == label, and an abstain (-1) has radius 0)")
+
+
+def rounding_warning(table: ResultsTable) -> str | None:
+    """A one-line caveat for files whose radii may have been rounded up, else None."""
+    if not table.coarse_radii:
+        return None
+    return (f"{table.path}: radii are not written rounded down to {RADIUS_DECIMALS} decimals (Cohen et al.'s "
+            "3-significant-digit format, or an older dmae-certify); a radius may be rounded UP by half a unit in "
+            "its last digit, so certified accuracy at a radius just above a written value can be overstated")
 
 
 def _certified_radii(table: ResultsTable) -> np.ndarray:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 from dataclasses import dataclass, replace
 from enum import Enum
@@ -92,7 +93,16 @@ def read_checkpoint(path: str | Path) -> RawCheckpoint:
     ):
         raise UserError(f"checkpoint {path} holds no state dict of tensors (unknown layout)")
     state = {k.removeprefix("module."): v for k, v in payload.items()}
+    _check_finite(path, state)
     return RawCheckpoint(path, state, None, args)
+
+
+def _check_finite(path: Path, state: StateDict) -> None:
+    """Refuse NaN or infinite weights: such a classifier's outputs certify nothing."""
+    bad = [k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+    if bad:
+        shown = ", ".join(bad[:3]) + (f" (+{len(bad) - 3} more)" if len(bad) > 3 else "")
+        raise UserError(f"checkpoint {path} has NaN or infinite values in {shown}: refusing a non-finite model")
 
 
 def _read_safetensors(path: Path) -> RawCheckpoint:
@@ -102,6 +112,7 @@ def _read_safetensors(path: Path) -> RawCheckpoint:
         state = safetensors.torch.load_file(str(path))
     except Exception as error:
         raise UserError(f"cannot read {path} as safetensors: {error}") from None
+    _check_finite(path, state)
     spec = None
     if METADATA_KEY in metadata:
         try:
@@ -111,10 +122,21 @@ def _read_safetensors(path: Path) -> RawCheckpoint:
     return RawCheckpoint(path, state, spec, {})
 
 
-def _shape(raw: RawCheckpoint, key: str) -> tuple[int, ...]:
+def _shape(raw: RawCheckpoint, key: str, ndim: int) -> tuple[int, ...]:
     if key not in raw.state:
         raise UserError(f"checkpoint {raw.path} has no '{key}': not a ViT checkpoint (unknown layout)")
-    return tuple(raw.state[key].shape)
+    shape = tuple(raw.state[key].shape)
+    if len(shape) != ndim:
+        raise UserError(f"checkpoint {raw.path}: '{key}' has shape {list(shape)}, expected {ndim} dimensions")
+    return shape
+
+
+def _count_blocks(raw: RawCheckpoint, prefix: str) -> int:
+    """Number of transformer blocks ``prefix.N.*`` in the state dict (at least one)."""
+    numbers = [int(m.group(1)) for k in raw.state if (m := re.match(rf"{prefix}\.(\d+)\.", k))]
+    if not numbers:
+        raise UserError(f"checkpoint {raw.path} has no '{prefix}.N.*' tensors: not a ViT checkpoint (unknown layout)")
+    return 1 + max(numbers)
 
 
 def _heads_from_args(raw: RawCheckpoint) -> int | None:
@@ -129,18 +151,18 @@ def infer_encoder(raw: RawCheckpoint, num_heads: int | None = None) -> EncoderCo
     The number of attention heads is not visible in the weights: it comes from the
     argument, the training args, or the standard ViT widths (head width 64).
     """
-    width, in_chans, patch, _ = _shape(raw, "patch_embed.proj.weight")
-    tokens = _shape(raw, "pos_embed")[1]
-    grid = round((tokens - 1) ** 0.5)
-    if grid * grid != tokens - 1:
+    width, in_chans, patch, _ = _shape(raw, "patch_embed.proj.weight", 4)
+    tokens = _shape(raw, "pos_embed", 3)[1]
+    grid = math.isqrt(max(tokens - 1, 0))
+    if grid < 1 or grid * grid != tokens - 1:
         raise UserError(f"checkpoint {raw.path}: pos_embed has {tokens} rows, not 1 + a square grid")
-    depth = 1 + max(int(m.group(1)) for k in raw.state if (m := re.match(r"blocks\.(\d+)\.", k)))
+    depth = _count_blocks(raw, "blocks")
     heads = num_heads or _heads_from_args(raw) or HEADS_BY_WIDTH.get(width)
     if heads is None:
         raise UserError(
             f"checkpoint {raw.path}: cannot infer the number of attention heads for width {width}"
         )
-    hidden = _shape(raw, "blocks.0.mlp.fc1.weight")[0]
+    hidden = _shape(raw, "blocks.0.mlp.fc1.weight", 2)[0]
     try:
         return EncoderConfig(width, depth, heads, patch, grid * patch, in_chans, hidden / width)
     except ValueError as error:
@@ -183,14 +205,10 @@ def classifier_spec(
             provenance={"source": str(raw.path)},
         )
     overrides = {k: v for k, v in (("input_size", input_size), ("mean", mean), ("std", std)) if v is not None}
-    spec = replace(spec, **overrides)
-    channels = spec.encoder.in_chans
-    if len(spec.mean) != channels or len(spec.std) != channels or min(spec.std) <= 0:
-        raise UserError(f"normalization of {raw.path} needs {channels} means and {channels} stds > 0, "
-                        f"got mean {spec.mean}, std {spec.std}")
-    if spec.input_size < 1:
-        raise UserError(f"input size must be positive, got {spec.input_size}")
-    return spec
+    try:
+        return replace(spec, **overrides)
+    except ValueError as error:
+        raise UserError(f"classifier {raw.path}: {error}") from None
 
 
 def _resample_pos_embed(state: StateDict, key: str, grid: int) -> StateDict:
@@ -252,10 +270,11 @@ def load_pretrain(path: str | Path, decoder: DecoderConfig | None = None, num_he
         raise UserError(f"{raw.path} is a {raw.layout.value} checkpoint, not a pre-training one")
     encoder = infer_encoder(raw, num_heads)
     if decoder is None:
-        width = _shape(raw, "decoder_embed.weight")[0]
-        depth = 1 + max(int(m.group(1)) for k in raw.state if (m := re.match(r"decoder_blocks\.(\d+)\.", k)))
+        width = _shape(raw, "decoder_embed.weight", 2)[0]
+        depth = _count_blocks(raw, "decoder_blocks")
         decoder = DecoderConfig(width, depth)  # MAE/DMAE decoders use 16 heads
-    model = DMAEPretrain(encoder, decoder, norm_pix_loss=bool(raw.args.get("norm_pix_loss", False)))
+    # Every official recipe pre-trains with norm_pix_loss; a bare release file records nothing.
+    model = DMAEPretrain(encoder, decoder, norm_pix_loss=bool(raw.args.get("norm_pix_loss", True)))
     load_strict(model, raw.state, raw.path, "a DMAE pre-training model")
     return model
 

@@ -1,9 +1,45 @@
-"""The one exception type for problems caused by the user's input.
+"""The exceptions that end a command without a traceback.
 
 Command-line entry points catch :class:`UserError` and print its message as one line
-with a non-zero exit code; everything else is a bug and keeps its traceback.
+with exit status 2, and :class:`Interrupted` (SIGINT or SIGTERM) with one line saying
+what was kept, exit status 128 + the signal number; everything else is a bug and keeps
+its traceback.
 """
+
+from __future__ import annotations
+
+import signal
+import threading
 
 
 class UserError(Exception):
     """Bad input: a missing file, a wrong format, an out-of-range option, ..."""
+
+
+class Interrupted(BaseException):
+    """SIGINT (Ctrl-C) or SIGTERM arrived. A BaseException, like KeyboardInterrupt, so that
+    no ``except Exception`` swallows it. ``kept`` tells the user what is on disk and how to
+    continue; a command fills it in on the way out."""
+
+    def __init__(self, signum: int, kept: str = "") -> None:
+        super().__init__(signum, kept)
+        self.signum, self.kept = signum, kept
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name
+
+    @property
+    def exit_status(self) -> int:
+        return 128 + self.signum
+
+
+def _raise_interrupted(signum: int, frame: object) -> None:
+    raise Interrupted(signum)
+
+
+def interrupt_on_signals() -> None:
+    """Make SIGINT and SIGTERM raise :class:`Interrupted` (main thread only; elsewhere a no-op)."""
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, _raise_interrupted)

@@ -2,13 +2,17 @@
 
 Certification files have the columns of :data:`CERTIFY_COLUMNS`, prediction files those
 of :data:`PREDICT_COLUMNS`. Their leading columns are exactly those of Cohen et al.'s
-reference ``certify.py`` / ``predict.py`` (same order, same number formats), so tools
-written for the reference files read ours, and :func:`read_results` reads both.
+reference ``certify.py`` / ``predict.py`` (same order), so tools written for the reference
+files read ours, and :func:`read_results` reads both. Numbers that carry a guarantee are
+never rounded in its favour: the radius is written rounded down to 6 decimals (Cohen's
+files round it to 3 significant digits, which can round it UP: 0.79964 -> 0.8),
+``pA_lower`` rounded down to 10 decimals, the PREDICT p-value rounded up.
 """
 
 from __future__ import annotations
 
 import datetime
+import decimal
 import math
 import os
 import re
@@ -84,11 +88,48 @@ def _fmt_text(value: str) -> str:
     return value
 
 
+# Exact decimal arithmetic on a float's full expansion (at most 1,074 digits).
+_EXACT = decimal.Context(prec=2000)
+RADIUS_DECIMALS = 6
+P_LOWER_DECIMALS = 10
+PVALUE_DIGITS = 6
+
+
+def floor_decimals(value: float, decimals: int) -> str:
+    """``value`` (finite, >= 0) rounded DOWN to ``decimals`` places, e.g. 0.7999999 -> '0.799999'.
+
+    Certified radii and lower confidence bounds are written this way so that a reader never
+    sees more than was proven: the number read back is never above ``value``.
+    """
+    exact = decimal.Decimal(float(value))
+    if not exact.is_finite() or exact < 0:
+        raise ValueError(f"cannot write {value!r} as a radius or bound (finite and >= 0 only)")
+    quantum = decimal.Decimal(1).scaleb(-decimals)
+    return f"{exact.quantize(quantum, rounding=decimal.ROUND_FLOOR, context=_EXACT):f}"
+
+
+def ceil_significant(value: float, digits: int) -> str:
+    """``value`` (finite, >= 0) rounded UP to ``digits`` significant digits, in the form
+    '1.00005e-03'. p-values are written this way: one read back is never below the true one."""
+    exact = decimal.Decimal(float(value))
+    if not exact.is_finite() or exact < 0:
+        raise ValueError(f"cannot write {value!r} as a p-value (finite and >= 0 only)")
+    if exact == 0:
+        return f"{0.0:.{digits - 1}e}"
+    exponent = exact.adjusted()
+    quantum = decimal.Decimal(1).scaleb(1 - digits)
+    mantissa = exact.scaleb(-exponent, context=_EXACT).quantize(quantum, rounding=decimal.ROUND_CEILING,
+                                                                 context=_EXACT)
+    if mantissa >= 10:
+        mantissa, exponent = decimal.Decimal(1).quantize(quantum), exponent + 1
+    return f"{mantissa:f}e{'-' if exponent < 0 else '+'}{abs(exponent):02d}"
+
+
 _FORMATTERS: dict[str, Callable[[object], str]] = {
-    "radius": lambda v: f"{float(v):.3}",
+    "radius": lambda v: floor_decimals(v, RADIUS_DECIMALS),
     "time": _fmt_time,
-    "pA_lower": lambda v: f"{float(v):.6}",
-    "pvalue": lambda v: f"{float(v):.6}",
+    "pA_lower": lambda v: floor_decimals(v, P_LOWER_DECIMALS),
+    "pvalue": lambda v: ceil_significant(v, PVALUE_DIGITS),
     "sigma": lambda v: repr(float(v)),
     "procedure": lambda v: _fmt_text(str(v)),
 }
@@ -222,6 +263,7 @@ class ResultsTable:
     time: np.ndarray
     radius: np.ndarray | None = None
     extra: dict[str, np.ndarray] = field(default_factory=dict)
+    coarse_radii: bool = False  # radii not written rounded down to 6 decimals (e.g. Cohen's 3 digits)
 
     @property
     def name(self) -> str:
@@ -231,7 +273,13 @@ class ResultsTable:
     def __len__(self) -> int:
         return len(self.idx)
 
+    def duplicate_indices(self) -> list[int]:
+        """Image indices that appear in more than one row."""
+        values, counts = np.unique(self.idx, return_counts=True)
+        return values[counts > 1].tolist()
 
+
+_PRECISE_RADIUS = re.compile(r"\d+\.\d{%d}" % RADIUS_DECIMALS)
 _TIMEDELTA = re.compile(r"(?:(-?\d+) days?, )?(\d+):([0-5]\d):([0-5]\d(?:\.\d*)?)")
 
 
@@ -261,14 +309,30 @@ def _parse_correct(text: str) -> int:
     return value
 
 
+def _ascii(convert: Callable[[str], object]) -> Callable[[str], object]:
+    """``convert`` for ASCII text only: int() and float() also take other scripts' digits ('٣')."""
+    def parse(text: str) -> object:
+        if not text.isascii():
+            raise ValueError(text)
+        return convert(text)
+    return parse
+
+
+def _parse_finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(text)
+    return value
+
+
 _INT_COLUMNS = ("idx", "label", "predict", "n0", "n", "nA", "count1", "count2")
 _FLOAT_COLUMNS = ("pA_lower", "pvalue", "sigma")
 _PARSERS: dict[str, tuple[Callable[[str], object], str, str]] = {
-    **{name: (int, "an integer", "int64") for name in _INT_COLUMNS},
-    **{name: (float, "a number", "float64") for name in _FLOAT_COLUMNS},
-    "correct": (_parse_correct, "0 or 1", "int64"),
-    "radius": (_parse_radius, "a finite radius >= 0", "float64"),
-    "time": (_parse_time, "a duration like 0:00:01.234567", "float64"),
+    **{name: (_ascii(int), "an integer", "int64") for name in _INT_COLUMNS},
+    **{name: (_ascii(_parse_finite), "a finite number", "float64") for name in _FLOAT_COLUMNS},
+    "correct": (_ascii(_parse_correct), "0 or 1", "int64"),
+    "radius": (_ascii(_parse_radius), "a finite radius >= 0", "float64"),
+    "time": (_ascii(_parse_time), "a duration like 0:00:01.234567", "float64"),
     "procedure": (str, "text", "object"),
 }
 
@@ -277,7 +341,7 @@ def _infer_column(values: list[str]) -> np.ndarray:
     for convert, dtype in ((int, "int64"), (float, "float64")):
         try:
             return np.array([convert(v) for v in values], dtype=dtype)
-        except ValueError:
+        except (ValueError, OverflowError):
             pass
     return np.array(values, dtype=object)
 
@@ -338,11 +402,16 @@ def _parse_table(path: str, lines: list[str]) -> ResultsTable:
             except ValueError:
                 raise UserError(f"{path}: line {lineno}, column {name}: cannot read "
                                 f"{cells[col]!r} as {what}") from None
-        columns[name] = np.array(parsed, dtype=dtype)
+        try:
+            columns[name] = np.array(parsed, dtype=dtype)
+        except OverflowError:
+            raise UserError(f"{path}: column {name} holds a number too large for a results file") from None
+    coarse = kind == "certify" and any(
+        _PRECISE_RADIUS.fullmatch(cells[header.index("radius")]) is None for _, cells in rows)
     return ResultsTable(
         path=path, kind=kind,
         **{name: columns.pop(name) for name in REQUIRED_COLUMNS[kind]},
-        extra=columns,
+        extra=columns, coarse_radii=coarse,
     )
 
 
@@ -355,18 +424,24 @@ def read_results(path: PathLike) -> ResultsTable:
     return _parse_table(path, lines)
 
 
-def read_done_indices(path: PathLike) -> set[int]:
-    """Indices of the images already in a results file, for resuming it.
+def read_kept_rows(path: PathLike) -> ResultsTable | None:
+    """The rows a resumed run keeps: all complete lines of ``path`` (None if it has none).
 
-    A missing or empty file gives an empty set; an unterminated last line (a crash while
-    it was written) is ignored, as :class:`ResultsWriter` in append mode drops it.
+    A missing or empty file gives None; an unterminated last line (a crash while it was
+    written) is ignored, as :class:`ResultsWriter` in append mode drops it.
     """
     path = os.fspath(path)
     if not os.path.exists(path):
-        return set()
+        return None
     lines, terminated = _read_lines(path)
     if not terminated:
         lines.pop()
     if not any(line.strip() for line in lines):
-        return set()
-    return set(_parse_table(path, lines).idx.tolist())
+        return None
+    return _parse_table(path, lines)
+
+
+def read_done_indices(path: PathLike) -> set[int]:
+    """Indices of the images already in a results file (see :func:`read_kept_rows`)."""
+    table = read_kept_rows(path)
+    return set() if table is None else set(table.idx.tolist())

@@ -132,16 +132,17 @@ def test_certify_round_trip(tmp_path: Path) -> None:
     lines = path.read_text().splitlines()
     assert lines[0] == ("idx\tlabel\tpredict\tradius\tcorrect\ttime\tn0\tn\tnA\tpA_lower"
                         "\tsigma\tprocedure")
-    assert lines[1] == "0\t3\t3\t0.512\t1\t0:00:01.234568\t100\t100000\t99123\t0.990123\t0.25\tcohen"
+    assert lines[1] == ("0\t3\t3\t0.512340\t1\t0:00:01.234568\t100\t100000\t99123\t0.9901234567"
+                        "\t0.25\tcohen")
     table = read_results(path)
     assert table.kind == "certify"
     assert table.idx.tolist() == [0, 1]
     assert table.predict.tolist() == [3, -1]
     assert table.correct.tolist() == [1, 0]
-    assert table.radius.tolist() == [0.512, 0.0]
+    assert table.radius.tolist() == [0.51234, 0.0] and not table.coarse_radii
     np.testing.assert_allclose(table.time, [1.234568, 1.234568])
     assert table.extra["nA"].tolist() == [99123, 99123]
-    assert table.extra["pA_lower"][0] == pytest.approx(0.990123)
+    assert table.extra["pA_lower"][0] == pytest.approx(0.9901234567, abs=1e-12)
     assert table.extra["procedure"].tolist() == ["cohen", "cohen"]
     assert read_done_indices(path) == {0, 1}
 
@@ -154,7 +155,7 @@ def test_predict_round_trip(tmp_path: Path) -> None:
         writer.write(row)
     assert path.read_text().splitlines() == [
         "idx\tlabel\tpredict\tcorrect\ttime\tn\tcount1\tcount2\tpvalue\tsigma",
-        "7\t2\t2\t1\t0:00:00.250000\t1000\t990\t4\t1.23457e-250\t0.5",
+        "7\t2\t2\t1\t0:00:00.250000\t1000\t990\t4\t1.23457e-250\t0.5",  # rounded up
     ]
     table = read_results(path)
     assert table.kind == "predict" and table.radius is None
@@ -264,3 +265,68 @@ def test_cli_bad_inputs(make_args, tmp_path: Path, reference_certify: Path,
     lines = captured.err.splitlines()
     assert len(lines) == 1
     assert lines[0].startswith("dmae-certify analyze: error: ")
+
+
+# --- numbers that carry a guarantee are never rounded in its favour ---------------------
+
+NEAR_GRID = [0.79964, 0.2499, 0.49965, 0.7499999999, 0.25, 0.5, 0.0, 3.1986 * 0.25, 1e-300, 12.3456789]
+
+
+def test_radius_and_lower_bound_are_written_rounded_down(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    radii = NEAR_GRID + [float(r) for r in rng.uniform(0, 4, 200)]
+    bounds = [0.5, 0.9999999999999, 0.99930955, 1.0] + [float(p) for p in rng.uniform(0.5, 1, 200)]
+    path = tmp_path / "down.tsv"
+    with ResultsWriter(path) as writer:
+        for i, (radius, bound) in enumerate(zip(radii, bounds * 2)):
+            writer.write(CertifyRow(i, 1, 1, radius, 1, 0.1, 100, 10_000, 9_990, bound, 0.25, "cohen"))
+    table = read_results(path)
+    written, lower = table.radius, table.extra["pA_lower"]
+    assert all(w <= r and r - w < 1.0000001e-6 for w, r in zip(written, radii))
+    assert all(w <= p and p - w < 1.0000001e-10 for w, p in zip(lower, bounds * 2))
+    # 3 significant digits (Cohen's format) would have written 0.8, 0.25 and 0.5
+    assert written[:3].tolist() == [0.79964, 0.2499, 0.499649]
+
+
+def test_predict_pvalue_is_written_rounded_up(tmp_path: Path) -> None:
+    pvalues = [0.001, 0.00100004, 0.0009999999, 0.0, 1.0, 0.9999995, 5e-324] + \
+        [float(p) for p in np.random.default_rng(1).uniform(0, 0.01, 200)]
+    path = tmp_path / "up.tsv"
+    with ResultsWriter(path, kind="predict") as writer:
+        for i, p in enumerate(pvalues):
+            writer.write(PredictRow(i, 1, 1, 1, 0.1, 1000, 990, 4, p, 0.25))
+    written = read_results(path).extra["pvalue"]
+    assert all(w >= p and w - p <= 1e-5 * max(p, 1e-300) for w, p in zip(written, pvalues))
+
+
+def test_analyze_reports_nothing_above_a_radius_that_was_not_reached(tmp_path: Path, capsys) -> None:
+    """Radii just under 0.8: exactly 0% certified at 0.8, where Cohen's format would claim 100%."""
+    ours = tmp_path / "ours.tsv"
+    with ResultsWriter(ours) as writer:
+        for i, radius in enumerate([0.79964, 0.79999, 0.7999999]):
+            writer.write(CertifyRow(i, 1, 1, radius, 1, 0.1, 100, 10_000, 9_990, 0.999, 0.25, "cohen"))
+    assert analyze_main([str(ours), "--radii", "0.79", "0.8"]) == 0
+    out, err = capsys.readouterr()
+    assert "100.0" in out and out.split()[-2] == "0.0" and err == ""
+    # a Cohen-format file: read as written, with a one-line caveat about its rounding
+    cohen = _write(tmp_path / "cohen.tsv", "idx\tlabel\tpredict\tradius\tcorrect\ttime\n0\t1\t1\t0.8\t1\t0:00:01\n")
+    assert analyze_main([str(cohen), "--radii", "0.8"]) == 0
+    out, err = capsys.readouterr()
+    assert "100.0" in out
+    assert len(err.strip().splitlines()) == 1 and "rounded UP" in err
+
+
+def test_analyze_refuses_an_image_counted_twice(tmp_path: Path, capsys) -> None:
+    doubled = _write(tmp_path / "dup.tsv", REFERENCE_CERTIFY + "40\t6\t6\t0.25\t1\t0:00:01\n")
+    assert analyze_main([str(doubled)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "idx 40" in err and "more than one row" in err
+
+
+@pytest.mark.parametrize("row", ["40\t6\t5\t0.25\t1\t0:00:01\n", "40\t6\t-1\t0.25\t0\t0:00:01\n",
+                                 "40\t6\t6\t0.25\t0\t0:00:01\n"], ids=["wrong-correct", "abstain-radius", "lost-correct"])
+def test_analyze_refuses_a_row_that_contradicts_itself(tmp_path: Path, capsys, row: str) -> None:
+    text = REFERENCE_CERTIFY.replace("40\t6\t6\t0.25\t1\t0:00:01.000001\n", row)
+    assert analyze_main([str(_write(tmp_path / "odd.tsv", text))]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "idx 40" in err and "contradicts" in err

@@ -178,6 +178,16 @@ def _edit(engine: Path, change) -> None:
     (lambda d: d.update(file="other.onnx"), ["describes 'other.onnx'"]),
     (lambda d: d.update(kind="aoti"), ["says kind 'aoti'"]),
     (lambda d: d.update(input_name="x"), ["input_name 'x' should be 'images'"]),
+    # sigma is validated like --sigma, wherever it comes from (was: 0 ran, others wrote bad rows)
+    (lambda d: (d.update(sigma=0.0), d["classifier"].update(sigma=0.0)), ["sigma must be"]),
+    (lambda d: (d.update(sigma=-1.0), d["classifier"].update(sigma=-1.0)), ["sigma must be"]),
+    (lambda d: (d.update(sigma=1e308), d["classifier"].update(sigma=1e308)), ["sigma must be"]),
+    (lambda d: d.update(sigma=float("nan")), ["sigma nan differs"]),
+    (lambda d: d["classifier"].update(class_names=["zero", "one"]), ["2 class_names for 10 classes"]),
+    (lambda d: d["classifier"]["encoder"].update(num_heads=0), ["num_heads"]),
+    (lambda d: d["classifier"]["encoder"].update(patch_size=0), ["patch_size"]),
+    (lambda d: d["classifier"].update(std=[0.2, 0.2, float("inf")]), ["normalization"]),
+    (lambda d: d.update(classifier=[]), ["malformed field"]),
 ])
 def test_malformed_sidecar_is_one_line(capsys, engine_copy, change, mentions):
     _edit(engine_copy, change)

@@ -58,54 +58,75 @@ def test_own_patchify_matches_mae_order() -> None:
     assert torch.equal(_pretrain().patchify(images), patches)
 
 
-def test_loss_is_mse_to_clean_image_over_all_patches() -> None:
+def _official_target(clean: torch.Tensor, mean, std, norm_pix: bool) -> torch.Tensor:
+    """The official DMAE target written out element by element, independently of the model:
+    the clean image normalized per channel, cut into patches (pixel row, column, channel),
+    each patch standardized by its own mean and unbiased variance when ``norm_pix``."""
+    b, c, h, w = clean.shape
+    rows = []
+    for n in range(b):
+        patches = []
+        for i in range(h // P):
+            for j in range(w // P):
+                values = [(float(clean[n, ch, i * P + y, j * P + x]) - mean[ch]) / std[ch]
+                          for y in range(P) for x in range(P) for ch in range(c)]
+                if norm_pix:
+                    mu = sum(values) / len(values)
+                    var = sum((v - mu) ** 2 for v in values) / (len(values) - 1)
+                    values = [(v - mu) / math.sqrt(var + 1e-6) for v in values]
+                patches.append(values)
+        rows.append(patches)
+    return torch.tensor(rows, dtype=torch.float64)
+
+
+def _official_loss(clean, pred, mean, std, norm_pix: bool) -> float:
+    """DMAE's loss: mean squared error over every element of every patch (no mask)."""
+    target = _official_target(clean, mean, std, norm_pix)
+    return float(((pred.double() - target) ** 2).mean())
+
+
+@pytest.mark.parametrize("norm_pix", [False, True])
+@pytest.mark.parametrize("normalization", ["imagenet", "custom"])
+def test_loss_matches_the_official_objective_on_fixed_noise_and_masks(norm_pix, normalization) -> None:
+    mean, std = (IMAGENET_MEAN, IMAGENET_STD) if normalization == "imagenet" else ((0.3, 0.5, 0.7), (0.1, 0.2, 0.4))
+    torch.manual_seed(0)
+    model = DMAEPretrain(ENCODER, DECODER, mean=mean, std=std, norm_pix_loss=norm_pix).eval()
+    clean = torch.rand(3, 3, 16, 16, generator=torch.Generator().manual_seed(1))
+    noise = torch.randn(clean.shape, generator=torch.Generator().manual_seed(2))
+    scores = torch.rand(3, GRID * GRID, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        out = model(clean, sigma=0.25, noise=noise, scores=scores)
+    assert out.pred.shape == (3, GRID * GRID, P * P * 3) and out.loss.shape == ()
+    assert out.loss.item() == pytest.approx(_official_loss(clean, out.pred, mean, std, norm_pix), rel=1e-5)
+    # the [0, 1] clean image as the target (this project's earlier objective) is measurably different
+    raw = ((out.pred - _patchify(clean)) ** 2).mean().item()
+    if not norm_pix:
+        assert abs(out.loss.item() - raw) > 0.1
+    # reconstruction_loss on a prediction we choose: the official target gives 0, one shifted patch 1/L
+    target = _official_target(clean, mean, std, norm_pix).float()
+    assert model.reconstruction_loss(clean, target).item() == pytest.approx(0.0, abs=1e-9)
+    shifted = target.clone()
+    shifted[0, 5] += 1.0
+    assert model.reconstruction_loss(clean, shifted).item() == pytest.approx(1 / (3 * GRID * GRID), rel=1e-4)
+
+
+def test_loss_covers_all_patches_and_the_clean_image() -> None:
     model = _pretrain()
     torch.manual_seed(1)
     clean = torch.rand(4, 3, 16, 16)
     sigma, seed = 0.5, 123
     with torch.no_grad():
         out = model(clean, sigma=sigma, generator=torch.Generator().manual_seed(seed))
-    assert out.pred.shape == (4, GRID * GRID, P * P * 3)
-    assert out.loss.shape == ()
-
-    target = _patchify(clean)
+    target = _official_target(clean, IMAGENET_MEAN, IMAGENET_STD, False).float()
     per_patch = ((out.pred - target) ** 2).mean(-1)
-    expected = per_patch.mean()
-    torch.testing.assert_close(out.loss, expected, atol=1e-6, rtol=1e-6)
-
+    torch.testing.assert_close(out.loss, per_patch.mean(), atol=1e-6, rtol=1e-6)
     # not MAE's loss (masked patches only) ...
     masked_only = (per_patch * out.mask).sum() / out.mask.sum()
     assert abs(out.loss.item() - masked_only.item()) > 1e-3
     # ... and not a reconstruction of the noisy input
     noisy = clean + sigma * _noise(clean.shape, seed)
-    against_noisy = ((out.pred - _patchify(noisy)) ** 2).mean()
+    against_noisy = ((out.pred - _official_target(noisy, IMAGENET_MEAN, IMAGENET_STD, False).float()) ** 2).mean()
     assert abs(out.loss.item() - against_noisy.item()) > 1e-2
-
-
-def test_norm_pix_loss_normalizes_each_target_patch() -> None:
-    model = _pretrain(norm_pix_loss=True)
-    torch.manual_seed(2)
-    clean = torch.rand(2, 3, 16, 16)
-    with torch.no_grad():
-        out = model(clean, sigma=0.25, generator=torch.Generator().manual_seed(5))
-    target = _patchify(clean)
-    mean = target.mean(-1, keepdim=True)
-    var = target.var(-1, keepdim=True)  # unbiased, as MAE
-    normalized = (target - mean) / torch.sqrt(var + 1e-6)
-    torch.testing.assert_close(out.loss, ((out.pred - normalized) ** 2).mean(), atol=1e-6, rtol=1e-6)
-    assert abs(out.loss.item() - ((out.pred - target) ** 2).mean().item()) > 1e-2
-    # reconstruction_loss itself, on a prediction we choose: the normalized target gives 0
-    assert model.reconstruction_loss(clean, normalized).item() == pytest.approx(0.0, abs=1e-10)
-
-
-def test_reconstruction_loss_direct() -> None:
-    model = _pretrain()
-    clean = torch.rand(2, 3, 16, 16, generator=torch.Generator().manual_seed(3))
-    target = _patchify(clean)
-    assert model.reconstruction_loss(clean, target).item() == 0.0
-    shifted = target.clone()
-    shifted[0, 5] += 1.0  # one patch off by 1: mean over every element of every patch
-    assert model.reconstruction_loss(clean, shifted).item() == pytest.approx(48 / (2 * 16 * 48))
 
 
 def test_mask_hides_75_percent_per_image() -> None:

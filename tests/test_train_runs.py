@@ -129,12 +129,42 @@ def test_resume_reproduces_the_uninterrupted_run_exactly(pretrained, tmp_path, k
         assert best_a == load_classifier(parts / "classifier.safetensors").spec.provenance["selected"]
 
 
-def test_gradient_accumulation_equals_the_large_batch(tmp_path):
-    args = ["pretrain", "--preset", "demo-pretrain", "--set", "optim.epochs=1", *TINY]
-    train(*args, "--out", str(tmp_path / "one"))
-    train(*args, "--set", "optim.accum_steps=2", "--out", str(tmp_path / "two"))
-    a, b = state_of(tmp_path / "one" / "pretrain.pth"), state_of(tmp_path / "two" / "pretrain.pth")
-    assert all(torch.allclose(a[k], b[k], rtol=0, atol=1e-6) for k in a)
+def _step_gradients(accum_steps: int, batch: int = 16) -> dict[str, torch.Tensor]:
+    """The summed .grad of one optimizer step of the demo pre-training, through the loop's own code."""
+    from dmae_fast.train import config as cfg
+    from dmae_fast.train.datasets import open_training_data
+    from dmae_fast.train.distributed import Context
+    from dmae_fast.train.loop import accumulate_gradients
+    from dmae_fast.train.pretrain import PretrainTask
+    from dmae_fast.train.randomness import seed_global_rngs
+
+    config = cfg.resolve("pretrain", "demo-pretrain", ["data.limit=32", "data.crop_scale=none",
+                                                       f"optim.batch_size={batch}", f"optim.accum_steps={accum_steps}"])
+    data = open_training_data(config.data, config.seed)
+    seed_global_rngs(config.seed)
+    task = PretrainTask(config, data)
+    micro = batch // accum_steps
+    batches = iter(torch.utils.data.DataLoader(data.train, batch_size=micro))
+    context = Context(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
+    scaler = torch.amp.GradScaler("cpu", enabled=False)
+    losses = [loss for loss, _ in accumulate_gradients(task, task.model, batches, config.optim, context, scaler, 0)]
+    assert len(losses) == accum_steps
+    return {name: p.grad.clone() for name, p in task.model.named_parameters() if p.grad is not None}
+
+
+def test_gradient_accumulation_gives_the_large_batch_gradient():
+    """Exact property: one step's gradient. (Whole runs are not compared: AdamW's first steps
+    move every weight by about lr * sign(gradient), so rounding-level differences in near-zero
+    gradients become lr-sized weight differences that depend on the torch version and CPU.)"""
+    large, accumulated, quarter = _step_gradients(1), _step_gradients(2), _step_gradients(4)
+    assert set(large) == set(accumulated) == set(quarter) and len(large) > 10
+    for name, g in large.items():
+        scale = float(g.abs().max()) + 1e-12
+        for other in (accumulated, quarter):
+            assert float((other[name] - g).abs().max()) <= 1e-4 * scale, name
+    # the comparison can fail: half a step's gradient is far from the large batch's
+    half = _step_gradients(1, batch=8)
+    assert any(float((half[n] - g).abs().max()) > 1e-2 * float(g.abs().max()) for n, g in large.items())
 
 
 def test_dataloader_workers_do_not_change_the_run(tmp_path):

@@ -15,6 +15,7 @@ import contextlib
 import math
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from dmae_fast.train.checkpointing import (
     save_training_state,
     set_rng_state,
 )
-from dmae_fast.train.config import RunConfig, to_json
+from dmae_fast.train.config import OptimConfig, RunConfig, to_json
 from dmae_fast.train.datasets import TrainingData
 from dmae_fast.train.distributed import Context, barrier, mean_over_ranks
 from dmae_fast.train.optim import build_optimizer, learning_rate, set_learning_rate
@@ -81,6 +82,28 @@ def _micro_batch(config: RunConfig, context: Context, samples: int) -> int:
     return micro
 
 
+def accumulate_gradients(task: Task, wrapped: nn.Module, micro_batches: Iterator, optim: OptimConfig,
+                         context: Context, scaler: torch.amp.GradScaler, epoch: int) -> Iterator[tuple[float, dict]]:
+    """Forward and backward of one optimizer step's ``optim.accum_steps`` micro-batches.
+
+    Each micro-batch's mean loss is divided by ``accum_steps`` before its backward pass, so
+    the summed ``.grad`` is the gradient of the mean loss over the step's samples, as one
+    large batch would give (DDP synchronizes on the last micro-batch only). Yields each
+    micro-batch's loss and metrics.
+    """
+    device = context.device
+    autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(optim.precision)
+    for k in range(optim.accum_steps):
+        images, labels, index = (t.to(device, non_blocking=True) for t in next(micro_batches))
+        last = k == optim.accum_steps - 1
+        sync = contextlib.nullcontext() if last or not context.distributed else wrapped.no_sync()
+        with sync:
+            with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+                loss, metrics = task.loss(wrapped, images, labels, index, epoch)
+            scaler.scale(loss / optim.accum_steps).backward()
+        yield loss.item(), metrics
+
+
 def train(
     config: RunConfig,
     task: Task,
@@ -104,7 +127,6 @@ def train(
         if context.distributed else model
     optimizer = build_optimizer(task.param_groups(), optim)
     scaler = torch.amp.GradScaler(device.type, enabled=optim.precision == "fp16")
-    autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(optim.precision)
     start, best, loss_value = 0, None, math.nan
     if resume:
         state = load_training_state(out)
@@ -127,16 +149,8 @@ def train(
         started = time.perf_counter()
         for step in range(steps_per_epoch):
             set_learning_rate(optimizer, learning_rate(epoch + step / steps_per_epoch, optim))
-            for k in range(optim.accum_steps):
-                images, labels, index = next(micro_batches)
-                images, labels, index = (t.to(device, non_blocking=True) for t in (images, labels, index))
-                last = k == optim.accum_steps - 1
-                sync = contextlib.nullcontext() if last or not context.distributed else wrapped.no_sync()
-                with sync:
-                    with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
-                        loss, metrics = task.loss(wrapped, images, labels, index, epoch)
-                    scaler.scale(loss / optim.accum_steps).backward()
-                loss_value = loss.item()
+            for loss_value, metrics in accumulate_gradients(task, wrapped, micro_batches, optim, context,
+                                                           scaler, epoch):
                 if not math.isfinite(loss_value):
                     raise RuntimeError(f"loss is {loss_value} at epoch {epoch} step {step}; stopping")
                 for key, value in {"loss": loss_value, **metrics}.items():

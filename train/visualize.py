@@ -39,15 +39,16 @@ def figure_rows(model: DMAEPretrain, images: torch.Tensor, config: VisualizeConf
     noise = gaussians(config.seed, Stream.PRETRAIN_NOISE, index, 0, tuple(images.shape[1:]))
     scores = uniforms(config.seed, Stream.MASK, index, 0, model.encoder_config.grid_size ** 2)
     output = model(images, config.sigma, config.mask_ratio, noise=noise, scores=scores)
-    pred = output.pred
+    pred = output.pred  # in the normalized space of the target
     if model.norm_pix_loss:
-        target = model.patchify(images)
+        target = model.patchify(model.normalize(images))
         pred = pred * (target.var(-1, keepdim=True) + 1e-6) ** 0.5 + target.mean(-1, keepdim=True)
+    reconstruction = unpatchify(model, pred) * model.std + model.mean
     noisy = images + config.sigma * noise
     p, c = model.encoder_config.patch_size, model.encoder_config.in_chans
     hidden = unpatchify(model, output.mask[:, :, None].expand(-1, -1, p * p * c))
     masked = noisy * (1 - hidden) + 0.5 * hidden
-    return [t.clamp(0, 1) for t in (images, noisy, masked, unpatchify(model, pred))]
+    return [t.clamp(0, 1) for t in (images, noisy, masked, reconstruction)]
 
 
 def visualize(config: VisualizeConfig, out: Path) -> Path:

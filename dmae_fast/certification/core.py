@@ -21,8 +21,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from dmae_fast.certification.bounds import lower_confidence_bound, radius, top_two_pvalue
+from dmae_fast.certification.bounds import (
+    lower_confidence_bound,
+    radius,
+    top_two_pvalue,
+)
 from dmae_fast.engines.base import Engine
+from dmae_fast.errors import UserError
 from dmae_fast.noise import Phase, gaussian_noise
 
 ABSTAIN = -1
@@ -69,6 +74,22 @@ def predict_from_counts(counts: np.ndarray, alpha: float) -> Prediction:
     return Prediction(top if pvalue <= alpha else ABSTAIN, int(counts.sum()), count1, count2, pvalue)
 
 
+def zero_counts(num_slots: int, num_phases: int, num_classes: int, device: torch.device) -> torch.Tensor:
+    """Counts [slots, phases, num_classes + 1]: the last column counts samples whose logits
+    were not finite (engines classify them as ``num_classes``)."""
+    return torch.zeros((num_slots, num_phases, num_classes + 1), dtype=torch.int64, device=device)
+
+
+def finite_counts(index: int, counts: np.ndarray) -> np.ndarray:
+    """An image's class counts [..., num_classes] without the non-finite column, or a
+    UserError if any sample's logits were NaN or infinite: nothing is certified for it."""
+    bad = int(counts[..., -1].sum())
+    if bad:
+        raise UserError(f"the classifier returned NaN or infinite logits for image {index} ({bad:,} of "
+                        f"{int(counts.sum()):,} noisy samples): refusing to certify a non-finite classifier")
+    return counts[..., :-1].copy()
+
+
 class Smooth:
     """The smoothed classifier around ``engine``, one image at a time (the reference loop).
 
@@ -81,7 +102,7 @@ class Smooth:
     def sample_counts(self, image: torch.Tensor, index: int, phase: Phase, num: int) -> np.ndarray:
         """Class counts of ``num`` noisy copies of ``image`` (samples 0 .. num-1 of ``phase``)."""
         device = self.engine.device
-        counts = torch.zeros(self.engine.spec.num_classes, dtype=torch.int64, device=device)
+        counts = zero_counts(1, 1, self.engine.spec.num_classes, device)[0, 0]
         image = image.to(device)
         for start in range(0, num, self.batch_size):
             samples = torch.arange(start, min(start + self.batch_size, num), device=device)
@@ -89,7 +110,7 @@ class Smooth:
             noise = gaussian_noise(self.seed, images, int(phase), samples, tuple(image.shape))
             classes = self.engine.classify(image + self.sigma * noise)
             counts += torch.bincount(classes, minlength=counts.numel())
-        return counts.cpu().numpy()
+        return finite_counts(index, counts.cpu().numpy())
 
     def certify(self, image: torch.Tensor, index: int, n0: int, n: int, alpha: float) -> Certificate:
         selection = self.sample_counts(image, index, Phase.SELECTION, n0)

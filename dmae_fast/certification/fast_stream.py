@@ -36,8 +36,9 @@ from dataclasses import dataclass
 import torch
 from torch.profiler import record_function
 
+from dmae_fast.certification.core import zero_counts
 from dmae_fast.certification.stream import count
-from dmae_fast.engines.base import Engine
+from dmae_fast.engines.base import Engine, predicted_classes
 from dmae_fast.engines.exported import ExportedEngine
 from dmae_fast.engines.front_end import load_front_end
 from dmae_fast.engines.torch_engine import PRECISIONS
@@ -191,8 +192,7 @@ class FastBatches:
                                       device=self.device)
         else:
             self._slots = torch.zeros((num_slots + 1, *self.spec.input_shape), device=self.device)
-        self._counts = torch.zeros((num_slots + 1, len(phase_ids), self.spec.num_classes),
-                                   dtype=torch.int64, device=self.device)
+        self._counts = zero_counts(num_slots + 1, len(phase_ids), self.spec.num_classes, self.device)
         self._rows = torch.zeros((4, self.batch_size), dtype=torch.int64, device=self.device)
         self._rows[0] = num_slots
         self._ones = torch.ones(self.batch_size, dtype=torch.int64, device=self.device)
@@ -243,13 +243,13 @@ class FastBatches:
         if self.token_engine is not None:
             return self.token_engine.classify(tokens)
         with self._autocast():
-            return self.model.forward_tokens(tokens).argmax(dim=1)
+            return predicted_classes(self.model.forward_tokens(tokens))
 
     def _classify_images(self, images: torch.Tensor) -> torch.Tensor:
         if self.token_engine is not None:
             return self.token_engine.classify(self.model.tokens(images))
         with self._autocast():
-            return self.model(images).argmax(dim=1)
+            return predicted_classes(self.model(images))
 
     def _capture(self) -> None:
         """Warm up (compiling, autotuning) on the real rows, then capture the step and replay it.

@@ -27,11 +27,11 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from dmae_fast.certification.core import finite_counts, zero_counts
 from dmae_fast.data import check_finite
 from dmae_fast.engines.base import Engine
 from dmae_fast.errors import UserError
 from dmae_fast.noise import MASK32, Phase, gaussian_noise
-
 
 Decide = Callable[[int, np.ndarray, int], bool]
 """(image index, counts [phases, classes] at look k, k) -> True to stop sampling the image."""
@@ -120,8 +120,7 @@ class ImageBatches:
         """Per-run buffers; returns the counts [slots, phases, classes] the scheduler reads."""
         self._slot_images = torch.zeros((num_slots, *self.shape), device=self.device)
         self._phase_ids = phase_ids
-        self._counts = torch.zeros((num_slots, len(phase_ids), self.engine.spec.num_classes),
-                                   dtype=torch.int64, device=self.device)
+        self._counts = zero_counts(num_slots, len(phase_ids), self.engine.spec.num_classes, self.device)
         return self._counts
 
     def load(self, slot: int, image: torch.Tensor) -> None:
@@ -293,9 +292,10 @@ class StreamingCertifier:
                 event.synchronize()
             stopped = []
             for image, image_counts in zip(reached, host.numpy()):
-                done = image.stage == last_stage or self._decide(image.index, image_counts, image.stage)
+                done = image.stage == last_stage or self._decide(image.index, finite_counts(image.index, image_counts),
+                                                                 image.stage)
                 if done:
-                    self._finished.append(ImageCounts(image.index, image.label, image_counts.copy()))
+                    self._finished.append(ImageCounts(image.index, image.label, finite_counts(image.index, image_counts)))
                     if image.stage != last_stage:
                         stopped.append(image)
                 else:

@@ -6,7 +6,7 @@ import argparse
 import math
 import sys
 
-from dmae_fast.analysis import DEFAULT_RADII, format_table, plot_certified_accuracy
+from dmae_fast.analysis import DEFAULT_RADII, format_table, plot_certified_accuracy, rounding_warning
 from dmae_fast.cli.common import Parser, run_reporting_errors
 from dmae_fast.errors import UserError
 from dmae_fast.results import read_results
@@ -70,6 +70,8 @@ def _analyze(args: argparse.Namespace) -> int:
             if t.kind != "certify":
                 raise UserError(f"--plot needs certification files; {t.path} is a prediction file")
         plot_certified_accuracy(tables, args.plot, labels=args.labels)
+    for warning in filter(None, map(rounding_warning, tables)):
+        print(f"{PROG}: warning: {warning}", file=sys.stderr)
     print(table)
     if args.plot is not None:
         print(f"{PROG}: wrote {args.plot}", file=sys.stderr)

@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import json
 import math
+import os
 import platform
 import sys
 import time
@@ -29,20 +30,50 @@ from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
 from dmae_fast import __version__
-from dmae_fast.analysis import DEFAULT_RADII, average_certified_radius, format_table
-from dmae_fast.certification.core import FIXED_N, Certificate, certify_from_counts, predict_from_counts
+from dmae_fast.analysis import (
+    DEFAULT_RADII,
+    average_certified_radius,
+    format_table,
+    rounding_warning,
+)
+from dmae_fast.certification.core import (
+    FIXED_N,
+    Certificate,
+    certify_from_counts,
+    predict_from_counts,
+)
 from dmae_fast.certification.fast_stream import FastBatches, FastPath, StageTimer
-from dmae_fast.certification.sequential import FUTILITY_MODES, PAPER_RADII, SequentialCertifier, SequentialConfig
-from dmae_fast.certification.stream import Decide, ImageCounts, SamplingPlan, StreamingCertifier
+from dmae_fast.certification.sequential import (
+    FUTILITY_MODES,
+    PAPER_RADII,
+    SequentialCertifier,
+    SequentialConfig,
+)
+from dmae_fast.certification.stream import (
+    Decide,
+    ImageCounts,
+    SamplingPlan,
+    StreamingCertifier,
+)
 from dmae_fast.cli.common import Parser, parse_normalization, run_reporting_errors
 from dmae_fast.data import DEMO, TensorImageDataset, open_dataset, subset_indices
 from dmae_fast.demo import DEMO_CHECKPOINT
 from dmae_fast.engines import Engine, EngineOptions, open_engine
 from dmae_fast.engines.sidecar import KIND_BY_SUFFIX, read_sidecar
-from dmae_fast.errors import UserError
-from dmae_fast.results import CertifyRow, PredictRow, ResultsWriter, read_done_indices, read_results
+from dmae_fast.errors import Interrupted, UserError
+from dmae_fast.locking import OutputLock
+from dmae_fast.model.config import sigma_problem
+from dmae_fast.results import (
+    CertifyRow,
+    PredictRow,
+    ResultsWriter,
+    read_kept_rows,
+    read_results,
+)
+from dmae_fast.resume import RowRules, check_kept_rows, dataset_labels
 
 PROG = "dmae-certify"
+MAX_BATCH = 2**20  # noisy samples per forward pass; far beyond any device's memory at 224x224
 # Settings that change the results: a resumed run must agree on all of them.
 RESULT_FIELDS = ("engine", "data", "split", "labels", "image_size", "input_size", "normalize",
                  "sigma", "n0", "n", "alpha", "seed", "predict", "skip", "max_images", "precision",
@@ -94,11 +125,13 @@ class CertifyConfig:
 
     def validate(self) -> None:
         checks = [
-            (self.sigma is None or (math.isfinite(self.sigma) and self.sigma > 0), f"--sigma must be > 0, got {self.sigma}"),
+            (self.sigma is None or sigma_problem(self.sigma) is None, f"--{sigma_problem(self.sigma)}"),
+            (self.image_size is None or self.image_size >= 1, f"--image-size must be >= 1, got {self.image_size}"),
+            (self.input_size is None or self.input_size >= 1, f"--input-size must be >= 1, got {self.input_size}"),
             (0 < self.alpha < 1, f"--alpha must be in (0, 1), got {self.alpha}"),
             (self.n0 >= 1, f"--n0 must be >= 1, got {self.n0}"),
             (1 <= self.n < 2**32, f"--n must be in [1, 2**32), got {self.n}"),
-            (self.batch >= 1, f"--batch must be >= 1, got {self.batch}"),
+            (1 <= self.batch <= MAX_BATCH, f"--batch must be in [1, {MAX_BATCH:,}], got {self.batch}"),
             (self.skip >= 1, f"--skip must be >= 1, got {self.skip}"),
             (self.max_images is None or self.max_images >= 1, f"--max must be >= 1, got {self.max_images}"),
             (0 <= self.seed < 2**64, f"--seed must be in [0, 2**64), got {self.seed}"),
@@ -232,19 +265,33 @@ def _check_compatible(engine: Engine, dataset: Dataset, data: str) -> None:
         raise UserError(f"data {data} has {count} classes but the classifier has {spec.num_classes}")
 
 
-def _output_mode(config: CertifyConfig) -> str:
-    out = Path(config.out)
+def _check_out_directory(out: Path) -> None:
     if out.is_dir():
         raise UserError(f"--out {out} is a directory; name a results file")
-    if config.resume:
-        if not out.exists():
-            raise UserError(f"--resume: {out} does not exist")
-        _check_resumable(config)
-        return "append"
-    if out.exists() and not config.overwrite:
-        raise UserError(f"{out} exists; pass --overwrite to replace it or --resume to continue it")
     if not out.parent.is_dir():
         raise UserError(f"directory of --out {out} does not exist")
+    if not os.access(out.parent, os.W_OK | os.X_OK):
+        raise UserError(f"cannot write --out {out}: directory {out.parent} is not writable")
+
+
+def _kept_after_interrupt(config: CertifyConfig, mode: str, finished: int) -> str:
+    """What an interrupted run leaves on disk, and how to continue."""
+    if mode == "overwrite":
+        return (f"{config.out} is unchanged; the {finished} rows of this run are in {config.out}.partial "
+                "(not resumable: run again with --overwrite)")
+    return (f"{finished} new rows are in {config.out} (run record marked interrupted); continue with the same "
+            "command and --resume")
+
+
+def _output_mode(config: CertifyConfig) -> str:
+    out = Path(config.out)
+    _check_out_directory(out)
+    if config.resume:
+        if out.exists():
+            _check_resumable(config)
+        return "append"  # a run stopped before its first row: nothing to check, start it
+    if out.exists() and not config.overwrite:
+        raise UserError(f"{out} exists; pass --overwrite to replace it or --resume to continue it")
     return "overwrite" if config.overwrite else "new"
 
 
@@ -322,9 +369,17 @@ class _Procedure:
     """How a run samples (plan, early-stopping rule) and turns counts into result rows."""
 
     name: str
+    level: float  # the Clopper-Pearson level of the certificate's bound (alpha, or alpha / K)
     plan: SamplingPlan
     decide: Decide | None
     decision: Callable[[np.ndarray], Certificate] | None  # CERTIFY: counts -> certificate
+
+    def rules(self, config: CertifyConfig) -> RowRules:
+        """What the rows of this run satisfy (checked on the rows a --resume keeps)."""
+        if self.decision is None:
+            return RowRules("predict", 0, (config.n,), config.alpha, config.sigma, None)
+        sizes = tuple(size - config.n0 for size in self.plan.stage_ends) if self.plan.looks else (config.n,)
+        return RowRules("certify", config.n0, sizes, self.level, config.sigma, self.name)
 
     def row(self, config: CertifyConfig, done: ImageCounts, seconds: float) -> CertifyRow | PredictRow:
         correct = lambda prediction: int(prediction == done.label)  # noqa: E731
@@ -339,14 +394,15 @@ class _Procedure:
 
 def _procedure(config: CertifyConfig) -> _Procedure:
     if config.predict:
-        return _Procedure("predict", SamplingPlan.predict(config.n), None, None)
+        return _Procedure("predict", config.alpha, SamplingPlan.predict(config.n), None, None)
     if not config.sequential:
         fixed = lambda counts: certify_from_counts(counts[0], counts[1], config.alpha, config.sigma)  # noqa: E731
-        return _Procedure(FIXED_N, SamplingPlan.certify(config.n0, config.n), None, fixed)
+        return _Procedure(FIXED_N, config.alpha, SamplingPlan.certify(config.n0, config.n), None, fixed)
     sequential = SequentialCertifier(SequentialConfig(
         config.n0, config.n, config.alpha, config.sigma, config.radii or PAPER_RADII, config.looks, config.futility))
     return _Procedure(
         sequential.procedure,
+        sequential.level,
         SamplingPlan.sequential(config.n0, sequential.looks),
         sequential.decide,
         lambda counts: sequential.certify(counts[0], int(counts[1, np.argmax(counts[0])]), int(counts[1].sum())),
@@ -362,26 +418,42 @@ def _engine_input(config: CertifyConfig) -> str:
 
 
 def certify(config: CertifyConfig) -> int:
-    """Run one certification as configured; returns the exit status."""
+    """Run one certification as configured; returns the exit status.
+
+    The results file is locked for the whole run: a second run on the same --out is refused.
+    """
     config.validate()
     if not config.resume:
         _output_mode(config)  # refuse an existing --out before loading anything
+    _check_out_directory(Path(config.out))
+    with OutputLock(config.out, "results file"):
+        return _certify_locked(config)
+
+
+def _certify_locked(config: CertifyConfig) -> int:
     mean, std = parse_normalization(config.normalize)
     options = EngineOptions(config.device, config.precision, config.input_size, mean, std, _engine_input(config))
     engine = open_engine(config.engine, options)
     if config.sigma is None and engine.spec.sigma is None:
         raise UserError("--sigma is required: the checkpoint does not record the sigma it was trained for")
-    config = dataclasses.replace(config, sigma=config.sigma or engine.spec.sigma, precision=engine.precision)
+    sigma = config.sigma if config.sigma is not None else engine.spec.sigma
+    config = dataclasses.replace(config, sigma=sigma, precision=engine.precision)
+    config.validate()  # the sigma the checkpoint or sidecar recorded, like --sigma
     mode = _output_mode(config)
-    dataset = open_dataset(config.data, split=config.split, labels=config.labels,
-                           image_size=config.image_size or engine.spec.input_size)
+    if mode == "append" and not Path(config.out).exists():
+        print(f"{PROG}: --resume: {config.out} does not exist yet; starting the run", file=sys.stderr)
+    image_size = config.image_size if config.image_size is not None else engine.spec.input_size
+    dataset = open_dataset(config.data, split=config.split, labels=config.labels, image_size=image_size)
     _check_compatible(engine, dataset, config.data)
     indices = subset_indices(len(dataset), config.skip, config.max_images)
-    if mode == "append":
-        done = read_done_indices(config.out)
-        indices = [i for i in indices if i not in done]
     procedure = _procedure(config)
     plan = procedure.plan
+    if mode == "append":
+        kept = read_kept_rows(config.out)
+        if kept is not None:
+            check_kept_rows(kept, indices, dataset_labels(dataset, indices), procedure.rules(config))
+            done = set(kept.idx.tolist())
+            indices = [i for i in indices if i not in done]
     timer = StageTimer(engine.device) if config.profile else None
     body = None
     if config.fast_path is not None:
@@ -393,22 +465,31 @@ def certify(config: CertifyConfig) -> int:
     print(f"{PROG}: {len(indices)} images, {'up to ' if plan.looks else ''}{plan.total:,} samples each, "
           f"{procedure.name}, sigma {config.sigma}, {description}, batch {config.batch} -> {config.out}",
           file=sys.stderr)
-    if mode != "overwrite":  # an overwritten run's old record stays until the new results replace it
-        _write_sidecar(config, description, engine, procedure, {"status": "running"})
+    record = (lambda summary: None) if mode == "overwrite" else \
+        (lambda summary: _write_sidecar(config, description, engine, procedure, summary))
+    record({"status": "running"})  # an overwritten run's old record stays until the new results replace it
     start = time.perf_counter()
     finished = samples = 0
     bar = tqdm(total=len(indices), unit="img", desc="certifying" if not config.predict else "predicting",
                disable=not config.progress, mininterval=0.5, file=sys.stderr)
     profiler = _profiler(config, engine.device)
-    with ResultsWriter(config.out, kind="predict" if config.predict else "certify", mode=mode) as writer, bar, \
-            profiler:
-        for done in streamer.run(images, procedure.decide):
-            finished += 1
-            samples += int(done.counts.sum())
-            elapsed = time.perf_counter() - start
-            writer.write(procedure.row(config, done, elapsed / finished))  # per-image share of the run's time
-            bar.update()
-            bar.set_postfix_str(f"{samples / elapsed:,.0f} samples/s")
+    try:
+        with ResultsWriter(config.out, kind="predict" if config.predict else "certify", mode=mode) as writer, \
+                bar, profiler:
+            for done in streamer.run(images, procedure.decide):
+                finished += 1
+                samples += int(done.counts.sum())
+                elapsed = time.perf_counter() - start
+                writer.write(procedure.row(config, done, elapsed / finished))  # per-image share of the run's time
+                bar.update()
+                bar.set_postfix_str(f"{samples / elapsed:,.0f} samples/s")
+    except Interrupted as stop:
+        record({"status": "interrupted", "images": finished})
+        stop.kept = _kept_after_interrupt(config, mode, finished)
+        raise
+    except UserError as error:
+        record({"status": "failed", "images": finished, "error": str(error)})
+        raise
     elapsed = time.perf_counter() - start
     rate = samples / elapsed if elapsed > 0 else float("nan")
     if timer is not None:
@@ -426,6 +507,9 @@ def _print_summary(config: CertifyConfig, finished: int, elapsed: float, rate: f
     table = read_results(config.out)
     if len(table) == 0:
         return
+    warning = rounding_warning(table)  # rows of an older run that this one resumed
+    if warning:
+        print(f"{PROG}: warning: {warning}", file=sys.stderr)
     radii = config.radii or ((0.0,) + PAPER_RADII if config.sequential else DEFAULT_RADII)
     if config.sequential:
         radii = tuple(sorted({0.0, *radii}))

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn
 
-from dmae_fast.errors import UserError
+from dmae_fast.errors import Interrupted, UserError, interrupt_on_signals
 from dmae_fast.model.config import NORMALIZATIONS
 
 
@@ -19,16 +19,28 @@ class Parser(argparse.ArgumentParser):
 
 
 def run_reporting_errors(prog: str, body: Callable[[], int]) -> int:
-    """Run ``body``; a :class:`UserError` becomes ``prog: error: ...`` on stderr and exit 2."""
+    """Run ``body`` with one-line endings instead of tracebacks.
+
+    A :class:`UserError` becomes ``prog: error: ...`` on stderr and exit 2; so does an
+    operating-system error no code path named better (a full disk, a read-only or immutable
+    directory, a file that vanished): it is about the machine, not a bug. SIGINT/SIGTERM
+    become one line saying what was kept, exit 130/143.
+    """
+    interrupt_on_signals()
     try:
         return body()
+    except Interrupted as stop:
+        print(f"{prog}: interrupted by {stop.name}; {stop.kept or 'what was written so far is left as it is'}", file=sys.stderr)
+        return stop.exit_status
     except UserError as error:
         message = " ".join(str(error).split())
         print(f"{prog}: error: {message}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted; rows already written are kept", file=sys.stderr)
-        return 130
+    except OSError as error:
+        where = f": {error.filename}" if error.filename else ""
+        message = " ".join(f"{error.strerror or error}{where}".split())
+        print(f"{prog}: error: {message}", file=sys.stderr)
+        return 2
 
 
 def parse_normalization(text: str | None) -> tuple[tuple[float, ...] | None, tuple[float, ...] | None]:

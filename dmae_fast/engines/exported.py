@@ -6,6 +6,7 @@ from pathlib import Path
 
 import torch
 
+from dmae_fast.engines.base import predicted_classes
 from dmae_fast.engines.sidecar import EngineMeta
 from dmae_fast.errors import UserError
 
@@ -16,7 +17,7 @@ class ExportedEngine:
     Subclasses implement :meth:`_run` (one batch inside the engine's batch range ->
     float32 logits on ``device``). :meth:`logits` checks the input, splits batches larger
     than ``batch.max`` and pads batches smaller than ``batch.min``; :meth:`classify` is its
-    argmax, on the device.
+    argmax (:func:`predicted_classes`), on the device.
     """
 
     runtime = "?"  # e.g. "ONNX Runtime (CPUExecutionProvider)", set by subclasses
@@ -57,4 +58,4 @@ class ExportedEngine:
         return outputs[0] if len(outputs) == 1 else torch.cat(outputs)
 
     def classify(self, inputs: torch.Tensor) -> torch.Tensor:
-        return self.logits(inputs).argmax(dim=1)
+        return predicted_classes(self.logits(inputs))

@@ -6,6 +6,7 @@ from contextlib import nullcontext
 
 import torch
 
+from dmae_fast.engines.base import predicted_classes
 from dmae_fast.engines.sidecar import input_shape
 from dmae_fast.model import SmoothingClassifier
 
@@ -38,4 +39,4 @@ class TorchEngine:
     @torch.inference_mode()
     def classify(self, inputs: torch.Tensor) -> torch.Tensor:
         with self._autocast():
-            return self._forward(inputs).argmax(dim=1)
+            return predicted_classes(self._forward(inputs))

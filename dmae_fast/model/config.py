@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -11,6 +12,30 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR10_STD = (0.2471, 0.2435, 0.2616)
 NORMALIZATIONS = {"imagenet": (IMAGENET_MEAN, IMAGENET_STD), "cifar10": (CIFAR10_MEAN, CIFAR10_STD)}
+
+
+# Noise levels are in [0, 1] pixel units; far above 1 the noise drowns any image, and
+# radii (sigma * Phi^-1(pA)) stay far from overflowing.
+MAX_SIGMA = 100.0
+
+
+def sigma_problem(sigma: object) -> str | None:
+    """Why ``sigma`` cannot be a noise level (None when it can): a finite number in (0, MAX_SIGMA]."""
+    if isinstance(sigma, bool) or not isinstance(sigma, (int, float)):
+        return f"sigma must be a number, got {sigma!r}"
+    if not (math.isfinite(sigma) and 0 < sigma <= MAX_SIGMA):
+        return f"sigma must be a finite number in (0, {MAX_SIGMA:g}] ([0, 1] pixel units), got {sigma}"
+    return None
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _require(checks: list[tuple[bool, str]]) -> None:
+    for ok, message in checks:
+        if not ok:
+            raise ValueError(message)
 
 
 @dataclass(frozen=True)
@@ -26,6 +51,14 @@ class EncoderConfig:
     mlp_ratio: float = 4.0
 
     def __post_init__(self) -> None:
+        sizes = ("embed_dim", "num_heads", "patch_size", "img_size", "in_chans")
+        _require([(_is_int(getattr(self, name)) and getattr(self, name) >= 1,
+                   f"encoder {name} must be a whole number >= 1, got {getattr(self, name)!r}") for name in sizes])
+        _require([(_is_int(self.depth) and self.depth >= 0,  # 0: a token engine's body-less front end
+                   f"encoder depth must be a whole number >= 0, got {self.depth!r}")])
+        _require([(not isinstance(self.mlp_ratio, bool) and isinstance(self.mlp_ratio, (int, float))
+                   and math.isfinite(self.mlp_ratio) and self.mlp_ratio > 0,
+                   f"encoder mlp_ratio must be a finite number > 0, got {self.mlp_ratio!r}")])
         if self.img_size % self.patch_size:
             raise ValueError(
                 f"image size {self.img_size} is not divisible by the patch size {self.patch_size}"
@@ -78,6 +111,32 @@ class ClassifierSpec:
     class_names: tuple[str, ...] | None = None
     provenance: dict[str, Any] = field(default_factory=dict, compare=False)
 
+    def __post_init__(self) -> None:
+        channels = self.encoder.in_chans if isinstance(self.encoder, EncoderConfig) else None
+        _require([
+            (isinstance(self.encoder, EncoderConfig), f"encoder must be an EncoderConfig, got {self.encoder!r}"),
+            (_is_int(self.num_classes) and self.num_classes >= 1,
+             f"num_classes must be a whole number >= 1, got {self.num_classes!r}"),
+            (_is_int(self.input_size) and self.input_size >= 1,
+             f"input size must be a whole number >= 1, got {self.input_size!r}"),
+            (self.pool in ("avg", "token"), f"pool must be 'avg' or 'token', got {self.pool!r}"),
+            (self.head in ("linear", "bn_linear"), f"head must be 'linear' or 'bn_linear', got {self.head!r}"),
+        ])
+        normalization_ok = all(
+            isinstance(values, tuple) and len(values) == channels
+            and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values)
+            for values in (self.mean, self.std)) and min(self.std) > 0
+        _require([
+            (normalization_ok, f"normalization needs {channels} finite means and {channels} finite stds > 0, "
+                               f"got mean {self.mean}, std {self.std}"),
+            (self.sigma is None or sigma_problem(self.sigma) is None, str(sigma_problem(self.sigma))),
+            (self.class_names is None or (isinstance(self.class_names, tuple)
+                                          and all(isinstance(n, str) for n in self.class_names)),
+             f"class_names must be a list of strings, got {self.class_names!r}"),
+        ])
+        if self.class_names is not None and len(self.class_names) != self.num_classes:
+            raise ValueError(f"{len(self.class_names)} class_names for {self.num_classes} classes")
+
     @property
     def input_shape(self) -> tuple[int, int, int]:
         return (self.encoder.in_chans, self.input_size, self.input_size)
@@ -87,6 +146,9 @@ class ClassifierSpec:
 
     @classmethod
     def from_json_dict(cls, data: dict[str, Any]) -> ClassifierSpec:
+        """Rebuild a spec from :meth:`to_json_dict`'s output; ValueError/TypeError/KeyError if malformed."""
+        if not isinstance(data, dict) or not isinstance(data.get("encoder"), dict):
+            raise ValueError("the classifier description must be an object with an 'encoder' object")
         data = dict(data)
         data["encoder"] = EncoderConfig(**data["encoder"])
         for key in ("mean", "std", "class_names"):

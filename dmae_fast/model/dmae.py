@@ -2,8 +2,9 @@
 
 clean x in [0, 1] -> x + sigma * eta (no clamp) -> normalize -> patchify/embed -> keep a
 random 25% of patches -> ViT encoder -> light decoder with mask tokens -> pixels per
-patch. The loss is the MSE against the CLEAN image over ALL patches (MAE: masked only);
-``norm_pix_loss`` normalizes each target patch by its own mean and variance.
+patch. The loss is the MSE against the CLEAN image over ALL patches (MAE: masked only),
+the target normalized exactly like the input (per-channel mean/std, as the official code
+does); ``norm_pix_loss`` then normalizes each target patch by its own mean and variance.
 
 Parameter names follow the official MAE/DMAE release, so its files load strictly.
 """
@@ -118,7 +119,7 @@ class DMAEPretrain(nn.Module):
         generator: torch.Generator | None = None,
         scores: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        x = self.patch_embed((noisy - self.mean) / self.std) + self.pos_embed[:, 1:]
+        x = self.patch_embed(self.normalize(noisy)) + self.pos_embed[:, 1:]
         x, mask, restore = self.random_masking(x, mask_ratio, generator, scores)
         cls = (self.cls_token + self.pos_embed[:, :1]).expand(x.shape[0], -1, -1)
         x = torch.cat([cls, x], dim=1)
@@ -137,13 +138,22 @@ class DMAEPretrain(nn.Module):
             x = block(x)
         return self.decoder_pred(self.decoder_norm(x))[:, 1:]
 
-    def reconstruction_loss(self, clean: torch.Tensor, pred: torch.Tensor) -> torch.Tensor:
-        """Mean squared error against the clean image over all patches."""
-        target = self.patchify(clean)
+    def normalize(self, images: torch.Tensor) -> torch.Tensor:
+        """[0, 1] pixels -> the per-channel normalized input of the encoder."""
+        return (images - self.mean) / self.std
+
+    def target(self, clean: torch.Tensor) -> torch.Tensor:
+        """What the decoder reconstructs: the normalized clean image per patch [B, L, p*p*C]
+        (each patch standardized on its own with ``norm_pix_loss``)."""
+        target = self.patchify(self.normalize(clean))
         if self.norm_pix_loss:
             mean, var = target.mean(-1, keepdim=True), target.var(-1, keepdim=True)
             target = (target - mean) / (var + 1e-6) ** 0.5
-        return ((pred - target) ** 2).mean()
+        return target
+
+    def reconstruction_loss(self, clean: torch.Tensor, pred: torch.Tensor) -> torch.Tensor:
+        """Mean squared error against the (normalized) clean image over all patches."""
+        return ((pred - self.target(clean)) ** 2).mean()
 
     def forward(
         self,

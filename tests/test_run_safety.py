@@ -1,0 +1,202 @@
+"""What crashes, signals, second writers and edited files do to dmae-certify's outputs.
+
+Subprocess tests run the real console entry (signals need a real process); the rest go
+through ``main(argv)`` in-process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dmae_fast.cli.certify import main
+from dmae_fast.locking import OutputLock
+
+# 12 demo digits, 2,020 samples each: a few seconds on one CPU thread.
+RUN = ["--data", "demo", "--n0", "20", "--n", "2000", "--batch", "500", "--max", "12", "--device", "cpu",
+       "--sigma", "0.25", "--precision", "fp32", "--quiet"]
+SMALL = ["--data", "demo", "--n0", "20", "--n", "200", "--batch", "64", "--max", "4", "--device", "cpu",
+         "--sigma", "0.25", "--precision", "fp32", "--quiet"]
+
+
+def without_time(path: Path) -> list[list[str]]:
+    lines = [line.split("\t") for line in path.read_text().splitlines()]
+    position = lines[0].index("time")
+    return [cells[:position] + cells[position + 1:] for cells in lines]
+
+
+def one_error(capsys, rc: int, *mentions: str) -> str:
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("dmae-certify: error:")]
+    assert rc == 2 and len(lines) == 1 and "Traceback" not in err, err
+    for mention in mentions:
+        assert mention in lines[0], (mention, lines[0])
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> Path:
+    """The uninterrupted run that interrupted and resumed runs must reproduce."""
+    out = tmp_path_factory.mktemp("reference") / "reference.tsv"
+    assert main([*RUN, "--out", str(out)]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("small") / "small.tsv"
+    assert main([*SMALL, "--out", str(out)]) == 0
+    return out
+
+
+# --------------------------------------------------------------------------- a second writer
+
+
+@pytest.mark.parametrize("mode", [[], ["--resume"], ["--overwrite"]], ids=["new", "resume", "overwrite"])
+def test_a_second_writer_is_refused_and_the_first_file_is_intact(tmp_path, capsys, small, mode):
+    out = tmp_path / "shared.tsv"
+    if mode:
+        out.write_bytes(small.read_bytes())
+        Path(str(out) + ".json").write_bytes(Path(str(small) + ".json").read_bytes())
+    before = out.read_bytes() if out.exists() else None
+    with OutputLock(out, "results file"):  # another process holds the output
+        message = one_error(capsys, main([*SMALL, *mode, "--out", str(out)]), "being written by another process",
+                            f"pid {os.getpid()}")
+    assert str(out) in message
+    assert (out.read_bytes() if out.exists() else None) == before
+    assert not Path(str(out) + ".partial").exists()
+
+
+def test_a_second_real_process_is_refused_while_the_first_runs(tmp_path, reference):
+    out = tmp_path / "busy.tsv"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    first = subprocess.Popen([sys.executable, "-m", "dmae_fast.cli.certify", *RUN, "--out", str(out)],
+                             stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        lock = Path(str(out) + ".lock")
+        deadline = time.monotonic() + 120
+        while not lock.exists() and first.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        second = subprocess.run([sys.executable, "-m", "dmae_fast.cli.certify", *RUN, "--resume", "--out", str(out)],
+                                capture_output=True, text=True, env=env, timeout=120)
+    finally:
+        first.wait(timeout=300)
+    assert second.returncode == 2, second.stderr
+    assert second.stderr.strip().splitlines()[-1].startswith("dmae-certify: error: results file")
+    assert f"pid {first.pid}" in second.stderr
+    assert first.returncode == 0, first.stderr.read()
+    assert without_time(out) == without_time(reference)
+    assert not lock.exists()
+
+
+# --------------------------------------------------------------------------- signals
+
+
+def _start(out: Path, *extra: str) -> subprocess.Popen:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    script = Path(sys.executable).with_name("dmae-certify")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "dmae_fast.cli.certify"]
+    return subprocess.Popen([*command, *RUN, *extra, "--out", str(out)], stderr=subprocess.PIPE, text=True,
+                            env=env)
+
+
+def _wait_for_rows(path: Path, rows: int, process: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and process.poll() is None:
+        if path.exists() and path.read_text().count("\n") >= 1 + rows:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"{path} never reached {rows} rows")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_during_the_run_keeps_the_rows_and_resume_completes_them(tmp_path, reference, signum):
+    out = tmp_path / "signalled.tsv"
+    process = _start(out)
+    _wait_for_rows(out, 2, process)
+    process.send_signal(signum)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 128 + signum, err
+    lines = err.strip().splitlines()
+    assert "Traceback" not in err and lines[-1].startswith(f"dmae-certify: interrupted by {signal.Signals(signum).name}")
+    assert "--resume" in lines[-1] and "new rows are in" in lines[-1]
+    assert json.loads(Path(str(out) + ".json").read_text())["status"] == "interrupted"
+    assert main([*RUN, "--resume", "--out", str(out)]) == 0
+    assert without_time(out) == without_time(reference)
+
+
+def test_a_signal_while_starting_is_one_line(tmp_path):
+    out = tmp_path / "early.tsv"
+    process = _start(out)
+    time.sleep(0.3)  # still importing torch
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130
+    assert "Traceback" not in err and len(err.strip().splitlines()) <= 2, err
+    assert "interrupted by SIGINT" in err.strip().splitlines()[-1]
+
+
+def test_a_signal_during_overwrite_leaves_the_old_file(tmp_path, small):
+    out = tmp_path / "precious.tsv"
+    out.write_bytes(small.read_bytes())
+    process = _start(out, "--overwrite")
+    _wait_for_rows(Path(str(out) + ".partial"), 1, process)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 143, err
+    assert out.read_bytes() == small.read_bytes()
+    assert "is unchanged" in err.strip().splitlines()[-1] and ".partial" in err
+
+
+# --------------------------------------------------------------------------- resume trusts nothing
+
+
+def _edit(path: Path, row: int, column: str, value: str) -> None:
+    lines = path.read_text().splitlines(keepends=True)
+    header = lines[0].rstrip("\n").split("\t")
+    cells = lines[row].rstrip("\n").split("\t")
+    cells[header.index(column)] = value
+    lines[row] = "\t".join(cells) + "\n"
+    path.write_text("".join(lines))
+
+
+def _partial_copy(small: Path, directory: Path, rows: int = 2) -> Path:
+    out = directory / "kept.tsv"
+    out.write_text("".join(small.read_text().splitlines(keepends=True)[: 1 + rows]))
+    Path(str(out) + ".json").write_bytes(Path(str(small) + ".json").read_bytes())
+    return out
+
+
+@pytest.mark.parametrize(("edit", "mentions"), [
+    (lambda p: _edit(p, 1, "radius", "0.999999"), ["has radius 0.999999"]),
+    (lambda p: _edit(p, 2, "pA_lower", "0.9990000000"), ["pA_lower"]),
+    (lambda p: _edit(p, 1, "nA", "150"), ["pA_lower"]),
+    (lambda p: _edit(p, 1, "label", "7"), ["label 7"]),
+    (lambda p: _edit(p, 1, "predict", "-1"), ["contradicts"]),
+    (lambda p: _edit(p, 1, "idx", "3000"), ["not one of this run's images"]),
+    (lambda p: _edit(p, 2, "idx", "0"), ["more than one row"]),
+    (lambda p: _edit(p, 1, "sigma", "0.5"), ["sigma 0.5"]),
+    (lambda p: _edit(p, 1, "n", "100"), ["n = 100"]),
+    (lambda p: _edit(p, 1, "procedure", "sequential-cp-bonferroni-K6"), ["procedure"]),
+])
+def test_resume_refuses_rows_it_did_not_write(tmp_path, capsys, small, edit, mentions):
+    out = _partial_copy(small, tmp_path)
+    edit(out)
+    before = out.read_bytes()
+    one_error(capsys, main([*SMALL, "--resume", "--out", str(out)]), "--resume", *mentions)
+    assert out.read_bytes() == before
+
+
+def test_resume_drops_a_torn_last_line_and_completes(tmp_path, small):
+    out = _partial_copy(small, tmp_path)
+    with open(out, "a") as f:
+        f.write("2\t1\t1\t0.5")  # a crash in the middle of a row
+    assert main([*SMALL, "--resume", "--out", str(out)]) == 0
+    assert without_time(out) == without_time(small)
