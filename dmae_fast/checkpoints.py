@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 from dataclasses import dataclass, replace
 from enum import Enum
@@ -71,10 +72,19 @@ class RawCheckpoint:
 def read_checkpoint(path: str | Path) -> RawCheckpoint:
     """Read any supported file into tensors (+ metadata); one-line UserError otherwise."""
     path = Path(path)
+    if not path.exists():
+        raise UserError(f"checkpoint {path} does not exist")
     if not path.is_file():
-        raise UserError(f"checkpoint {path} does not exist or is not a file")
+        raise UserError(f"checkpoint {path} is not a file")
+    if not os.access(path, os.R_OK):
+        raise UserError(f"checkpoint {path} is not readable (permission denied)")
     if path.suffix == ".safetensors":
         return _read_safetensors(path)
+    with open(path, "rb") as handle:
+        magic = handle.read(2)
+    if not _looks_like_torch(magic):
+        raise UserError(f"{path} is not a PyTorch checkpoint (neither a torch.save zip archive nor a pickle)"
+                        + (": it is a safetensors file, name it .safetensors" if _is_safetensors(path) else ""))
     try:
         with torch.serialization.safe_globals([argparse.Namespace]):
             payload = torch.load(path, map_location="cpu", weights_only=True)
@@ -103,6 +113,19 @@ def _check_finite(path: Path, state: StateDict) -> None:
     if bad:
         shown = ", ".join(bad[:3]) + (f" (+{len(bad) - 3} more)" if len(bad) > 3 else "")
         raise UserError(f"checkpoint {path} has NaN or infinite values in {shown}: refusing a non-finite model")
+
+
+def _looks_like_torch(magic: bytes) -> bool:
+    """torch.save writes a zip archive ('PK'), or in the legacy format a pickle (protocol byte 0x80)."""
+    return magic.startswith(b"PK") or magic.startswith(b"\x80")
+
+
+def _is_safetensors(path: Path) -> bool:
+    try:
+        with safetensors.safe_open(str(path), framework="pt"):
+            return True
+    except Exception:  # noqa: BLE001 (anything else is simply not safetensors)
+        return False
 
 
 def _read_safetensors(path: Path) -> RawCheckpoint:

@@ -439,7 +439,8 @@ def test_not_a_checkpoint(name: str, tmp_path: Path) -> None:
     path = tmp_path / name
     path.write_bytes(torch.randint(0, 256, (4096,), generator=torch.Generator().manual_seed(7),
                                    dtype=torch.uint8).numpy().tobytes())
-    _one_line_user_error(lambda: load_classifier(path, num_heads=HEADS), "cannot read", name)
+    expected = "cannot read" if name.endswith(".safetensors") else "not a PyTorch checkpoint"
+    _one_line_user_error(lambda: load_classifier(path, num_heads=HEADS), expected, name)
 
 
 def test_not_a_state_dict(tmp_path: Path) -> None:

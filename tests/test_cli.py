@@ -669,3 +669,33 @@ def test_disk_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[
     monkeypatch.setattr(target, fail)
     run = certify(capsys, *BASE, "--max", "2", "--out", tmp_path / "run.tsv")
     assert_error_during_run(run, error.strerror)
+
+
+# --------------------------------------------------------------------------- one-liners that say what is wrong
+
+
+def test_a_text_file_as_pth_says_it_is_not_a_checkpoint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Was: 'pop from empty list' (torch.load's own message)."""
+    text = tmp_path / "notes.pth"
+    text.write_text("these are my notes\n")
+    assert_refused(capsys, tmp_path, ["--ckpt", str(text)], "not a PyTorch checkpoint")
+
+
+def test_a_safetensors_file_named_pth_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    renamed = tmp_path / "model.pth"
+    renamed.write_bytes(DEMO_CHECKPOINT.read_bytes())
+    assert_refused(capsys, tmp_path, ["--ckpt", str(renamed)], "name it .safetensors")
+
+
+def test_an_unreadable_checkpoint_says_permission(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Was: 'No such file or directory'. Root ignores permission bits, so os.access is faked."""
+    path = tiny_classifier(tmp_path / "locked.safetensors")
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: False if Path(p) == path else real(p, mode))
+    assert_refused(capsys, tmp_path, ["--ckpt", str(path)], "not readable")
+
+
+def test_a_directory_as_checkpoint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "model.pth").mkdir()
+    assert_refused(capsys, tmp_path, ["--ckpt", str(tmp_path / "model.pth")], "is not a file")

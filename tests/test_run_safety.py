@@ -19,6 +19,9 @@ import pytest
 from dmae_fast.cli.certify import main
 from dmae_fast.locking import OutputLock
 
+# One thread in-process, as in the subprocesses: training runs compare weights bit for bit.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 # 12 demo digits, 2,020 samples each: a few seconds on one CPU thread.
 RUN = ["--data", "demo", "--n0", "20", "--n", "2000", "--batch", "500", "--max", "12", "--device", "cpu",
        "--sigma", "0.25", "--precision", "fp32", "--quiet"]
@@ -200,3 +203,109 @@ def test_resume_drops_a_torn_last_line_and_completes(tmp_path, small):
         f.write("2\t1\t1\t0.5")  # a crash in the middle of a row
     assert main([*SMALL, "--resume", "--out", str(out)]) == 0
     assert without_time(out) == without_time(small)
+
+
+# --------------------------------------------------------------------------- how much a crash can take
+
+
+def test_rows_survive_sigkill_and_fsync_is_bounded(tmp_path, monkeypatch):
+    """Every row reaches the OS at once (SIGKILL loses none); fsync runs at most every SYNC_SECONDS."""
+    out = tmp_path / "killed.tsv"
+    child = subprocess.Popen([sys.executable, "-c", f"""
+import sys, time
+from dmae_fast.results import CertifyRow, ResultsWriter
+writer = ResultsWriter({str(out)!r})
+for i in range(50):
+    writer.write(CertifyRow(i, 1, 1, 0.5, 1, 0.01, 100, 1000, 990, 0.98, 0.25, "cohen-fixed-n"))
+print("written", flush=True)
+time.sleep(60)
+"""], stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "written"
+    child.kill()
+    child.wait(timeout=30)
+    from dmae_fast.results import read_results
+
+    assert read_results(out).idx.tolist() == list(range(50))
+
+    import dmae_fast.results as results
+
+    calls = []
+    real = os.fsync
+    monkeypatch.setattr(results.os, "fsync", lambda fd: (calls.append(fd), real(fd)))
+    with results.ResultsWriter(tmp_path / "many.tsv") as writer:
+        for i in range(2000):
+            writer.write(results.CertifyRow(i, 1, 1, 0.5, 1, 0.01, 100, 1000, 990, 0.98, 0.25, "cohen-fixed-n"))
+    assert len(calls) <= 2 + 2  # the header, the close, and at most a couple of timed syncs
+
+
+# --------------------------------------------------------------------------- training run directories
+
+TRAIN = ["pretrain", "--preset", "demo-pretrain", "--set", "data.limit=32", "--set", "optim.batch_size=16",
+         "--set", "data.crop_scale=none", "--set", "optim.warmup_epochs=1", "--quiet"]
+
+
+def _train(*args: str) -> int:
+    from dmae_fast.cli.train import main as train_main
+
+    return train_main(list(args))
+
+
+def _weights(run: Path) -> dict:
+    from dmae_fast.checkpoints import read_checkpoint
+
+    return read_checkpoint(run / "pretrain.pth").state
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    """An uninterrupted 8-epoch run, the reference for interrupted ones."""
+    out = tmp_path_factory.mktemp("train") / "reference"
+    assert _train(*TRAIN, "--set", "optim.epochs=8", "--out", str(out)) == 0
+    return out
+
+
+def test_training_killed_before_its_first_checkpoint_resumes_from_the_start(tmp_path, capsys, trained):
+    """Was a dead end: --resume said 'nothing to resume', a new run said 'already holds a run'."""
+    out = tmp_path / "early"
+    assert _train(*TRAIN, "--set", "optim.epochs=8", "--show-config") == 0
+    out.mkdir()
+    config = json.loads(capsys.readouterr().out)
+    (out / "config.json").write_text(json.dumps(config))  # what a run killed at once leaves
+    assert _train("pretrain", "--resume", "--quiet", "--out", str(out)) == 0
+    assert "starting the run from its first epoch" in capsys.readouterr().err
+    reference, resumed = _weights(trained), _weights(out)
+    assert all(bool((reference[k] == resumed[k]).all()) for k in reference)
+    assert json.loads((out / "status.json").read_text())["status"] == "complete"
+
+
+def test_a_second_training_run_on_one_directory_is_refused(tmp_path, capsys, trained):
+    out = tmp_path / "shared"
+    out.mkdir()
+    with OutputLock(out, "run directory"):
+        assert _train(*TRAIN, "--set", "optim.epochs=1", "--out", str(out)) == 2
+    err = capsys.readouterr().err
+    assert "run directory" in err and "being written by another process" in err and len(err.splitlines()) == 1
+    assert sorted(p.name for p in out.iterdir()) == []  # nothing written
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_during_training_resumes_to_the_same_weights(tmp_path, trained, signum):
+    out = tmp_path / "signalled"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    process = subprocess.Popen([sys.executable, "-m", "dmae_fast.cli.train", *TRAIN, "--set", "optim.epochs=8",
+                                "--out", str(out)], stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 120
+    while not (out / "checkpoint.pt").exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    process.send_signal(signum)
+    _, err = process.communicate(timeout=120)
+    if process.returncode == 0:
+        pytest.skip("the run finished before the signal arrived")
+    assert process.returncode == 128 + signum, err
+    last = err.strip().splitlines()[-1]
+    assert "Traceback" not in err and last.startswith(f"dmae-train: interrupted by {signal.Signals(signum).name}")
+    assert "--resume" in last
+    assert json.loads((out / "status.json").read_text())["status"] == "interrupted"
+    assert _train("pretrain", "--resume", "--quiet", "--out", str(out)) == 0
+    reference, resumed = _weights(trained), _weights(out)
+    assert all(bool((reference[k] == resumed[k]).all()) for k in reference)

@@ -30,9 +30,9 @@ def test_pretrain_loss_is_over_all_patches_against_the_clean_image():
     noise, scores = torch.randn_like(clean), torch.rand(4, 16)
     sigma = 0.5
     out = model(clean, sigma, 0.75, noise=noise, scores=scores)
-    per_patch = ((out.pred - model.patchify(clean)) ** 2).mean(-1)  # [B, L]
+    per_patch = ((out.pred - model.patchify(model.normalize(clean))) ** 2).mean(-1)  # [B, L], official target
     masked_only = (per_patch * out.mask).sum() / out.mask.sum()  # MAE's loss
-    noisy_target = ((out.pred - model.patchify(clean + sigma * noise)) ** 2).mean()
+    noisy_target = ((out.pred - model.patchify(model.normalize(clean + sigma * noise))) ** 2).mean()
     assert out.mask.sum().item() == 4 * 12  # 75% of the 16 patches hidden
     assert torch.allclose(out.loss, per_patch.mean(), rtol=1e-6)
     assert abs(out.loss - masked_only) > 1e-3 and abs(out.loss - noisy_target) > 1e-3

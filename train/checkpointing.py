@@ -45,6 +45,14 @@ def set_rng_state(state: dict[str, Any]) -> None:
     random.setstate((p["version"], tuple(p["state"].tolist()), p["gauss_next"]))
 
 
+STATUS = "status.json"
+
+
+def write_status(out: Path, status: str, **details: Any) -> None:
+    """``DIR/status.json``: running, complete, stopped (--stop-after-epochs) or interrupted."""
+    (out / STATUS).write_text(json.dumps({"status": status, **details}) + "\n")
+
+
 def write_config(out: Path, config_json: dict[str, Any]) -> None:
     (out / CONFIG).write_text(json.dumps(config_json, indent=2) + "\n")
 

@@ -12,14 +12,22 @@ Every training subcommand runs unchanged under ``torchrun --nproc-per-node K``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
 
 from dmae_fast.cli.common import Parser, run_reporting_errors
-from dmae_fast.errors import UserError
+from dmae_fast.errors import Interrupted, UserError
+from dmae_fast.locking import OutputLock
 from dmae_fast.train import config as cfg
-from dmae_fast.train.checkpointing import CHECKPOINT, CONFIG, read_config, write_config
+from dmae_fast.train.checkpointing import (
+    CHECKPOINT,
+    CONFIG,
+    read_config,
+    write_config,
+    write_status,
+)
 
 PROG = "dmae-train"
 TRAINING = ("pretrain", "finetune", "linprobe")
@@ -69,38 +77,65 @@ def _check_out(args) -> None:
     if args.out.exists() and not args.out.is_dir():
         raise UserError(f"--out {args.out} exists and is not a directory")
     if args.resume:
-        if not (args.out / CHECKPOINT).is_file():
-            raise UserError(f"--resume: no {CHECKPOINT} in {args.out} (nothing to resume)")
+        if not (args.out / CONFIG).is_file():
+            raise UserError(f"--resume: no {CONFIG} in {args.out} (no run to continue)")
     elif (args.out / CONFIG).exists() or (args.out / CHECKPOINT).exists():
         raise UserError(f"{args.out} already holds a run; continue it with --resume or choose another --out")
     if args.stop_after_epochs is not None and args.stop_after_epochs < 1:
         raise UserError("--stop-after-epochs must be at least 1")
 
 
-def run_training(args, config) -> int:
+def _train_locked(args, config, context, held: contextlib.ExitStack):
+    """Rank 0 locks the run directory (a second writer is refused) and keeps status.json."""
     from dmae_fast.train.datasets import open_training_data
-    from dmae_fast.train.distributed import barrier, setup, teardown
+    from dmae_fast.train.distributed import barrier
     from dmae_fast.train.finetune import FinetuneTask
     from dmae_fast.train.loop import train
     from dmae_fast.train.pretrain import PretrainTask
     from dmae_fast.train.randomness import seed_global_rngs
+
+    barrier(context)  # every rank has checked --out before rank 0 creates it
+    if context.is_main:
+        args.out.mkdir(parents=True, exist_ok=True)
+        held.enter_context(OutputLock(args.out, "run directory"))
+        _check_out(args)  # again, under the lock: another run may have started meanwhile
+        if not args.resume:
+            write_config(args.out, cfg.to_json(config))
+        write_status(args.out, "running")
+    barrier(context)
+    # A run stopped before its first checkpoint starts from the beginning on --resume.
+    resume = args.resume and (args.out / CHECKPOINT).is_file()
+    if args.resume and not resume and context.is_main:
+        print(f"{PROG}: --resume: no {CHECKPOINT} yet in {args.out}; starting the run from its first epoch",
+              file=sys.stderr)
+    try:
+        data = open_training_data(config.data, config.seed)
+        seed_global_rngs(config.seed)  # identical initial weights on every rank
+        task = PretrainTask(config, data) if args.command == "pretrain" else FinetuneTask(config, data)
+        summary = train(config, task, data, context, args.out, resume=resume,
+                        stop_after=args.stop_after_epochs, progress=not args.quiet)
+    except Interrupted as stop:
+        if context.is_main:
+            write_status(args.out, "interrupted")
+        stop.kept = (f"{args.out} keeps its last end-of-epoch checkpoint; continue with: "
+                     f"{PROG} {args.command} --resume --out {args.out}")
+        raise
+    if context.is_main:
+        write_status(args.out, "complete" if summary.result is not None else "stopped",
+                     epochs_done=summary.epochs_done)
+    return summary
+
+
+def run_training(args, config) -> int:
+    from dmae_fast.train.distributed import setup, teardown
 
     _check_out(args)
     if args.command in ("finetune", "linprobe") and not config.init:
         print(f"{PROG}: note: no --init: the encoder starts from random weights", file=sys.stderr)
     context = setup(config.device)
     try:
-        barrier(context)  # every rank has checked --out before rank 0 creates it
-        if context.is_main:
-            args.out.mkdir(parents=True, exist_ok=True)
-            if not args.resume:
-                write_config(args.out, cfg.to_json(config))
-        barrier(context)
-        data = open_training_data(config.data, config.seed)
-        seed_global_rngs(config.seed)  # identical initial weights on every rank
-        task = PretrainTask(config, data) if args.command == "pretrain" else FinetuneTask(config, data)
-        summary = train(config, task, data, context, args.out, resume=args.resume,
-                        stop_after=args.stop_after_epochs, progress=not args.quiet)
+        with contextlib.ExitStack() as held:
+            summary = _train_locked(args, config, context, held)
     finally:
         teardown(context)
     if context.is_main:
