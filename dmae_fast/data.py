@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -95,7 +96,7 @@ class ImageListDataset(Dataset):
     def __init__(
         self,
         samples: list[tuple[Path, int]],
-        transform: Callable[[Image.Image], torch.Tensor],
+        transform: Callable[[Image.Image | torch.Tensor], torch.Tensor],
         image_shape: tuple[int, int, int],
     ) -> None:
         self.samples = samples
@@ -194,7 +195,7 @@ def image_list(
     if image_size is not None:
         return ImageListDataset(samples, _eval_transform(image_size), (3, image_size, image_size))
     width, height = _common_size([image for image, _ in samples])
-    return ImageListDataset(samples, transforms.ToTensor(), (3, height, width))
+    return ImageListDataset(samples, _to_tensor, (3, height, width))
 
 
 def open_dataset(
@@ -297,7 +298,7 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
-def _eval_transform(image_size: int) -> Callable[[Image.Image], torch.Tensor]:
+def _eval_transform(image_size: int) -> Callable[[Image.Image | torch.Tensor], torch.Tensor]:
     """Resize the short side to ``round(image_size / 0.875)``, center-crop, to tensor."""
     if image_size < 1:
         raise UserError(f"image size must be at least 1, got {image_size}")
@@ -307,18 +308,51 @@ def _eval_transform(image_size: int) -> Callable[[Image.Image], torch.Tensor]:
                 round(image_size / CROP_FRACTION), interpolation=transforms.InterpolationMode.BILINEAR
             ),
             transforms.CenterCrop(image_size),
-            transforms.ToTensor(),
+            _to_tensor,
         ]
     )
 
 
-def _load_rgb(path: str | os.PathLike) -> Image.Image:
-    """Decode an image file to RGB, naming the file if PIL cannot."""
+def _load_rgb(path: str | os.PathLike) -> Image.Image | torch.Tensor:
+    """Decode an image file to RGB in [0, 1], naming the file if that cannot be done exactly.
+
+    8-bit images (grey, palette, CMYK, RGBA: alpha dropped) come back as PIL RGB images.
+    16-bit grey images (PIL modes ``I;16*``/``I``) and float images (``F``, e.g. float TIFF)
+    come back at full precision as float32 tensors [3, H, W]: 16-bit values / 65535, float
+    values as they are (they must be finite and in [0, 1]). PIL decodes 16-bit colour PNGs to
+    8 bits, so those are refused rather than silently quantized.
+    """
     try:
         with Image.open(path) as image:
+            rawmodes = [str(tile[3]) for tile in getattr(image, "tile", ())]
+            if image.mode in ("RGB", "RGBA") and any(";16" in mode for mode in rawmodes):
+                raise UserError(f"image file {path} is a 16-bit colour image, which PIL reads as 8 bits only; "
+                                "convert it to 8 bits or to a float TIFF per channel first")
+            if image.mode in _HIGH_DEPTH_GREY:
+                return _grey_tensor(np.asarray(image, dtype=np.float64) / 65535.0, path, "16-bit")
+            if image.mode == "F":
+                return _grey_tensor(np.asarray(image, dtype=np.float64), path, "float")
             return image.convert("RGB")
     except (OSError, ValueError, Image.DecompressionBombError) as exc:
         raise UserError(f"cannot decode image file {path}: {_one_line(exc)}") from None
+
+
+_HIGH_DEPTH_GREY = ("I;16", "I;16B", "I;16L", "I;16N", "I")
+
+
+def _grey_tensor(values: np.ndarray, path: str | os.PathLike, kind: str) -> torch.Tensor:
+    """A grey image [H, W] in [0, 1] as float32 RGB [3, H, W]; UserError for NaN/inf or values outside [0, 1]."""
+    if not np.isfinite(values).all():
+        raise UserError(f"image file {path} contains NaN or infinite pixel values")
+    low, high = float(values.min()), float(values.max())
+    if low < 0 or high > 1:
+        raise UserError(f"{kind} image file {path} has pixel values in [{low:g}, {high:g}], outside [0, 1]")
+    return torch.from_numpy(values.astype(np.float32)).expand(3, -1, -1).contiguous()
+
+
+def _to_tensor(image: Image.Image | torch.Tensor) -> torch.Tensor:
+    """PIL images to float32 [C, H, W] in [0, 1]; tensors (high-depth images) pass through."""
+    return image if isinstance(image, torch.Tensor) else transforms.functional.to_tensor(image)
 
 
 def _common_size(paths: list[Path]) -> tuple[int, int]:
@@ -363,7 +397,7 @@ def _parse_label_line(line: str, base_dir: Path, where: str) -> tuple[Path, int]
     if len(fields) != 2 or not fields[0].strip():
         raise UserError(f"{where}: expected 'image label', got {line!r}")
     name, label_text = fields[0].strip(), fields[1].strip()
-    if not label_text.isdigit():
+    if re.fullmatch(r"[0-9]+", label_text) is None:  # ASCII digits only: int() also takes '٣'
         raise UserError(f"{where}: label must be a non-negative integer, got {label_text!r}")
     image = base_dir / name
     if not image.is_file():

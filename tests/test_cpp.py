@@ -33,7 +33,7 @@ from dmae_fast.demo import DEMO_CHECKPOINT
 from dmae_fast.engines.sidecar import BatchRange
 from dmae_fast.export import ExportConfig, export_engines
 from dmae_fast.noise import gaussian_noise, uint32_stream
-from dmae_fast.results import read_results
+from dmae_fast.results import ceil_significant, floor_decimals, read_results
 
 SOURCE = Path(__file__).resolve().parents[1] / "examples" / "cpp"
 SEED = 2**40 + 12345  # a seed whose high word matters
@@ -221,15 +221,20 @@ def test_gaussians_with_aten_are_bit_identical_and_std_math_within_four_ulps(bui
 
 
 def test_number_formats_match_the_python_writer(build):
+    """Radius / pA_lower rounded down, p-values rounded up: the C++ strings equal Python's."""
     values = [0.0, 1.0, 0.5, 0.25, 1.23456, 12.3, 100.0, 123.4, 0.0001234, 0.00009999, 1e-5, 99.95, 0.9995,
-              0.99999, 0.9999999, 3.1986e-7, 2.0, 1e16, 1e22, 0.79863]
-    queries = ([f"significant {v!r} 3" for v in values] + [f"significant {v!r} 6" for v in values]
-               + [f"repr {v!r}" for v in values + [0.1, 1 / 3, 12345678.9, 1.5e-300]]
-               + [f"duration {s!r}" for s in (0.0, 1.5, 0.1234567, 3600.25, 172805.5, 2.5e-6, 86399.9999996)])
-    want = ([f"{v:.3}" for v in values] + [f"{v:.6}" for v in values]
-            + [repr(v) for v in values + [0.1, 1 / 3, 12345678.9, 1.5e-300]]
-            + [str(datetime.timedelta(seconds=s)) for s in (0.0, 1.5, 0.1234567, 3600.25, 172805.5, 2.5e-6,
-                                                             86399.9999996)])
+              0.99999, 0.9999999, 3.1986e-7, 2.0, 1e16, 1e22, 0.79863, 0.79964, 0.2499, 0.49965, 0.7996499999999999,
+              3.1986 * 0.25, 1e-300, 12.3456789, 0.001, 0.00100004, 0.0009999999, 0.999999999, 0.9999995, 9.9999995,
+              1.5e-300, 2.0**-30, 1 / 3] + [float(v) for v in np.random.default_rng(5).uniform(0, 4, 40)]
+    durations = (0.0, 1.5, 0.1234567, 3600.25, 172805.5, 2.5e-6, 86399.9999996)
+    queries = ([f"floor {v!r} 6" for v in values] + [f"floor {v!r} 10" for v in values]
+               + [f"ceil {v!r} 6" for v in values]
+               + [f"repr {v!r}" for v in values + [12345678.9]]
+               + [f"duration {s!r}" for s in durations])
+    want = ([floor_decimals(v, 6) for v in values] + [floor_decimals(v, 10) for v in values]
+            + [ceil_significant(v, 6) for v in values]
+            + [repr(v) for v in values + [12345678.9]]
+            + [str(datetime.timedelta(seconds=s)) for s in durations])
     assert ask(build, queries) == want
 
 

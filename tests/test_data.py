@@ -277,7 +277,10 @@ def test_image_list_sizes_must_agree_without_image_size(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "line, mention",
-    [("a.png -1", "-1"), ("a.png cat", "cat"), ("a.png", "a.png"), ("missing.png 0", "missing.png")],
+    [("a.png -1", "-1"), ("a.png cat", "cat"), ("a.png", "a.png"), ("missing.png 0", "missing.png"),
+     ("a.png \u00b2", "\u00b2"),  # was: a ValueError traceback
+     ("a.png \u0663", "\u0663"),  # Arabic-Indic 3: was silently read as label 3
+     ("a.png 1.0", "1.0"), ("a.png 0x1", "0x1"), ("a.png +1", "+1")],
 )
 def test_image_list_bad_lines(tmp_path: Path, line: str, mention: str) -> None:
     write_png(tmp_path / "a.png", solid(4, 4, (0, 0, 0)))
@@ -355,3 +358,108 @@ def test_check_finite() -> None:
         image = torch.zeros(3, 4, 4)
         image[1, 2, 3] = bad
         raises_user_error(lambda: check_finite(image, 17), "image 17", "NaN or infinite")
+
+
+# --------------------------------------------------------------------------- pixels at full precision
+
+
+def write_png16_rgb(path: Path, pixels: np.ndarray) -> Path:
+    """A 16-bit colour PNG written by hand (PIL cannot write one): uint16 [H, W, 3]."""
+    import struct
+    import zlib
+
+    height, width, _ = pixels.shape
+    raw = b"".join(b"\x00" + pixels[y].astype(">u2").tobytes() for y in range(height))
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body) & 0xFFFFFFFF)
+
+    header = struct.pack(">IIBBBBB", width, height, 16, 2, 0, 0, 0)
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw))
+                     + chunk(b"IEND", b""))
+    return path
+
+
+def _list_of(tmp_path: Path, name: str) -> Path:
+    listing = tmp_path / "list.txt"
+    listing.write_text(f"{name} 0\n")
+    return listing
+
+
+def test_16_bit_grey_png_keeps_its_precision(tmp_path: Path) -> None:
+    """Was: clipped to 8 bits by PIL's convert('RGB') (every value above 255 became 255)."""
+    values = (np.arange(64, dtype=np.int64).reshape(8, 8) * 1000 + 7).astype(np.uint16)
+    Image.fromarray(values).save(tmp_path / "deep.png")
+    image, _ = open_dataset(str(_list_of(tmp_path, "deep.png")))[0]
+    assert image.shape == (3, 8, 8) and image.dtype == torch.float32
+    expected = torch.from_numpy(values.astype(np.float64) / 65535).float()
+    assert all(torch.equal(image[c], expected) for c in range(3))
+    resized, _ = open_dataset(str(_list_of(tmp_path, "deep.png")), image_size=4)[0]  # the eval transform too
+    assert resized.shape == (3, 4, 4) and 0 < float(resized.max()) <= 1 and float(resized.std()) > 0.1
+
+
+def test_16_bit_colour_png_is_refused_not_quantized(tmp_path: Path) -> None:
+    pixels = np.zeros((4, 4, 3), np.uint16)
+    pixels[..., 0] = 60000
+    write_png16_rgb(tmp_path / "colour16.png", pixels)
+    dataset = open_dataset(str(_list_of(tmp_path, "colour16.png")), image_size=4)
+    raises_user_error(lambda: dataset[0], "colour16.png", "16-bit colour")
+
+
+def test_float_tiff_is_read_as_is(tmp_path: Path) -> None:
+    values = np.linspace(0, 1, 36, dtype=np.float32).reshape(6, 6)
+    Image.fromarray(values, mode="F").save(tmp_path / "float.tiff")
+    image, _ = open_dataset(str(_list_of(tmp_path, "float.tiff")))[0]
+    assert torch.equal(image[1], torch.from_numpy(values))
+
+
+@pytest.mark.parametrize(("value", "mention"), [(np.nan, "NaN or infinite"), (np.inf, "NaN or infinite"),
+                                                (-np.inf, "NaN or infinite"), (1.5, "outside [0, 1]"),
+                                                (-0.25, "outside [0, 1]")])
+def test_float_tiff_with_bad_pixels_is_refused(tmp_path: Path, value: float, mention: str) -> None:
+    """Was: NaN/inf converted to finite values by convert('RGB') and certified."""
+    values = np.full((6, 6), 0.5, np.float32)
+    values[2, 3] = value
+    Image.fromarray(values, mode="F").save(tmp_path / "bad.tiff")
+    dataset = open_dataset(str(_list_of(tmp_path, "bad.tiff")), image_size=6)
+    raises_user_error(lambda: dataset[0], "bad.tiff", mention)
+
+
+@pytest.mark.parametrize("mode", ["L", "P", "RGBA", "LA", "CMYK", "1"])
+def test_8_bit_modes_convert_to_rgb(tmp_path: Path, mode: str) -> None:
+    rgb = Image.fromarray(random_pixels(5, 5, seed=3))
+    rgb.convert(mode).save(tmp_path / ("image.tiff" if mode == "CMYK" else "image.png"))
+    name = "image.tiff" if mode == "CMYK" else "image.png"
+    image, _ = open_dataset(str(_list_of(tmp_path, name)))[0]
+    expected = torch.from_numpy(np.array(Image.open(tmp_path / name).convert("RGB"))).permute(2, 0, 1) / 255
+    assert image.shape == (3, 5, 5) and torch.equal(image, expected.float())
+
+
+@pytest.mark.parametrize("size", [0, -4])
+def test_image_size_below_one_is_refused(tmp_path: Path, size: int) -> None:
+    write_png(tmp_path / "a.png", solid(4, 4, (0, 0, 0)))
+    raises_user_error(lambda: open_dataset(str(_list_of(tmp_path, "a.png")), image_size=size), "image size")
+    (tmp_path / "cls").mkdir()
+    write_png(tmp_path / "cls" / "a.png", solid(4, 4, (0, 0, 0)))
+    raises_user_error(lambda: image_folder(str(tmp_path), size), "image size")
+
+
+def test_empty_and_truncated_image_files(tmp_path: Path) -> None:
+    (tmp_path / "empty.png").write_bytes(b"")
+    raises_user_error(lambda: open_dataset(str(_list_of(tmp_path, "empty.png"))), "empty.png")
+    write_png(tmp_path / "whole.png", random_pixels(16, 16, seed=1))
+    (tmp_path / "cut.png").write_bytes((tmp_path / "whole.png").read_bytes()[:60])
+    dataset = open_dataset(str(_list_of(tmp_path, "cut.png")), image_size=8)
+    raises_user_error(lambda: dataset[0], "cut.png")
+
+
+def test_a_listed_directory_is_not_an_image(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    raises_user_error(lambda: open_dataset(str(_list_of(tmp_path, "sub"))), "sub")
+
+
+def test_label_file_that_is_not_utf8(tmp_path: Path) -> None:
+    write_png(tmp_path / "a.png", solid(4, 4, (0, 0, 0)))
+    labels = tmp_path / "labels.txt"
+    labels.write_bytes(b"a.png \xff\xfe\n")
+    raises_user_error(lambda: open_dataset(str(tmp_path), labels=str(labels)), "labels.txt")

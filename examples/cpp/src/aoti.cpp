@@ -3,6 +3,7 @@
 #include <ATen/ops/cos.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
+#include <ATen/ops/isfinite.h>
 #include <ATen/ops/log.h>
 #include <ATen/ops/ones_like.h>
 #include <ATen/ops/sin.h>
@@ -58,7 +59,9 @@ at::Tensor AotiEngine::logits(const at::Tensor& images) {
     throw std::runtime_error("the AOTInductor package " + info_.path + " did not return logits [B, " +
                              std::to_string(info_.num_classes) + "]");
   }
-  return outputs[0].to(at::kFloat);
+  const at::Tensor logits = outputs[0].to(at::kFloat);
+  if (!at::isfinite(logits).all().item<bool>()) throw UserError(kNonFiniteLogits);
+  return logits;
 }
 
 void AotiEngine::classify(const float* images, std::int64_t batch, std::int64_t* classes) {

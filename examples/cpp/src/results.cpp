@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <vector>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,27 +13,52 @@
 
 namespace dmae_smooth {
 
-std::string format_significant(double value, int digits) {
-  if (!std::isfinite(value)) return std::isnan(value) ? "nan" : (value > 0 ? "inf" : "-inf");
-  char buffer[512];
-  std::snprintf(buffer, sizeof buffer, "%.*e", digits - 1, value);
-  std::string text(buffer);
+namespace {
+
+// glibc's printf prints the exact decimal expansion of a double when asked for enough
+// digits (a double has at most 767 significant and 1,074 fractional digits).
+constexpr int kExactDigits = 1100;
+
+void require_non_negative(double value, const char* what) {
+  if (!std::isfinite(value) || value < 0) {
+    throw UserError("cannot write " + format_repr(value) + " as " + what + " (finite and >= 0 only)");
+  }
+}
+
+}  // namespace
+
+std::string format_floor(double value, int decimals) {
+  require_non_negative(value, "a radius or bound");
+  std::vector<char> buffer(400 + kExactDigits);
+  std::snprintf(buffer.data(), buffer.size(), "%.*f", kExactDigits, value);
+  const std::string text(buffer.data());
+  const std::size_t point = text.find('.');
+  return decimals > 0 ? text.substr(0, point + 1 + decimals) : text.substr(0, point);  // truncation = floor
+}
+
+std::string format_ceil_significant(double value, int digits) {
+  require_non_negative(value, "a p-value");
+  std::vector<char> buffer(32 + kExactDigits);
+  std::snprintf(buffer.data(), buffer.size(), "%.*e", value == 0 ? digits - 1 : kExactDigits, value);
+  const std::string text(buffer.data());
+  if (value == 0) return text;  // "0.00000e+00"
   const std::size_t e = text.find('e');
-  const int exponent = std::stoi(text.substr(e + 1));
-  // Python's format without a type: scientific from exponent digits - 1 on (not digits, as %g).
-  const bool scientific = exponent < -4 || exponent >= digits - 1;
-  if (!scientific) {
-    std::snprintf(buffer, sizeof buffer, "%.*f", digits - 1 - exponent, value);
-    text = buffer;
+  int exponent = std::stoi(text.substr(e + 1));
+  const std::string all = text.substr(0, 1) + text.substr(2, e - 2);  // every digit of the mantissa
+  std::string kept = all.substr(0, digits);
+  if (all.find_first_not_of('0', digits) != std::string::npos) {  // anything cut off: round up
+    int i = digits - 1;
+    while (i >= 0 && kept[i] == '9') kept[i--] = '0';
+    if (i < 0) {
+      kept = "1" + std::string(digits - 1, '0');
+      ++exponent;
+    } else {
+      ++kept[i];
+    }
   }
-  std::string mantissa = scientific ? text.substr(0, e) : text;  // fixed always has a point
-  if (mantissa.find('.') != std::string::npos) {
-    mantissa.erase(mantissa.find_last_not_of('0') + 1);  // "1.500" -> "1.5", "2.00" -> "2."
-    if (mantissa.back() == '.') scientific ? mantissa.pop_back() : mantissa.push_back('0');
-  }
-  if (!scientific) return mantissa;
-  std::snprintf(buffer, sizeof buffer, "e%c%02d", exponent < 0 ? '-' : '+', std::abs(exponent));
-  return mantissa + buffer;
+  char tail[16];
+  std::snprintf(tail, sizeof tail, "e%c%02d", exponent < 0 ? '-' : '+', std::abs(exponent));
+  return kept.substr(0, 1) + (digits > 1 ? "." + kept.substr(1) : "") + tail;
 }
 
 std::string format_repr(double value) {
@@ -83,9 +109,9 @@ std::string certify_row(std::int64_t idx, std::int64_t label, const Certificate&
                         double sigma) {
   const std::string tab = "\t";
   return std::to_string(idx) + tab + std::to_string(label) + tab + std::to_string(c.prediction) + tab +
-         format_significant(c.radius, 3) + tab + std::to_string(c.prediction == label ? 1 : 0) + tab +
+         format_floor(c.radius, 6) + tab + std::to_string(c.prediction == label ? 1 : 0) + tab +
          format_duration(seconds) + tab + std::to_string(c.n0) + tab + std::to_string(c.n) + tab +
-         std::to_string(c.n_a) + tab + format_significant(c.p_a_lower, 6) + tab + format_repr(sigma) +
+         std::to_string(c.n_a) + tab + format_floor(c.p_a_lower, 10) + tab + format_repr(sigma) +
          tab + kFixedNProcedure + "\n";
 }
 
@@ -95,7 +121,7 @@ std::string predict_row(std::int64_t idx, std::int64_t label, const Prediction& 
   return std::to_string(idx) + tab + std::to_string(label) + tab + std::to_string(p.prediction) + tab +
          std::to_string(p.prediction == label ? 1 : 0) + tab + format_duration(seconds) + tab +
          std::to_string(p.n) + tab + std::to_string(p.count1) + tab + std::to_string(p.count2) + tab +
-         format_significant(p.pvalue, 6) + tab + format_repr(sigma) + "\n";
+         format_ceil_significant(p.pvalue, 6) + tab + format_repr(sigma) + "\n";
 }
 
 ResultsWriter::ResultsWriter(const std::string& path, const std::string& header, bool overwrite)

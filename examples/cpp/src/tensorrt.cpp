@@ -6,6 +6,7 @@
 #include <NvInfer.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -105,6 +106,7 @@ void TensorRtEngine::classify(const float* images, std::int64_t batch, std::int6
   check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   for (std::int64_t row = 0; row < batch; ++row) {
     const float* scores = logits_.data() + row * k;
+    if (!std::all_of(scores, scores + k, [](float v) { return std::isfinite(v); })) throw UserError(kNonFiniteLogits);
     classes[row] = std::max_element(scores, scores + k) - scores;  // the first maximum, as argmax
   }
 }

@@ -8,7 +8,7 @@
 //   words SEED IMAGE PHASE SAMPLE NUMEL -> the uint32 stream (space-separated)
 //   gauss SEED IMAGE PHASE SAMPLE NUMEL -> std:: Gaussians as float32 bit patterns
 //   gauss-torch SEED IMAGE PHASE SAMPLE NUMEL -> ATen Gaussians (CPU) as bit patterns
-//   significant VALUE DIGITS / repr VALUE / duration SECONDS -> the results-file formats
+//   floor VALUE DECIMALS / ceil VALUE DIGITS / repr VALUE / duration SECONDS -> the results-file formats
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -74,11 +74,11 @@ std::string answer(const std::string& line) {
     in >> k >> n;
     return number(binomial_test_pvalue(k, n));
   }
-  if (op == "significant") {
+  if (op == "floor" || op == "ceil") {
     double value;
     int digits;
     in >> value >> digits;
-    return format_significant(value, digits);
+    return op == "floor" ? format_floor(value, digits) : format_ceil_significant(value, digits);
   }
   if (op == "repr") {
     double value;

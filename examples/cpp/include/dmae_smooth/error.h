@@ -11,4 +11,9 @@ class UserError : public std::runtime_error {
   explicit UserError(const std::string& message) : std::runtime_error(message) {}
 };
 
+// A classifier that returns NaN or infinite logits is never certified (argmax would count
+// them as votes for an arbitrary class).
+inline constexpr const char* kNonFiniteLogits =
+    "the classifier returned NaN or infinite logits: refusing to certify a non-finite classifier";
+
 }  // namespace dmae_smooth

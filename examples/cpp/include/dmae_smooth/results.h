@@ -16,9 +16,11 @@ inline constexpr const char* kPredictHeader =
     "idx\tlabel\tpredict\tcorrect\ttime\tn\tcount1\tcount2\tpvalue\tsigma";
 inline constexpr const char* kFixedNProcedure = "cohen-fixed-n";  // the `procedure` column
 
-// Python's f"{value:.{digits}}" (like %g, but scientific from exponent digits - 1 on and
-// fixed notation keeping a ".0").
-std::string format_significant(double value, int digits);
+// Numbers that carry a guarantee are never rounded in its favour (dmae_fast/results.py):
+// radius and pA_lower: the exact value rounded DOWN to `decimals` places ("0.799640");
+std::string format_floor(double value, int decimals);
+// p-values: the exact value rounded UP to `digits` significant digits ("1.00005e-03").
+std::string format_ceil_significant(double value, int digits);
 // Python's repr(float): the shortest string that reads back as the same double.
 std::string format_repr(double value);
 // Python's str(datetime.timedelta(seconds=seconds)), e.g. "0:00:01.500000".
