@@ -75,8 +75,12 @@ def load_training_state(out: Path) -> dict[str, Any]:
         raise UserError(f"--resume: cannot read {path}: {str(error).strip().splitlines()[0]}") from None
 
 
-def read_config(out: Path) -> dict[str, Any]:
+def read_config(out: Path) -> Any:
+    """The parsed ``config.json`` of a run directory (validated by ``config.from_json``)."""
     path = out / CONFIG
     if not path.is_file():
         raise UserError(f"--resume: no {CONFIG} in {out} (nothing to resume)")
-    return json.loads(path.read_text())
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as error:
+        raise UserError(f"--resume: {path} is not valid JSON ({error})") from None

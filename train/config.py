@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import types
 import typing
 from dataclasses import dataclass, fields, replace
@@ -355,8 +356,23 @@ def _parse(text: str, hint: Any, name: str) -> Any:
     raise UserError(f"{name} cannot be set from the command line (type {hint})")
 
 
+def _non_finite(config: Any, prefix: str = "") -> list[str]:
+    """Names of the float fields (nested too) that hold NaN or an infinity."""
+    bad = []
+    for f in fields(config):
+        value = getattr(config, f.name)
+        items = value if isinstance(value, tuple) else (value,)
+        if dataclasses.is_dataclass(value):
+            bad += _non_finite(value, f"{prefix}{f.name}.")
+        elif any(isinstance(v, float) and not math.isfinite(v) for v in items):
+            bad.append(prefix + f.name)
+    return bad
+
+
 def validate(config: Any) -> None:
     """One-line errors for values no run could use."""
+    bad = _non_finite(config)
+    _check(not bad, f"{', '.join(bad)} must be finite")
     if isinstance(config, VisualizeConfig):
         _check(config.images >= 1, "images must be at least 1")
         _check(0 <= config.mask_ratio < 1, "mask_ratio must be in [0, 1)")
@@ -400,23 +416,58 @@ def to_json(config: Any) -> dict[str, Any]:
     return {"subcommand": kind, **dataclasses.asdict(config)}
 
 
-def from_json(data: dict[str, Any]) -> Any:
-    """Rebuild a configuration written by :func:`to_json`."""
+def from_json(data: Any, where: str = "config.json") -> Any:
+    """Rebuild (and validate) a configuration written by :func:`to_json`; UserError naming
+    ``where`` if it is not one (unknown subcommand or field, wrong type, bad value)."""
+    if not isinstance(data, dict) or data.get("subcommand") not in CONFIGS:
+        raise UserError(f"{where} is not a dmae-train configuration (no known 'subcommand')")
     data = dict(data)
-    return _build(CONFIGS[data.pop("subcommand")], data)
+    config = _build(CONFIGS[data.pop("subcommand")], data, where, "")
+    validate(config)
+    return config
 
 
-def _build(cls: type, data: dict[str, Any]) -> Any:
+def _build(cls: type, data: Any, where: str, prefix: str) -> Any:
+    if not isinstance(data, dict):
+        raise UserError(f"{where}: {prefix.rstrip('.') or 'the configuration'} must be an object")
     hints = typing.get_type_hints(cls)
+    names = {f.name for f in fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise UserError(f"{where}: unknown field(s) {', '.join(prefix + n for n in unknown)}")
     values = {}
-    for f in fields(cls):
-        if f.name not in data:
-            continue
-        value, hint = data[f.name], hints[f.name]
-        kind = _dataclass_in(hint)
+    for name, value in data.items():
+        kind = _dataclass_in(hints[name])
         if kind is not None and isinstance(value, dict):
-            value = _build(kind, value)
+            value = _build(kind, value, where, f"{prefix}{name}.")
         elif isinstance(value, list):
             value = tuple(value)
-        values[f.name] = value
+        if not _has_type(value, hints[name]):
+            raise UserError(f"{where}: {prefix}{name} = {value!r} is not of type {hints[name]}")
+        values[name] = value
     return cls(**values)
+
+
+def _has_type(value: Any, hint: Any) -> bool:
+    """Whether a JSON-decoded value fits a field's type hint (ints are accepted as floats)."""
+    if _is_union(hint):
+        return any(_has_type(value, option) for option in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is str:
+        return isinstance(value, str)
+    origin = typing.get_origin(hint)
+    if origin is Literal:
+        return value in typing.get_args(hint)
+    if origin is tuple:
+        kinds = typing.get_args(hint)
+        return isinstance(value, tuple) and len(value) == len(kinds) and all(map(_has_type, value, kinds))
+    if dataclasses.is_dataclass(hint):
+        return isinstance(value, hint)
+    return True

@@ -60,10 +60,13 @@ def _resolve(args) -> object:
         if args.preset or args.overrides or args.init:
             raise UserError("--resume continues with the configuration saved in --out; "
                             "do not combine it with --preset, --set or --init")
-        saved = read_config(args.out)
-        if saved.get("subcommand") != args.command:
-            raise UserError(f"{args.out} holds a '{saved.get('subcommand')}' run, not '{args.command}'")
-        return cfg.from_json(saved)
+        if args.out is None:
+            raise UserError("--resume needs --out DIR (the run directory to continue)")
+        config = cfg.from_json(read_config(args.out), str(args.out / CONFIG))
+        kind = cfg.to_json(config)["subcommand"]
+        if kind != args.command:
+            raise UserError(f"{args.out} holds a '{kind}' run, not '{args.command}'")
+        return config
     overrides = list(args.overrides)
     if args.init:
         overrides.append(("checkpoint=" if args.command == "visualize" else "init=") + args.init)
