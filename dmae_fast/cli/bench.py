@@ -11,6 +11,7 @@ Writes DIR/<date>-<device>[-throughput|-certify].json, .md and .png (see docs/pe
 from __future__ import annotations
 
 import argparse
+import math
 import platform
 import sys
 import time
@@ -26,7 +27,14 @@ from dmae_fast.bench import report
 from dmae_fast.bench.e2e import CertifyTiming, time_ours, time_reference
 from dmae_fast.bench.peak import matmul_peak
 from dmae_fast.bench.reference_loops import COHEN, DMAE
-from dmae_fast.bench.throughput import MODEL_SPECS, Row, Variant, add_ratios, build_model, measure
+from dmae_fast.bench.throughput import (
+    MODEL_SPECS,
+    Row,
+    Variant,
+    add_ratios,
+    build_model,
+    measure,
+)
 from dmae_fast.certification.fast_stream import FastPath
 from dmae_fast.cli.certify import _device_name
 from dmae_fast.cli.common import Parser, run_reporting_errors
@@ -35,6 +43,7 @@ from dmae_fast.engines.sidecar import BatchRange
 from dmae_fast.errors import UserError
 
 PROG = "dmae-bench"
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 MODELS = ("vit-b16", "vit-l16", "demo", *[m for m in MODEL_SPECS if m not in ("vit-b16", "vit-l16")])
 
 
@@ -74,7 +83,10 @@ class BenchConfig:
         checks = [
             (not unknown, f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(MODELS)}"),
             (all(b >= 1 for b in (*self.batches, self.main_batch)), "batch sizes must be >= 1"),
-            (self.seconds > 0 and self.budget_s > 0, "--seconds and --budget must be > 0"),
+            (all(math.isfinite(v) and v > 0 for v in (self.seconds, self.budget_s, self.reference_budget_s)),
+             "--seconds, --budget and --reference-budget must be finite numbers > 0"),
+            (self.compile_mode in COMPILE_MODES, f"--compile-mode must be one of {', '.join(COMPILE_MODES)}, "
+                                                 f"got {self.compile_mode!r}"),
             (self.images >= 1 and self.n0 >= 1 and self.n >= 1, "--images, --n0 and --n must be >= 1"),
         ]
         for ok, message in checks:
@@ -151,7 +163,8 @@ def _measure(config: BenchConfig, model_name: str, model, variant: Variant, batc
 
 
 def _throughput(config: BenchConfig, device: torch.device, peak: float, budget: _Budget, save,
-                folder: Path, exports: list[bench_engines.ExportRecord]) -> list[Row]:
+                folder: Path, exports: list[bench_engines.ExportRecord],
+                engine_variants: list[tuple[str, Variant]]) -> list[Row]:
     ours, sweep = _variants(config, device)
     rows: list[Row] = []
     models = {}
@@ -163,7 +176,7 @@ def _throughput(config: BenchConfig, device: torch.device, peak: float, budget: 
         for variant in ours:
             rows.append(_measure(config, name, model, variant, config.main_batch, peak, budget))
         save(rows)
-    for name, variant in _engine_variants(config, device):
+    for name, variant in engine_variants:
         rows.append(_measure_engine(config, name, variant, peak, budget))
     save(rows)
     for plan in bench_engines.plans(config.export_models, device, config.smoke):
@@ -269,6 +282,7 @@ def bench(config: BenchConfig) -> int:
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file; name a directory")
     device = resolve_device(config.device)
+    engine_variants = _engine_variants(config, device)  # bad --engines files fail before any timing
     budget = _Budget(config.budget_s, reserve=_certify_reserve(config, device))
     dtypes = {"fp16": torch.float16, "bf16": torch.bfloat16} if device.type == "cuda" else {"fp32": torch.float32}
     peaks = {name: matmul_peak(device, dtype, seconds=1.0 if not config.smoke else 0.2)
@@ -286,7 +300,8 @@ def bench(config: BenchConfig) -> int:
         return report.write(out, stem, meta, current_rows, timings, exports)
 
     if config.throughput:
-        rows = _throughput(config, device, peaks[meta["mfu_peak"]], budget, save, engine_folder, exports)
+        rows = _throughput(config, device, peaks[meta["mfu_peak"]], budget, save, engine_folder, exports,
+                           engine_variants)
     if config.certify:
         budget.reserve = 0.0
         timings.extend(_certify(config, device, budget))
