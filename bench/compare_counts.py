@@ -21,8 +21,12 @@ PROG = "compare_counts"
 def _rows(path: Path) -> list[list[str]]:
     """Header and rows without the 'time' column (it differs between runs by nature)."""
     if not path.is_file():
-        raise UserError(f"{path} does not exist")
-    lines = [line.split("\t") for line in path.read_text().splitlines() if line]
+        raise UserError(f"{path} {'is not a file' if path.exists() else 'does not exist'}")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise UserError(f"{path} is not a dmae-certify results file (not UTF-8 text)") from None
+    lines = [line.split("\t") for line in text.splitlines() if line]
     if not lines or "time" not in lines[0]:
         raise UserError(f"{path} is not a dmae-certify results file (no header with a time column)")
     drop = lines[0].index("time")

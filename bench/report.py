@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 from datetime import datetime
 from pathlib import Path
@@ -15,13 +16,22 @@ from dmae_fast.bench.e2e import CertifyTiming
 from dmae_fast.bench.engines import ExportRecord
 from dmae_fast.bench.throughput import Row
 
+RESULT_SUFFIXES = (".json", ".md", ".png")
 
-def result_stem(out: Path, device: torch.device, suffix: str) -> str:
-    """``<date>-<device>[suffix]``, numbered ``-2``, ``-3``, ... so earlier results are never overwritten."""
+
+def result_stem(out: Path, device: torch.device, suffix: str, engine_dir: Path | None = None) -> str:
+    """``<date>-<device>[suffix]``, numbered ``-2``, ``-3``, ... so that no earlier file is
+    overwritten or reused: a stem is taken if any of its .json, .md, .png (in ``out``) or
+    its ``-engines`` folder (in ``engine_dir``) exists."""
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     stem = f"{datetime.now():%Y-%m-%d}-{re.sub(r'[^a-z0-9]+', '-', name.lower()).strip('-')}{suffix}"
+
+    def taken(candidate: str) -> bool:
+        files = [out / f"{candidate}{ext}" for ext in RESULT_SUFFIXES]
+        return any(map(os.path.lexists, files + ([engine_dir / f"{candidate}-engines"] if engine_dir else [])))
+
     candidate, k = stem, 2
-    while (out / f"{candidate}.json").exists():
+    while taken(candidate):
         candidate, k = f"{stem}-{k}", k + 1
     return candidate
 

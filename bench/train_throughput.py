@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from dataclasses import asdict, dataclass, replace
@@ -26,6 +27,8 @@ from dmae_fast.bench.report import result_stem
 from dmae_fast.cli.common import Parser, run_reporting_errors
 from dmae_fast.engines import resolve_device
 from dmae_fast.errors import UserError
+from dmae_fast.export.config import device_problem
+from dmae_fast.export.pipeline import writable_directory
 from dmae_fast.model.config import NORMALIZATIONS
 from dmae_fast.train.config import PretrainConfig, resolve
 from dmae_fast.train.optim import build_optimizer, param_groups
@@ -33,6 +36,7 @@ from dmae_fast.train.pretrain import build_pretrain_model, pretrain_loss
 
 PROG = "dmae-bench-train"
 AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}
+MAX_BATCH = 2**16  # images per step; far beyond any device's memory at 224x224
 
 
 @dataclass(frozen=True)
@@ -95,18 +99,25 @@ def measure(config: PretrainConfig, batch: int, precision: str, seconds: float, 
                            peak_memory_gib=memory, final_loss=float(loss))
 
 
+def _check(args: argparse.Namespace) -> None:
+    """One line for a bad option, before the model is built (a NaN or infinite --seconds
+    would time forever)."""
+    if not 1 <= args.batch <= MAX_BATCH:
+        raise UserError(f"--batch must be in [1, {MAX_BATCH:,}], got {args.batch}")
+    if not (math.isfinite(args.seconds) and args.seconds > 0):
+        raise UserError(f"--seconds must be a finite number > 0, got {args.seconds}")
+    if problem := device_problem(args.device):
+        raise UserError(problem)
+
+
 def run(args: argparse.Namespace) -> int:
-    if args.batch < 1 or args.seconds <= 0:
-        raise UserError("--batch must be >= 1 and --seconds > 0")
+    _check(args)
     device = resolve_device(args.device)
     config = resolve("pretrain", args.preset, [])  # one-line error for another subcommand's preset
     config = replace(config, optim=replace(config.optim, precision=args.precision))
+    out = writable_directory(Path(args.out), "--out")  # before minutes of timing, not after
     result = replace(measure(config, args.batch, args.precision, args.seconds, device), preset=args.preset)
     label = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out} is a file; name a directory")
-    out.mkdir(parents=True, exist_ok=True)
     stem = out / result_stem(out, device, "-pretrain")
     record = {"device": label, "torch": torch.__version__, "result": asdict(result)}
     Path(f"{stem}.json").write_text(json.dumps(record, indent=2) + "\n")

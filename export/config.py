@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from dmae_fast.engines.sidecar import BatchRange
@@ -10,6 +12,16 @@ from dmae_fast.errors import UserError
 FORMATS = ("onnx", "tensorrt", "torch")  # "all" on the command line means all three
 PRECISIONS_BY_FORMAT = {"onnx": ("fp32", "fp16"), "tensorrt": ("fp32", "fp16"), "torch": ("fp32", "fp16", "bf16")}
 DEFAULT_BATCH = BatchRange(1, 1000, 1024)  # dmae-certify's default batch is 1000
+MAX_BATCH = 2**31 - 1  # TensorRT's dimensions are int32; torch.export's Dim overflows above int64
+MAX_PARITY_SAMPLES = 1_000_000  # 1000x the default; the inputs are drawn batch by batch
+MAX_INPUT_SIZE = 4096  # the in-graph bicubic resize holds dense [encoder size, input size] matrices
+DEVICE_NAME = re.compile(r"auto|cpu|cuda(:\d+)?")
+
+
+def device_problem(name: str, option: str = "--device") -> str | None:
+    """Why ``name`` is not a device name the commands document (torch.device also takes meta,
+    mps, xla, cpu:3, ..., which then fail deep inside, or silently do nothing useful)."""
+    return None if DEVICE_NAME.fullmatch(name) else f"{option} must be auto, cpu, cuda or cuda:N, got {name!r}"
 
 
 @dataclass(frozen=True)
@@ -34,18 +46,33 @@ class ExportConfig:
     strict_formats: bool = True  # False ("all"): skip TensorRT when it is not installed
 
     def validate(self) -> None:
+        """One-line error for the first bad field, before anything is loaded or written."""
+        for problem in self._problems():
+            raise UserError(problem)
+
+    def _problems(self) -> Iterator[str]:
         unknown = [f for f in self.formats if f not in FORMATS]
         if unknown or not self.formats:
-            raise UserError(f"--format must be one of {', '.join(FORMATS)} or all, got {', '.join(unknown) or 'none'}")
+            yield f"--format must be one of {', '.join(FORMATS)} or all, got {', '.join(unknown) or 'none'}"
         if self.input not in ("image", "tokens"):
-            raise UserError(f"--input must be image or tokens, got {self.input!r}")
+            yield f"--input must be image or tokens, got {self.input!r}"
         for fmt in self.formats:
             if self.precision not in PRECISIONS_BY_FORMAT[fmt]:
                 allowed = ", ".join(PRECISIONS_BY_FORMAT[fmt])
-                raise UserError(f"--precision {self.precision} is not available for --format {fmt} ({allowed})")
-        if self.parity_samples < 1:
-            raise UserError(f"--parity-samples must be >= 1, got {self.parity_samples}")
+                yield f"--precision {self.precision} is not available for --format {fmt} ({allowed})"
+        if self.batch.max > MAX_BATCH:
+            yield f"--batch MAX must be at most {MAX_BATCH} (2**31 - 1), got {self.batch.max}"
+        if not 1 <= self.parity_samples <= MAX_PARITY_SAMPLES:
+            yield f"--parity-samples must be in [1, {MAX_PARITY_SAMPLES:,}], got {self.parity_samples}"
         if self.seed is not None and not 0 <= self.seed < 2**63:
-            raise UserError(f"--seed must be in [0, 2**63), got {self.seed}")
-        if self.name is not None and (not self.name or "/" in self.name):
-            raise UserError(f"--name must be a plain file name without an extension, got {self.name!r}")
+            yield f"--seed must be in [0, 2**63), got {self.seed}"
+        if self.name is not None and (self.name in ("", ".", "..") or "/" in self.name):
+            yield f"--name must be a plain file name without an extension, got {self.name!r}"
+        if not self.out:
+            yield "--out is empty; name a directory for the engine files"
+        if self.timing_cache is not None and "tensorrt" not in self.formats:
+            yield "--timing-cache is for TensorRT builds; --format does not include tensorrt"
+        if self.timing_cache == "":
+            yield "--timing-cache is empty; name a file"
+        if problem := device_problem(self.device):
+            yield problem

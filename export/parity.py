@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import secrets
+from collections.abc import Iterator
 
 import torch
 
@@ -14,19 +16,25 @@ from dmae_fast.model import SmoothingClassifier
 THRESHOLDS = {"fp32": 0.999, "fp16": 0.99, "bf16": 0.99}  # minimum top-1 agreement
 DEFAULT_SIGMA = 0.25  # noise level of the inputs when the checkpoint records none
 REFERENCE = "torch fp32 eager"
+BATCH_BYTES = 1 << 28  # float32 images per verification batch: 256 MiB (a ViT-B at 224: 256 images)
 
 
-def noisy_inputs(model: SmoothingClassifier, samples: int, seed: int) -> torch.Tensor:
-    """Clean images (the demo digits when the shapes match, else uniform noise) + sigma * N(0, I)."""
+def noisy_batches(model: SmoothingClassifier, samples: int, seed: int, batch: int) -> Iterator[torch.Tensor]:
+    """``samples`` clean images (the demo digits when the shapes match, else uniform noise)
+    + sigma * N(0, I), drawn ``batch`` at a time from one generator: memory stays one batch
+    whatever --parity-samples says."""
     spec = model.spec
     generator = torch.Generator().manual_seed(seed)
     demo = demo_digits("test").images
-    if tuple(demo.shape[1:]) == spec.input_shape:
-        clean = demo[torch.randint(len(demo), (samples,), generator=generator)]
-    else:
-        clean = torch.rand((samples, *spec.input_shape), generator=generator)
+    digits = tuple(demo.shape[1:]) == spec.input_shape
     sigma = spec.sigma if spec.sigma is not None else DEFAULT_SIGMA
-    return clean + sigma * torch.randn(clean.shape, generator=generator)
+    for start in range(0, samples, batch):
+        size = min(batch, samples - start)
+        if digits:
+            clean = demo[torch.randint(len(demo), (size,), generator=generator)]
+        else:
+            clean = torch.rand((size, *spec.input_shape), generator=generator)
+        yield clean + sigma * torch.randn(clean.shape, generator=generator)
 
 
 @torch.inference_mode()
@@ -35,11 +43,13 @@ def measure_parity(reference: SmoothingClassifier, engine: ExportedEngine, sampl
     """Max |logit difference| and top-1 agreement of ``engine`` vs ``reference`` (fp32, eager).
 
     ``reference`` runs on the engine's device; token engines get ``reference.tokens(x)``.
+    Batches shrink for large inputs (at most BATCH_BYTES of images at a time).
     """
     seed = secrets.randbits(63) if seed is None else seed
     reference = reference.eval().to(engine.device)
+    batch = max(1, min(batch, BATCH_BYTES // (4 * math.prod(reference.spec.input_shape))))
     differences, agree = [], 0
-    for images in noisy_inputs(reference, samples, seed).split(batch):
+    for images in noisy_batches(reference, samples, seed, batch):
         images = images.to(engine.device)
         inputs = images if engine.input == "image" else reference.tokens(images)
         expected = reference(images).float()

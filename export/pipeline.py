@@ -2,7 +2,9 @@
 
 Each engine is written under a temporary ``<name>.partial<ext>`` name, run against the
 fp32 PyTorch model (:mod:`.parity`), and only renamed to ``<name><ext>`` (with its
-sidecar) when it passes; a failing engine is deleted and the run exits non-zero.
+sidecar) when it passes; a failing engine is deleted and the run exits non-zero. Before
+any of that, the options and the output location are checked, and no existing file is
+replaced without --overwrite (the checkpoint and directories never).
 """
 
 from __future__ import annotations
@@ -38,11 +40,15 @@ from dmae_fast.engines.sidecar import (
 from dmae_fast.engines.tensorrt_engine import import_tensorrt
 from dmae_fast.errors import UserError
 from dmae_fast.export.aoti_export import write_pt2
-from dmae_fast.export.config import FORMATS, ExportConfig
+from dmae_fast.export.config import FORMATS, MAX_INPUT_SIZE, ExportConfig
 from dmae_fast.export.graphs import build_graph, example_input
 from dmae_fast.export.onnx_export import write_onnx
 from dmae_fast.export.parity import measure_parity
-from dmae_fast.export.tensorrt_build import TensorRTBuild, build_engine, check_tensorrt_operators
+from dmae_fast.export.tensorrt_build import (
+    TensorRTBuild,
+    build_engine,
+    check_tensorrt_operators,
+)
 from dmae_fast.model import SmoothingClassifier
 
 KIND_BY_FORMAT = {"onnx": "onnx", "tensorrt": "tensorrt", "torch": "aoti"}
@@ -57,23 +63,80 @@ def export_engines(config: ExportConfig, report: Report = print, note: Report = 
     """Write and verify every requested engine; returns the engine paths."""
     config.validate()
     ckpt = DEMO_CHECKPOINT if config.ckpt == DEMO else Path(config.ckpt)
+    _check_timing_cache(config, ckpt)
     device = resolve_device(config.device)
     formats = _formats(config, device, note)
     model = load_classifier(ckpt, input_size=config.input_size, mean=config.mean, std=config.std).to(device)
-    out = _output_directory(Path(config.out))
+    _check_input_size(model.spec.input_size, config)
+    out = writable_directory(Path(config.out), "--out")
     name = config.name or _default_name(ckpt, config)
     targets = [out / (name + SUFFIX_BY_KIND[KIND_BY_FORMAT[fmt]]) for fmt in formats]
-    if not config.overwrite:
-        for existing in (p for t in targets for p in _companions(t, config) if p.exists()):
-            raise UserError(f"{existing} exists; pass --overwrite to replace it")
+    _check_targets(targets, ckpt, config)
     for fmt, target in zip(formats, targets):
         _export_one(fmt, model, ckpt, target, config, device, report)
     return targets
 
 
+def writable_directory(path: Path, option: str, create: bool = True) -> Path:
+    """Check that ``path`` is, or can become, a directory this process writes in (its nearest
+    existing ancestor is a directory that takes a new file), else a one-line error naming
+    ``option``; ``create`` makes it now. Checked before any slow work, so that a bad output
+    location does not fail only after minutes of compiling or timing (also used by dmae-bench).
+    """
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if existing == path and not path.is_dir():
+        raise UserError(f"{option} {path} is a file; name a directory")
+    if not existing.is_dir():
+        raise UserError(f"cannot create {option} directory {path}: {existing} is a file")
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+        if create:
+            path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UserError(f"cannot write in {option} directory {path}: {error.strerror or error}") from None
+    return path
+
+
 def _companions(engine: Path, config: ExportConfig) -> tuple[Path, ...]:
     """The files one engine writes: itself, its sidecar and, for token engines, its front end."""
     return (engine, sidecar_path(engine)) + ((front_end_path(engine),) if config.input == "tokens" else ())
+
+
+def _check_targets(targets: list[Path], ckpt: Path, config: ExportConfig) -> None:
+    """Nothing of the user's is replaced: never the checkpoint or a directory, and without
+    --overwrite no existing file at all."""
+    for path in (p for target in targets for p in _companions(target, config)):
+        if not os.path.lexists(path):
+            continue
+        if path.exists() and path.samefile(ckpt):
+            raise UserError(f"{path} is the checkpoint being exported; choose another --name or --out")
+        if path.is_dir():
+            raise UserError(f"{path} is a directory; move it or choose another --name or --out")
+        if not config.overwrite:
+            raise UserError(f"{path} exists; pass --overwrite to replace it")
+
+
+def _check_timing_cache(config: ExportConfig, ckpt: Path) -> None:
+    """An explicit --timing-cache is read and rewritten after the build: it must be a file (or
+    not exist yet) in an existing directory, and not the checkpoint."""
+    if config.timing_cache is None:
+        return
+    cache = Path(config.timing_cache)
+    if cache.is_dir():
+        raise UserError(f"--timing-cache {cache} is a directory; name a file")
+    if not cache.parent.is_dir():
+        raise UserError(f"--timing-cache {cache}: directory {cache.parent} does not exist")
+    if cache.exists() and cache.samefile(ckpt):
+        raise UserError(f"--timing-cache {cache} is the checkpoint being exported; name another file")
+
+
+def _check_input_size(size: int, config: ExportConfig) -> None:
+    """The graph and the verification inputs hold [input size]-sided arrays (bicubic resize
+    matrices, images): refuse sizes no classifier uses before they exhaust the memory."""
+    if size > MAX_INPUT_SIZE:
+        source = "--input-size" if config.input_size is not None else f"the checkpoint's input size ({config.ckpt})"
+        raise UserError(f"{source} must be at most {MAX_INPUT_SIZE}, got {size}")
 
 
 def _formats(config: ExportConfig, device: torch.device, note: Report) -> list[str]:
@@ -91,16 +154,6 @@ def _formats(config: ExportConfig, device: torch.device, note: Report) -> list[s
         note(f"skipping TensorRT: {error}")
         formats.remove("tensorrt")
     return formats
-
-
-def _output_directory(out: Path) -> Path:
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out} is a file; name a directory for the engine files")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise UserError(f"cannot create --out directory {out}: {error.strerror}") from None
-    return out
 
 
 def _default_name(ckpt: Path, config: ExportConfig) -> str:
@@ -143,21 +196,43 @@ def _export_one(fmt: str, model: SmoothingClassifier, ckpt: Path, target: Path, 
             version = _build_tensorrt(graph, example, partial, meta, config, target.parent)
             meta = dataclasses.replace(meta, versions={**meta.versions, "tensorrt": version})
         parity = _verify(partial, meta, model, config, device)
+        if parity is not None and not parity.passed:
+            raise UserError(f"{target.name} failed verification against PyTorch: {parity.summary()}; "
+                            "the engine was not kept")
+        meta = dataclasses.replace(meta, parity=parity)
+        _commit(partial, target, meta, model, config)
     except BaseException:
         partial.unlink(missing_ok=True)
         raise
-    if parity is not None and not parity.passed:
-        partial.unlink()
-        raise UserError(f"{target.name} failed verification against PyTorch: {parity.summary()}; "
-                        "the engine was not kept")
-    meta = dataclasses.replace(meta, parity=parity)
-    os.replace(partial, target)
-    write_sidecar(target, meta)
-    if config.input == "tokens":
-        write_front_end(model, target)  # what a fused front end needs to feed the engine
     verified = "not verified (ONNX Runtime is not installed)" if parity is None else parity.summary()
     report(f"wrote {target} (+ .json): {fmt} {config.precision}, {config.input} input "
            f"{list(meta.input_shape)}, batch {config.batch}, {time.perf_counter() - start:.1f} s; {verified}")
+
+
+def _commit(partial: Path, target: Path, meta: EngineMeta, model: SmoothingClassifier, config: ExportConfig) -> None:
+    """Move a verified engine into place with its sidecar (and a token engine's front end).
+
+    Everything is written first (in a scratch folder beside the target); then the old
+    sidecar goes, and the moves follow with the new sidecar last. A failed or interrupted
+    commit thus leaves at worst an engine without a sidecar, which no reader accepts, never
+    an engine beside an older engine's sidecar or front end; files already moved are removed.
+    """
+    with tempfile.TemporaryDirectory(prefix=f".{target.name}.", dir=target.parent) as scratch:
+        staged = Path(scratch) / target.name
+        moves = [(partial, target)]
+        if config.input == "tokens":  # what a fused front end needs to feed the engine
+            moves.append((write_front_end(model, staged), front_end_path(target)))
+        moves.append((write_sidecar(staged, meta), sidecar_path(target)))
+        sidecar_path(target).unlink(missing_ok=True)
+        moved: list[Path] = []
+        try:
+            for source, destination in moves:
+                os.replace(source, destination)
+                moved.append(destination)
+        except BaseException:
+            for path in moved:
+                path.unlink(missing_ok=True)
+            raise
 
 
 def _example_batch(batch: BatchRange) -> int:

@@ -363,20 +363,24 @@ def test_check_finite() -> None:
 # --------------------------------------------------------------------------- pixels at full precision
 
 
-def write_png16_rgb(path: Path, pixels: np.ndarray) -> Path:
-    """A 16-bit colour PNG written by hand (PIL cannot write one): uint16 [H, W, 3]."""
+def png_chunk(kind: bytes, body: bytes) -> bytes:
     import struct
     import zlib
 
-    height, width, _ = pixels.shape
+    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body) & 0xFFFFFFFF)
+
+
+def write_png16_rgb(path: Path, pixels: np.ndarray) -> Path:
+    """A 16-bit PNG written by hand (PIL cannot write colour or grey+alpha ones): uint16
+    [H, W, 3] (colour) or [H, W, 2] (grey + alpha)."""
+    import struct
+    import zlib
+
+    height, width, channels = pixels.shape
     raw = b"".join(b"\x00" + pixels[y].astype(">u2").tobytes() for y in range(height))
-
-    def chunk(kind: bytes, body: bytes) -> bytes:
-        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body) & 0xFFFFFFFF)
-
-    header = struct.pack(">IIBBBBB", width, height, 16, 2, 0, 0, 0)
-    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw))
-                     + chunk(b"IEND", b""))
+    header = struct.pack(">IIBBBBB", width, height, 16, {2: 4, 3: 2}[channels], 0, 0, 0)
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", header) + png_chunk(b"IDAT", zlib.compress(raw))
+                     + png_chunk(b"IEND", b""))
     return path
 
 
@@ -399,11 +403,13 @@ def test_16_bit_grey_png_keeps_its_precision(tmp_path: Path) -> None:
 
 
 def test_16_bit_colour_png_is_refused_not_quantized(tmp_path: Path) -> None:
+    """PIL 13 opens a 16-bit RGB PNG as mode "RGB" (raw mode "RGB;16B"): 8 bits per channel."""
     pixels = np.zeros((4, 4, 3), np.uint16)
     pixels[..., 0] = 60000
     write_png16_rgb(tmp_path / "colour16.png", pixels)
+    assert Image.open(tmp_path / "colour16.png").mode == "RGB"
     dataset = open_dataset(str(_list_of(tmp_path, "colour16.png")), image_size=4)
-    raises_user_error(lambda: dataset[0], "colour16.png", "16-bit colour")
+    raises_user_error(lambda: dataset[0], "colour16.png", "16 bits per channel", "RGB;16B")
 
 
 def test_float_tiff_is_read_as_is(tmp_path: Path) -> None:
@@ -451,11 +457,15 @@ def test_empty_and_truncated_image_files(tmp_path: Path) -> None:
     (tmp_path / "cut.png").write_bytes((tmp_path / "whole.png").read_bytes()[:60])
     dataset = open_dataset(str(_list_of(tmp_path, "cut.png")), image_size=8)
     raises_user_error(lambda: dataset[0], "cut.png")
+    Image.fromarray(random_pixels(16, 16, seed=2)).save(tmp_path / "whole.jpg", quality=90)
+    (tmp_path / "cut.jpg").write_bytes((tmp_path / "whole.jpg").read_bytes()[:300])
+    dataset = open_dataset(str(_list_of(tmp_path, "cut.jpg")), image_size=8)
+    raises_user_error(lambda: dataset[0], "cut.jpg", "truncated")
 
 
 def test_a_listed_directory_is_not_an_image(tmp_path: Path) -> None:
     (tmp_path / "sub").mkdir()
-    raises_user_error(lambda: open_dataset(str(_list_of(tmp_path, "sub"))), "sub")
+    raises_user_error(lambda: open_dataset(str(_list_of(tmp_path, "sub"))), "sub", "directory")
 
 
 def test_label_file_that_is_not_utf8(tmp_path: Path) -> None:
@@ -463,3 +473,299 @@ def test_label_file_that_is_not_utf8(tmp_path: Path) -> None:
     labels = tmp_path / "labels.txt"
     labels.write_bytes(b"a.png \xff\xfe\n")
     raises_user_error(lambda: open_dataset(str(tmp_path), labels=str(labels)), "labels.txt")
+
+
+# --------------------------------------------------------------------------- hostile inputs
+
+
+def write_tiff(path: Path, pixels: np.ndarray, bits: int, sample_format: int = 1) -> Path:
+    """An uncompressed one-strip grey little-endian TIFF written by hand (PIL cannot write
+    12-bit, 16-bit colour or signed ones): ``pixels`` [H, W] (12 bits: packed 2 per 3 bytes)
+    or [H, W, 3]; ``sample_format`` 1 unsigned, 2 signed."""
+    import struct
+
+    height, width = pixels.shape[:2]
+    channels = 1 if pixels.ndim == 2 else pixels.shape[2]
+    if bits == 12:
+        flat, body = pixels.ravel().astype(int), bytearray()
+        for a, b in zip(flat[0::2], flat[1::2]):
+            body += bytes([a >> 4, ((a & 15) << 4) | (b >> 8), b & 255])
+        body = bytes(body)
+    else:
+        kind = "i" if sample_format == 2 else "u"
+        body = pixels.astype(f"<{kind}{bits // 8}").tobytes()
+    entries = [(256, width), (257, height), (258, bits), (259, 1), (262, 2 if channels == 3 else 1),
+               (273, None), (277, channels), (278, height), (279, len(body)), (339, sample_format)]
+    offset = 8 + 2 + 12 * len(entries) + 4
+    ifd = struct.pack("<H", len(entries))
+    for tag, value in entries:
+        if tag == 273:
+            ifd += struct.pack("<HHII", tag, 4, 1, offset)
+        elif tag == 279:
+            ifd += struct.pack("<HHII", tag, 4, 1, value)
+        else:
+            ifd += struct.pack("<HHIHH", tag, 3, 1, value, 0)
+    path.write_bytes(b"II*\x00" + struct.pack("<I", 8) + ifd + b"\x00" * 4 + body)
+    return path
+
+
+def first_image(tmp_path: Path, name: str, image_size: int | None = None) -> torch.Tensor:
+    return open_dataset(str(_list_of(tmp_path, name)), image_size=image_size)[0][0]
+
+
+def test_12_bit_tiff_is_scaled_by_4095(tmp_path: Path) -> None:
+    """PIL opens a 12-bit TIFF as mode I;16 holding 0..4095; was: divided by 65535 (16x too dark)."""
+    values = (np.arange(16).reshape(4, 4) * 273).astype(np.uint16)  # 0 .. 4095
+    write_tiff(tmp_path / "twelve.tiff", values, 12)
+    assert Image.open(tmp_path / "twelve.tiff").mode == "I;16"
+    image = first_image(tmp_path, "twelve.tiff")
+    assert torch.equal(image[2], torch.from_numpy(values / 4095).float()) and float(image.max()) == 1.0
+
+
+def test_16_bit_pgm_is_read_at_full_precision(tmp_path: Path) -> None:
+    """PIL mode "I": a 16-bit PGM, and one with maxval 1000 (PIL rescales it to 0..65535)."""
+    values = (np.arange(16).reshape(4, 4) * 4000 + 3).astype(np.uint16)
+    (tmp_path / "deep.pgm").write_bytes(b"P5 4 4 65535\n" + values.astype(">u2").tobytes())
+    assert Image.open(tmp_path / "deep.pgm").mode == "I"
+    assert torch.equal(first_image(tmp_path, "deep.pgm")[0], torch.from_numpy(values / 65535).float())
+    (tmp_path / "kilo.pgm").write_bytes(b"P5 2 1 1000\n" + np.array([1000, 500], ">u2").tobytes())
+    assert first_image(tmp_path, "kilo.pgm")[1, 0].tolist() == pytest.approx([1.0, 0.5], abs=1e-5)
+
+
+@pytest.mark.parametrize(("bits", "sample_format", "mention"), [(32, 1, "I;32N"), (32, 2, "I;32S"), (16, 2, "I;16S")])
+def test_32_bit_and_signed_integer_images_are_refused(tmp_path: Path, bits: int, sample_format: int,
+                                                      mention: str) -> None:
+    """Mode "I" without a 16-bit unsigned source has no [0, 1] scale; was: divided by 65535 or clipped."""
+    write_tiff(tmp_path / "int.tiff", np.full((4, 4), 200), bits, sample_format)
+    assert Image.open(tmp_path / "int.tiff").mode == "I"
+    raises_user_error(lambda: first_image(tmp_path, "int.tiff"), "int.tiff", mention, "no defined [0, 1] scale")
+
+
+def test_16_bit_colour_and_grey_alpha_files_are_refused(tmp_path: Path) -> None:
+    """PIL reads all of these as 8 bits per channel; was: silently quantized."""
+    write_tiff(tmp_path / "rgb16.tiff", np.full((4, 4, 3), 40000), 16)
+    raises_user_error(lambda: first_image(tmp_path, "rgb16.tiff"), "rgb16.tiff", "RGB;16L")
+    colour = np.full((2, 2, 3), 40000, ">u2").tobytes()
+    (tmp_path / "rgb16.ppm").write_bytes(b"P6 2 2 65535\n" + colour)
+    raises_user_error(lambda: first_image(tmp_path, "rgb16.ppm"), "rgb16.ppm", "maximum value 65535")
+    (tmp_path / "rgb1000.ppm").write_bytes(b"P6 2 2 1000\n" + np.full((2, 2, 3), 999, ">u2").tobytes())
+    raises_user_error(lambda: first_image(tmp_path, "rgb1000.ppm"), "rgb1000.ppm", "maximum value 1000")
+    write_png16_rgb(tmp_path / "la16.png", np.full((2, 2, 2), 40000, np.uint16))  # PIL: mode RGBA
+    raises_user_error(lambda: first_image(tmp_path, "la16.png"), "la16.png", "LA;16B")
+
+
+def test_16_bit_bmp_is_exact_in_8_bits(tmp_path: Path) -> None:
+    """A 5-6-5 BMP (PIL raw mode "BGR;16") is not 16 bits per channel; was: refused as 16-bit colour."""
+    import struct
+
+    pixels = struct.pack("<HHHH", 0xF800, 0x07E0, 0x001F, 0xFFFF)  # red, green, blue, white; bottom-up
+    info = struct.pack("<IiiHHIIiiII", 40, 2, 2, 1, 16, 3, len(pixels), 0, 0, 0, 0)
+    masks = struct.pack("<III", 0xF800, 0x07E0, 0x001F)
+    start = 14 + len(info) + len(masks)
+    (tmp_path / "565.bmp").write_bytes(b"BM" + struct.pack("<IHHI", start + len(pixels), 0, 0, start)
+                                       + info + masks + pixels)
+    image = first_image(tmp_path, "565.bmp")
+    assert image[:, 1, 0].tolist() == [1.0, 0.0, 0.0] and image[:, 0, 1].tolist() == [1.0, 1.0, 1.0]
+
+
+def test_palette_with_transparency_converts_without_a_warning(tmp_path: Path) -> None:
+    import warnings
+
+    palette = Image.fromarray(np.arange(16, dtype=np.uint8).reshape(4, 4)).convert("P")
+    palette.save(tmp_path / "trns.png", transparency=b"\x00" * 5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # was: "Palette images with Transparency expressed in bytes ..."
+        image = first_image(tmp_path, "trns.png")
+    expected = np.array(Image.open(tmp_path / "trns.png").convert("RGBA").convert("RGB"))
+    assert torch.equal(image, torch.from_numpy(expected).permute(2, 0, 1).float() / 255)
+
+
+def test_rgba_alpha_is_dropped_not_blended(tmp_path: Path) -> None:
+    Image.new("RGBA", (2, 2), (10, 20, 30, 0)).save(tmp_path / "clear.png")  # fully transparent
+    image = first_image(tmp_path, "clear.png")
+    assert image.shape == (3, 2, 2) and image[:, 0, 0].tolist() == pytest.approx([10 / 255, 20 / 255, 30 / 255])
+
+
+def test_animated_gif_uses_its_first_frame(tmp_path: Path) -> None:
+    frames = [Image.new("RGB", (4, 4), (255, 0, 0)), Image.new("RGB", (4, 4), (0, 0, 255))]
+    frames[0].save(tmp_path / "anim.gif", save_all=True, append_images=frames[1:])
+    assert first_image(tmp_path, "anim.gif")[:, 0, 0].tolist() == [1.0, 0.0, 0.0]
+
+
+def test_resized_high_depth_images_stay_in_0_1(tmp_path: Path) -> None:
+    """Bilinear resizing of a white float tensor rounds to 1 + 2e-7; was: returned as is."""
+    Image.fromarray(np.full((13, 13), 65535, np.uint16)).save(tmp_path / "white.png")
+    image = first_image(tmp_path, "white.png", image_size=8)
+    assert float(image.max()) == 1.0 and float(image.min()) > 0.999
+
+
+def test_corrupt_file_that_pil_fails_on_with_another_exception(tmp_path: Path) -> None:
+    """A DDS with unknown pixel-format flags: PIL raises NotImplementedError; was: a traceback."""
+    import io
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (4, 4)).save(buffer, format="DDS")
+    blob = bytearray(buffer.getvalue())
+    blob[80:84] = (16).to_bytes(4, "little")  # DDS_PIXELFORMAT.dwFlags
+    (tmp_path / "odd.dds").write_bytes(bytes(blob))
+    raises_user_error(lambda: open_dataset(str(_list_of(tmp_path, "odd.dds"))), "odd.dds")
+    raises_user_error(lambda: open_dataset(str(_list_of(tmp_path, "odd.dds")), image_size=4)[0], "odd.dds")
+
+
+def test_decompression_bomb_is_refused(tmp_path: Path) -> None:
+    import struct
+
+    header = struct.pack(">IIBBBBB", 30000, 30000, 8, 0, 0, 0, 0)  # 900 M pixels claimed
+    (tmp_path / "bomb.png").write_bytes(b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", header) + png_chunk(b"IEND", b""))
+    raises_user_error(lambda: open_dataset(str(_list_of(tmp_path, "bomb.png"))), "bomb.png", "decompression bomb")
+    dataset = open_dataset(str(_list_of(tmp_path, "bomb.png")), image_size=8)
+    raises_user_error(lambda: dataset[0], "bomb.png", "decompression bomb")
+
+
+def test_resizing_a_thin_image_past_the_pixel_limit_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                               ) -> None:
+    """A 1x2000 image resized to short side 9 would have 9x18000 pixels; was: resized anyway."""
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 10_000)
+    Image.new("RGB", (1, 2000)).save(tmp_path / "thin.png")
+    dataset = open_dataset(str(_list_of(tmp_path, "thin.png")), image_size=8)
+    raises_user_error(lambda: dataset[0], "thin.png", "1x2000", "crop it first")
+    raises_user_error(lambda: open_dataset(str(_list_of(tmp_path, "thin.png")), image_size=200), "too large")
+
+
+@pytest.mark.parametrize("size", [0, -3])
+def test_image_size_below_one_is_refused_for_every_source(tmp_path: Path, size: int) -> None:
+    """Was: ignored by open_dataset for the demo and CIFAR-10."""
+    raises_user_error(lambda: open_dataset(DEMO, image_size=size), "image size must be at least 1")
+    write_cifar(tmp_path, meta=False)
+    raises_user_error(lambda: open_dataset(str(tmp_path), image_size=size), "image size must be at least 1")
+    raises_user_error(lambda: image_list(_list_of(tmp_path, "x.png"), size), "image size must be at least 1")
+
+
+@pytest.mark.parametrize("size", [None, 7.5, True, "8"])
+def test_image_size_must_be_a_whole_number(tmp_path: Path, size: object) -> None:
+    """Was: a TypeError traceback (None, "8"), or silently 7 (7.5) or 1 (True)."""
+    write_png(tmp_path / "cls" / "a.png", solid(4, 4, (0, 0, 0)))
+    raises_user_error(lambda: image_folder(tmp_path, size), "image size")
+    if size is not None:
+        raises_user_error(lambda: image_list(_list_of(tmp_path, "cls/a.png"), size), "image size")
+
+
+@pytest.mark.parametrize("label", ["1" * 5000,  # was: int()'s ValueError traceback (more than 4,300 digits)
+                                   str(2**31), "9" * 30])  # was: accepted
+def test_huge_labels_are_refused(tmp_path: Path, label: str) -> None:
+    write_png(tmp_path / "a.png", solid(4, 4, (0, 0, 0)))
+    listing = tmp_path / "list.txt"
+    listing.write_text(f"a.png {label}\n")
+    message = raises_user_error(lambda: open_dataset(str(listing)), f"{listing}:1", "larger than 2147483647")
+    assert len(message) < 300
+    listing.write_text("a.png 0002147483647\n")  # leading zeros are fine
+    assert open_dataset(str(listing))[0][1] == 2**31 - 1
+
+
+def test_labels_file_unicode_digits_and_bom(tmp_path: Path) -> None:
+    """The labels file of an image directory: non-ASCII digits refused; a UTF-8 BOM (Windows
+    editors) accepted -- was: part of the first file name ('image file not found')."""
+    images = tmp_path / "images"
+    write_png(images / "x.png", solid(4, 4, (0, 0, 0)))
+    labels = tmp_path / "labels.txt"
+    labels.write_text("x.png \u0663\n", encoding="utf-8")
+    raises_user_error(lambda: open_dataset(str(images), labels=str(labels)), f"{labels}:1", "\u0663")
+    labels.write_text("x.png 3\n", encoding="utf-8-sig")
+    assert [label for _, label in open_dataset(str(images), labels=str(labels))] == [3]
+
+
+@pytest.mark.parametrize(
+    ("labels", "mention"),
+    [([2**70], "integers in [0, 2147483647]"),  # was: torch's "Overflow when unpacking long" traceback
+     ([2**31], "integers in [0, 2147483647]"), ([1.0], "labels"), ([True], "labels"), ([-1], "labels"),
+     (np.array([[1]]), "labels"), (np.array([0.5]), "labels"), ("0", "labels")],
+)
+def test_cifar_label_types_and_range(tmp_path: Path, labels: object, mention: str) -> None:
+    write_batch(tmp_path / "test_batch", np.zeros((1, 3072), dtype=np.uint8), labels)
+    raises_user_error(lambda: cifar10(tmp_path), tmp_path / "test_batch", mention)
+
+
+@pytest.mark.parametrize("pixels", [np.zeros((1, 3072), np.float32), np.zeros((1, 3072), np.int64),
+                                    np.zeros((1, 3, 32, 32), np.uint8), np.zeros(3072, np.uint8), [[0] * 3072]])
+def test_cifar_data_types_and_shapes(tmp_path: Path, pixels: object) -> None:
+    write_batch(tmp_path / "test_batch", pixels, [0])
+    raises_user_error(lambda: cifar10(tmp_path), tmp_path / "test_batch", "'data' must be a uint8")
+
+
+def test_listed_image_paths_that_cannot_be_opened(tmp_path: Path) -> None:
+    """Each names the list line and what is wrong; was: an OSError traceback for a name that is
+    too long, and 'image file not found' for a symlink loop or a FIFO."""
+    (tmp_path / "loop.png").symlink_to(tmp_path / "loop.png")
+    os.mkfifo(tmp_path / "fifo.png")
+    listing = tmp_path / "list.txt"
+    for name, mention in [("a" * 300 + ".png", "File name too long"), ("loop.png", "symbolic links"),
+                          ("fifo.png", "not a regular file"), ("a\x00.png", "null"),
+                          ("missing.png", "No such file")]:
+        listing.write_text(f"{name} 0\n")
+        raises_user_error(lambda: open_dataset(str(listing)), f"{listing}:1", mention)
+
+
+def test_fifo_in_an_image_folder_is_refused_without_waiting(tmp_path: Path) -> None:
+    """Was: PIL opened the FIFO and waited for a writer forever (a helper thread writes a PNG
+    if anything opens it, so that the old code fails instead of hanging)."""
+    import threading
+    import time
+
+    write_png(tmp_path / "cat" / "a.png", solid(4, 4, (0, 0, 0)))
+    fifo = tmp_path / "cat" / "b.png"
+    os.mkfifo(fifo)
+    png = (tmp_path / "cat" / "a.png").read_bytes()
+
+    def feed() -> None:
+        for _ in range(100):
+            try:
+                descriptor = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:  # no reader yet
+                time.sleep(0.05)
+                continue
+            os.write(descriptor, png)
+            os.close(descriptor)
+            return
+
+    threading.Thread(target=feed, daemon=True).start()
+    dataset = image_folder(tmp_path, 4)
+    assert dataset[0][0].shape == (3, 4, 4)
+    raises_user_error(lambda: dataset[1], fifo, "not a regular file")
+
+
+def test_image_folder_symlink_loop_is_refused(tmp_path: Path) -> None:
+    """Was: ImageFolder followed cat/loop -> cat 40 levels deep: 41 copies of one image."""
+    write_png(tmp_path / "cat" / "a.png", solid(4, 4, (0, 0, 0)))
+    (tmp_path / "cat" / "loop").symlink_to(tmp_path / "cat")
+    raises_user_error(lambda: open_dataset(str(tmp_path), image_size=4), tmp_path / "cat", "symbolic link loop")
+
+
+def test_image_folder_that_is_a_file(tmp_path: Path) -> None:
+    """Was: NotADirectoryError traceback."""
+    image = write_png(tmp_path / "a.png", solid(4, 4, (0, 0, 0)))
+    raises_user_error(lambda: image_folder(image, 4), image, "not the file")
+
+
+def test_image_replaced_after_the_dataset_was_opened(tmp_path: Path) -> None:
+    """Without image_size all images share one size; was: a wrong-sized tensor returned."""
+    write_png(tmp_path / "a.png", solid(4, 4, (0, 0, 0)))
+    dataset = open_dataset(str(_list_of(tmp_path, "a.png")))
+    write_png(tmp_path / "a.png", solid(5, 4, (0, 0, 0)))
+    raises_user_error(lambda: dataset[0], tmp_path / "a.png", "4x5", "4x4")
+
+
+def test_dataset_paths_that_cannot_be_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Was: the current directory opened for an empty path, RuntimeError for ~nosuchuser,
+    OSError for a name too long, 'does not exist' for a symlink loop."""
+    write_cifar(tmp_path, meta=False)
+    monkeypatch.chdir(tmp_path)
+    raises_user_error(lambda: open_dataset(""), "empty")
+    raises_user_error(lambda: image_list("", None), "empty")
+    raises_user_error(lambda: open_dataset("~no_such_user_dmae/data"), "~no_such_user_dmae", "no such user")
+    raises_user_error(lambda: open_dataset("d" * 300), "File name too long")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    raises_user_error(lambda: open_dataset(str(tmp_path / "loop")), "loop", "symbolic links")
+    images = tmp_path / "images"
+    write_png(images / "a.png", solid(4, 4, (0, 0, 0)))
+    raises_user_error(lambda: open_dataset(str(images), labels=str(tmp_path)), tmp_path, "directory")
+    raises_user_error(lambda: open_dataset(str(images), labels=""), "empty")

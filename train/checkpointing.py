@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from dmae_fast.checkpoints import load_strict
 from dmae_fast.errors import UserError
 
 CHECKPOINT = "checkpoint.pt"
@@ -65,22 +66,78 @@ def save_training_state(out: Path, state: dict[str, Any]) -> Path:
     return path
 
 
-def load_training_state(out: Path) -> dict[str, Any]:
-    path = out / CHECKPOINT
-    if not path.is_file():
-        raise UserError(f"--resume: no {CHECKPOINT} in {out} (nothing to resume)")
+def load_training_state(out: Path, mmap: bool = False) -> dict[str, Any]:
+    path = _run_file(out, CHECKPOINT)
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as error:  # noqa: BLE001 (a truncated or foreign file fails in many ways)
-        raise UserError(f"--resume: cannot read {path}: {str(error).strip().splitlines()[0]}") from None
+        raise UserError(f"--resume: cannot read {path}: {_first_line(error)}") from None
+
+
+#: What :func:`save_training_state` is given by the training loop.
+STATE_KEYS = ("model", "optimizer", "scaler", "epoch", "best", "rng", "config")
+
+
+def check_resumable(out: Path, config_json: dict[str, Any], model: torch.nn.Module) -> int:
+    """The number of epochs ``out``'s checkpoint has done, once it is known to be a training
+    state of this run: written with this configuration, weights that fit ``model`` (loaded
+    into it), an epoch of the schedule. One-line UserError otherwise, before anything is
+    written. The tensors are memory-mapped, not read."""
+    path = out / CHECKPOINT
+    state = load_training_state(out, mmap=True)
+    missing = [key for key in STATE_KEYS if key not in state] if isinstance(state, dict) else list(STATE_KEYS)
+    if missing:
+        raise UserError(f"--resume: {path} is not a dmae-train training state (no {', '.join(missing)})")
+    differ = _differences(_plain(state["config"]), _plain(config_json))
+    if differ:
+        raise UserError(f"--resume: {path} was written by another configuration than {out / CONFIG} "
+                        f"(they differ in {', '.join(differ[:4])})")
+    epoch, epochs = state["epoch"], config_json["optim"]["epochs"]
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or not 0 <= epoch <= epochs:
+        raise UserError(f"--resume: {path} holds epoch {epoch!r}, not one of the schedule's 0..{epochs}")
+    weights = state["model"]
+    if not isinstance(weights, dict) or not all(isinstance(v, torch.Tensor) for v in weights.values()):
+        raise UserError(f"--resume: {path} holds no model weights (a dict of tensors)")
+    load_strict(model, weights, path, "the model of this run")
+    return epoch
+
+
+def _plain(value: Any) -> Any:
+    """JSON's view of a value (tuples become lists)."""
+    return json.loads(json.dumps(value, default=repr))
+
+
+def _differences(a: Any, b: Any, prefix: str = "") -> list[str]:
+    """Dotted names of the fields in which two configurations differ."""
+    if not (isinstance(a, dict) and isinstance(b, dict)):
+        return [] if a == b else [prefix.rstrip(".") or "the whole configuration"]
+    return [name for key in sorted(set(a) | set(b), key=str)
+            for name in _differences(a.get(key, _ABSENT), b.get(key, _ABSENT), f"{prefix}{key}.")]
+
+
+_ABSENT = object()
 
 
 def read_config(out: Path) -> Any:
     """The parsed ``config.json`` of a run directory (validated by ``config.from_json``)."""
-    path = out / CONFIG
-    if not path.is_file():
-        raise UserError(f"--resume: no {CONFIG} in {out} (nothing to resume)")
+    path = _run_file(out, CONFIG)
     try:
         return json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError) as error:
-        raise UserError(f"--resume: {path} is not valid JSON ({error})") from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        raise UserError(f"--resume: {path} is not valid JSON ({_first_line(error)})") from None
+    except OSError as error:
+        raise UserError(f"--resume: cannot read {path}: {error.strerror or error}") from None
+
+
+def _run_file(out: Path, name: str) -> Path:
+    """``out / name``, which --resume needs."""
+    path = out / name
+    if not path.is_file():
+        raise UserError(f"--resume: {path} is not a file" if path.exists() else
+                        f"--resume: no {name} in {out} (nothing to resume)")
+    return path
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

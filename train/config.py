@@ -22,7 +22,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
 
 from dmae_fast.errors import UserError
-from dmae_fast.model.config import ENCODER_PRESETS, NORMALIZATIONS, EncoderConfig
+from dmae_fast.model.config import ENCODER_PRESETS, MAX_SIGMA, NORMALIZATIONS, EncoderConfig, sigma_problem
 
 
 @dataclass(frozen=True)
@@ -344,70 +344,144 @@ def _parse(text: str, hint: Any, name: str) -> Any:
                 raise ValueError(f"expected one of {', '.join(map(str, typing.get_args(hint)))}")
             return text
         if origin is tuple:
-            values = json.loads(text) if text.startswith("[") else [v for v in text.split(",") if v]
-            kinds = typing.get_args(hint)
-            if len(values) != len(kinds):
-                raise ValueError(f"expected {len(kinds)} comma-separated values")
-            return tuple(kind(v) for kind, v in zip(kinds, values))
-        if dataclasses.is_dataclass(hint) and text.lower() == "default":
+            return _parse_tuple(text, typing.get_args(hint), name)
+    except (ValueError, TypeError, RecursionError) as error:  # json.JSONDecodeError is a ValueError
+        raise UserError(f"bad value {_shown(repr(text))} for {name}: {_shown(error, 80)}") from None
+    if dataclasses.is_dataclass(hint):
+        if text.lower() == "default":
             return hint()
-    except (ValueError, TypeError, json.JSONDecodeError) as error:
-        raise UserError(f"bad value {text!r} for {name}: {error}") from None
+        raise UserError(f"{name} is a group of fields: set {name}.FIELD=VALUE (or {name}=default)")
     raise UserError(f"{name} cannot be set from the command line (type {hint})")
 
 
-def _non_finite(config: Any, prefix: str = "") -> list[str]:
-    """Names of the float fields (nested too) that hold NaN or an infinity."""
-    bad = []
+def _parse_tuple(text: str, kinds: tuple[type, ...], name: str) -> tuple:
+    """``a,b`` or a JSON list ``[a, b]`` of numbers."""
+    if text.startswith("["):
+        values = json.loads(text)
+        if not isinstance(values, list) or any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in values):
+            raise ValueError("expected a list of numbers")
+    else:
+        values = [v for v in text.split(",") if v.strip()]
+    if len(values) != len(kinds):
+        raise ValueError(f"expected {len(kinds)} comma-separated values")
+    return tuple(kind(v) for kind, v in zip(kinds, values))
+
+
+@dataclass(frozen=True)
+class Range:
+    """An interval of numbers, written as the error messages show it."""
+
+    lo: float
+    hi: float = math.inf
+    lo_open: bool = False
+    hi_open: bool = False
+
+    def __contains__(self, value: float) -> bool:
+        above = value > self.lo if self.lo_open else value >= self.lo
+        below = value < self.hi if self.hi_open else value <= self.hi
+        return above and below
+
+    def __str__(self) -> str:
+        if self.hi == math.inf:
+            return f"{'>' if self.lo_open else '>='} {self.lo:g}"
+        return f"in {'(' if self.lo_open else '['}{self.lo:g}, {self.hi:g}{')' if self.hi_open else ']'}"
+
+
+AT_LEAST_1, NON_NEGATIVE, POSITIVE = Range(1), Range(0), Range(0, lo_open=True)
+FRACTION = Range(0, 1, hi_open=True)  # [0, 1)
+NOISE = Range(0, MAX_SIGMA)
+
+#: The range of each numeric field, by dotted name, in whichever configuration has it. An
+#: optional field set to None (off) is not checked; a tuple's every element is.
+RANGES: dict[str, Range] = {
+    "seed": NON_NEGATIVE, "eval_every": AT_LEAST_1, "save_every": AT_LEAST_1,
+    "data.input_size": AT_LEAST_1, "data.holdout": FRACTION, "data.limit": Range(2),
+    "data.crop_scale": Range(0, 1, lo_open=True), "data.num_workers": NON_NEGATIVE,
+    "optim.epochs": AT_LEAST_1, "optim.warmup_epochs": NON_NEGATIVE, "optim.batch_size": AT_LEAST_1,
+    "optim.accum_steps": AT_LEAST_1, "optim.blr": POSITIVE, "optim.lr": POSITIVE,
+    "optim.min_lr": NON_NEGATIVE, "optim.weight_decay": NON_NEGATIVE, "optim.betas": FRACTION,
+    "optim.clip_grad": POSITIVE,
+    "sigma": NOISE, "sigma_range": NOISE, "mask_ratio": FRACTION,
+    "decoder_dim": AT_LEAST_1, "decoder_depth": AT_LEAST_1, "decoder_heads": AT_LEAST_1,
+    "consistency.copies": AT_LEAST_1, "consistency.lam": NON_NEGATIVE, "consistency.eta": NON_NEGATIVE,
+    "layer_decay": Range(0, 1, lo_open=True), "drop_path": FRACTION, "label_smoothing": FRACTION,
+    "mixup": NON_NEGATIVE, "cutmix": NON_NEGATIVE, "head_init_std": NON_NEGATIVE,
+    "eval_noise_samples": AT_LEAST_1,
+    "input_size": AT_LEAST_1, "images": AT_LEAST_1, "num_heads": AT_LEAST_1,
+}
+INT64 = 2**63  # torch, NumPy and the noise generator take 64-bit integers
+
+
+def _leaves(config: Any, prefix: str = "") -> typing.Iterator[tuple[str, Any]]:
+    """(dotted name, value) of every field that is not itself a configuration."""
     for f in fields(config):
         value = getattr(config, f.name)
-        items = value if isinstance(value, tuple) else (value,)
         if dataclasses.is_dataclass(value):
-            bad += _non_finite(value, f"{prefix}{f.name}.")
-        elif any(isinstance(v, float) and not math.isfinite(v) for v in items):
-            bad.append(prefix + f.name)
-    return bad
+            yield from _leaves(value, f"{prefix}{f.name}.")
+        else:
+            yield prefix + f.name, value
+
+
+def _check_leaf(name: str, value: Any) -> None:
+    """The rules for every field: finite floats, 64-bit ints, non-empty strings, its range."""
+    for item in value if isinstance(value, tuple) else (value,):
+        if isinstance(item, str):
+            _check(item != "", f"{name} must not be empty")
+        if isinstance(item, bool) or not isinstance(item, (int, float)):
+            continue
+        if isinstance(item, float):
+            _check(math.isfinite(item), f"{name} must be finite, got {item}")
+        else:
+            _check(-INT64 <= item < INT64, f"{name} = {_shown(item)} does not fit in 64 bits")
+        if name in RANGES:
+            _check(item in RANGES[name], f"{name} must be {RANGES[name]}, got {item}")
+
+
+def check_mask_ratio(mask_ratio: float, encoder: EncoderConfig) -> None:
+    """At least one patch must stay visible to the encoder."""
+    patches = encoder.grid_size**2
+    _check(int(patches * (1 - mask_ratio)) >= 1,
+           f"mask_ratio {mask_ratio} hides all {patches} patches of a {encoder.img_size}x{encoder.img_size} "
+           f"image (patch size {encoder.patch_size}); at most {(patches - 1) / patches:g}")
 
 
 def validate(config: Any) -> None:
-    """One-line errors for values no run could use."""
-    bad = _non_finite(config)
-    _check(not bad, f"{', '.join(bad)} must be finite")
+    """One-line errors for values no run could use: each field's own rules, then those
+    between fields."""
+    for name, value in _leaves(config):
+        _check_leaf(name, value)
     if isinstance(config, VisualizeConfig):
-        _check(config.images >= 1, "images must be at least 1")
-        _check(0 <= config.mask_ratio < 1, "mask_ratio must be in [0, 1)")
-        _check(config.sigma >= 0, "sigma must be >= 0")
         return
     _check(config.encoder in ENCODER_PRESETS, f"unknown encoder {config.encoder!r}; known: {', '.join(ENCODER_PRESETS)}")
     data, optim = config.data, config.optim
-    _check(0 <= data.holdout < 1, "data.holdout must be in [0, 1)")
-    _check(data.limit is None or data.limit >= 2, "data.limit must be at least 2")
     _check(data.normalization in (*NORMALIZATIONS, "dataset"),
            f"data.normalization must be one of {', '.join((*NORMALIZATIONS, 'dataset'))}")
-    if data.crop_scale is not None:
-        _check(0 < data.crop_scale[0] <= data.crop_scale[1] <= 1, "data.crop_scale must be 0 < lo <= hi <= 1")
-    _check(optim.epochs >= 1 and optim.batch_size >= 1 and optim.accum_steps >= 1,
-           "optim.epochs, optim.batch_size and optim.accum_steps must be >= 1")
-    _check(0 <= optim.warmup_epochs <= optim.epochs, "optim.warmup_epochs must be in [0, epochs]")
-    _check(optim.peak_lr > 0, "the learning rate must be positive")
-    _check(config.eval_every >= 1 and config.save_every >= 1, "eval_every and save_every must be >= 1")
-    _check(getattr(config, "sigma", 0) >= 0, "sigma must be >= 0")
+    _ordered("data.crop_scale", data.crop_scale)
+    _check(optim.warmup_epochs <= optim.epochs, "optim.warmup_epochs must not exceed optim.epochs")
+    _check(optim.min_lr <= optim.peak_lr, f"optim.min_lr ({optim.min_lr}) must not exceed the peak learning "
+                                          f"rate ({optim.peak_lr:g})")
     if isinstance(config, PretrainConfig):
-        _check(0 <= config.mask_ratio < 1, "mask_ratio must be in [0, 1)")
         _check(config.decoder_dim % config.decoder_heads == 0, "decoder_dim must be divisible by decoder_heads")
+        check_mask_ratio(config.mask_ratio, config.encoder_config)
+    else:  # the classifier's noise level: what dmae-certify certifies at
+        _check(sigma_problem(config.sigma) is None, f"{sigma_problem(config.sigma)} (the classifier's noise level)")
     if isinstance(config, FinetuneConfig):
-        if config.sigma_range is not None:
-            _check(0 <= config.sigma_range[0] <= config.sigma_range[1], "sigma_range must be 0 <= lo <= hi")
-        if config.consistency is not None:
-            _check(config.consistency.copies >= 1, "consistency.copies must be >= 1")
-        _check(config.layer_decay is None or 0 < config.layer_decay <= 1, "layer_decay must be in (0, 1]")
-        _check(0 <= config.drop_path < 1 and 0 <= config.label_smoothing < 1,
-               "drop_path and label_smoothing must be in [0, 1)")
+        _ordered("sigma_range", config.sigma_range)
+
+
+def _ordered(name: str, pair: tuple[float, float] | None) -> None:
+    _check(pair is None or pair[0] <= pair[1], f"{name} must be lo,hi with lo <= hi, got {pair}")
 
 
 def _check(condition: bool, message: str) -> None:
     if not condition:
         raise UserError(message)
+
+
+def _shown(value: Any, limit: int = 40) -> str:
+    """A value for an error message, shortened if long."""
+    text = str(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def to_json(config: Any) -> dict[str, Any]:
@@ -417,13 +491,17 @@ def to_json(config: Any) -> dict[str, Any]:
 
 
 def from_json(data: Any, where: str = "config.json") -> Any:
-    """Rebuild (and validate) a configuration written by :func:`to_json`; UserError naming
-    ``where`` if it is not one (unknown subcommand or field, wrong type, bad value)."""
-    if not isinstance(data, dict) or data.get("subcommand") not in CONFIGS:
+    """Rebuild a configuration written by :func:`to_json` and validate it as a new run's;
+    UserError naming ``where`` if it is not one (unknown subcommand, unknown or missing
+    field, wrong type, bad value)."""
+    kind = data.get("subcommand") if isinstance(data, dict) else None
+    if not isinstance(kind, str) or kind not in CONFIGS:
         raise UserError(f"{where} is not a dmae-train configuration (no known 'subcommand')")
-    data = dict(data)
-    config = _build(CONFIGS[data.pop("subcommand")], data, where, "")
-    validate(config)
+    config = _build(CONFIGS[kind], {k: v for k, v in data.items() if k != "subcommand"}, where, "")
+    try:
+        validate(config)
+    except UserError as error:
+        raise UserError(f"{where}: {error}") from None
     return config
 
 
@@ -431,10 +509,10 @@ def _build(cls: type, data: Any, where: str, prefix: str) -> Any:
     if not isinstance(data, dict):
         raise UserError(f"{where}: {prefix.rstrip('.') or 'the configuration'} must be an object")
     hints = typing.get_type_hints(cls)
-    names = {f.name for f in fields(cls)}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        raise UserError(f"{where}: unknown field(s) {', '.join(prefix + n for n in unknown)}")
+    names = [f.name for f in fields(cls)]
+    for problem, keys in (("unknown", sorted(set(data) - set(names))), ("missing", [n for n in names if n not in data])):
+        if keys:
+            raise UserError(f"{where}: {problem} field(s) {', '.join(prefix + _shown(n) for n in keys)}")
     values = {}
     for name, value in data.items():
         kind = _dataclass_in(hints[name])
@@ -443,9 +521,13 @@ def _build(cls: type, data: Any, where: str, prefix: str) -> Any:
         elif isinstance(value, list):
             value = tuple(value)
         if not _has_type(value, hints[name]):
-            raise UserError(f"{where}: {prefix}{name} = {value!r} is not of type {hints[name]}")
+            raise UserError(f"{where}: {prefix}{name} = {_shown(repr(value))} is not of type {_type_name(hints[name])}")
         values[name] = value
     return cls(**values)
+
+
+def _type_name(hint: Any) -> str:
+    return hint.__name__ if isinstance(hint, type) else str(hint).replace("typing.", "")
 
 
 def _has_type(value: Any, hint: Any) -> bool:

@@ -70,6 +70,8 @@ def open_training_data(config: DataConfig, seed: int) -> TrainingData:
     size = config.input_size or native_size
     indices = list(range(len(base)))
     if config.limit is not None:
+        if config.limit > len(indices):
+            raise UserError(f"data.limit={config.limit}: {config.dataset} has only {len(indices)} training images")
         indices = indices[: config.limit]
     held: list[int] = []
     if config.holdout > 0:
@@ -81,7 +83,7 @@ def open_training_data(config: DataConfig, seed: int) -> TrainingData:
         raise UserError(f"dataset {config.dataset}: no training images left after the held-out split")
     names = getattr(base, "class_names", None) or getattr(base, "classes", None)
     mean, std = _normalization(config, base)
-    train_tf, eval_tf = _train_transform(config, size, pil), _eval_transform(size, pil, native_size)
+    train_tf, eval_tf = _train_transform(config, size, pil, native_size), _eval_transform(size, pil, native_size)
     return TrainingData(
         train=SeededAugment(base, indices, train_tf, seed),
         holdout=SeededAugment(base, held, eval_tf, seed) if held else None,
@@ -121,11 +123,16 @@ def _normalization(config: DataConfig, base: Dataset) -> tuple[tuple[float, ...]
     if images is None:
         raise UserError("data.normalization=dataset needs an in-memory dataset (demo or CIFAR-10)")
     rounded = lambda t: tuple(round(v, 4) for v in t.tolist())
-    return rounded(images.mean(dim=(0, 2, 3))), rounded(images.std(dim=(0, 2, 3)))
+    mean, std = rounded(images.mean(dim=(0, 2, 3))), rounded(images.std(dim=(0, 2, 3)))
+    if min(std) <= 0:
+        raise UserError(f"data.normalization=dataset: the training images of {config.dataset} do not vary "
+                        f"(per-channel std {std}); choose imagenet or cifar10")
+    return mean, std
 
 
-def _train_transform(config: DataConfig, size: int, pil: bool) -> Transform:
-    """RandomResizedCrop (bicubic) + flip (+ RandAugment) -> float tensor in [0, 1]."""
+def _train_transform(config: DataConfig, size: int, pil: bool, native_size: int) -> Transform:
+    """RandomResizedCrop (bicubic; without it a resize to ``size``) + flip (+ RandAugment)
+    -> float tensor in [0, 1]."""
     steps: list[Any] = []
     if config.randaug:
         from timm.data.auto_augment import rand_augment_transform
@@ -138,10 +145,16 @@ def _train_transform(config: DataConfig, size: int, pil: bool) -> Transform:
                                                   interpolation=InterpolationMode.BICUBIC))
     elif pil:
         steps += [transforms.Resize(size, interpolation=InterpolationMode.BICUBIC), transforms.CenterCrop(size)]
+    elif size != native_size:  # square tensors (demo, CIFAR-10)
+        steps.append(transforms.Resize(size, interpolation=InterpolationMode.BICUBIC))
     if config.hflip:
         steps.append(transforms.RandomHorizontalFlip())
     if config.randaug:
-        steps.append(rand_augment_transform(config.randaug, {"translate_const": int(size * 0.45)}))
+        try:
+            steps.append(rand_augment_transform(config.randaug, {"translate_const": int(size * 0.45)}))
+        except Exception as error:  # noqa: BLE001 (timm asserts, or fails to parse a number)
+            raise UserError(f"data.randaug {config.randaug!r} is not a timm RandAugment spec such as "
+                            f"rand-m9-mstd0.5-inc1 ({str(error) or type(error).__name__})") from None
     if pil:
         steps.append(transforms.ToTensor())
     steps.append(_clamp_unit)
@@ -159,9 +172,22 @@ def _eval_transform(size: int, pil: bool, native_size: int) -> Transform:
     ])
 
 
+class UnreadableImage(UserError):
+    """A training image that cannot be decoded. A DataLoader worker re-raises it in the main
+    process with the worker's traceback as its message: only the last line is kept."""
+
+    def __init__(self, message: str) -> None:
+        if "Original Traceback" in message:  # "...\ndmae_fast.train.datasets.UnreadableImage: <message>"
+            message = message.strip().splitlines()[-1].split(": ", 1)[-1]
+        super().__init__(message)
+
+
 def _load_rgb(path: str) -> Image.Image:
-    with Image.open(path) as image:
-        return image.convert("RGB")
+    try:
+        with Image.open(path) as image:
+            return image.convert("RGB")
+    except Exception as error:  # noqa: BLE001 (PIL raises many types for broken files)
+        raise UnreadableImage(f"training image {path} cannot be read: {str(error) or type(error).__name__}") from None
 
 
 def _clamp_unit(image: torch.Tensor) -> torch.Tensor:

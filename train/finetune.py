@@ -45,13 +45,7 @@ def build_classifier(config: FinetuneConfig | LinprobeConfig, data: TrainingData
     )
     model = SmoothingClassifier(spec, drop_path_rate=0.0 if probe else config.drop_path)
     if config.init:
-        state = encoder_state(config.init, config.encoder_config.grid_size)
-        expected = model.state_dict()
-        wrong = [k for k in state if k not in expected or expected[k].shape != state[k].shape]
-        if wrong or not state:
-            raise UserError(f"{config.init} does not fit the {config.encoder!r} encoder "
-                            f"({', '.join(wrong[:3]) or 'no encoder weights'})")
-        model.load_state_dict(state, strict=False)
+        _load_encoder(model, config)
     linear = model.head[1] if probe else model.head
     nn.init.trunc_normal_(linear.weight, std=config.head_init_std)
     nn.init.zeros_(linear.bias)
@@ -59,6 +53,23 @@ def build_classifier(config: FinetuneConfig | LinprobeConfig, data: TrainingData
         for name, parameter in model.named_parameters():
             parameter.requires_grad = name.startswith("head.")
     return model
+
+
+#: The encoder's tensors in a classifier's state dict: what ``--init`` must supply, all of them.
+ENCODER_KEYS = ("cls_token", "pos_embed", "patch_embed.", "blocks.")
+
+
+def _load_encoder(model: SmoothingClassifier, config: FinetuneConfig | LinprobeConfig) -> None:
+    """The encoder weights of ``config.init``; UserError unless they are exactly this encoder's."""
+    state = encoder_state(config.init, config.encoder_config.grid_size)
+    expected = {k: v for k, v in model.state_dict().items() if k.startswith(ENCODER_KEYS)}
+    wrong = [k for k in state if k not in expected or expected[k].shape != state[k].shape]
+    missing = [k for k in expected if k not in state]
+    if wrong or missing:
+        shown = ", ".join((wrong or missing)[:3])
+        raise UserError(f"{config.init} does not fit the {config.encoder!r} encoder "
+                        f"({'wrong or unknown' if wrong else 'missing'}: {shown})")
+    model.load_state_dict(state, strict=False)
 
 
 class FinetuneTask(Task):

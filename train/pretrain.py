@@ -9,6 +9,7 @@ the official files load (``--init`` of fine-tuning, linear probing, continued pr
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +75,17 @@ def load_own_pretrain(path: str | Path) -> DMAEPretrain | None:
     args = dict(raw.args)
     if args.get("subcommand") != "pretrain":
         return None
-    mean, std = tuple(args.pop("mean")), tuple(args.pop("std"))
-    model = build_pretrain_model(from_json(args), mean, std)
+    where = f"the configuration inside {raw.path}"
+    mean, std = args.pop("mean", None), args.pop("std", None)
+    config = from_json(args, where)
+    channels = config.encoder_config.in_chans
+    if not all(_numbers(values, channels) for values in (mean, std)) or min(std) <= 0:
+        raise UserError(f"{where}: mean and std must be lists of {channels} finite numbers (std > 0)")
+    model = build_pretrain_model(config, tuple(mean), tuple(std))
     load_strict(model, raw.state, raw.path, "the DMAE model its config describes")
     return model
+
+
+def _numbers(values: Any, count: int) -> bool:
+    return isinstance(values, (list, tuple)) and len(values) == count and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values)

@@ -8,6 +8,7 @@ restored.
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import torch
@@ -17,7 +18,7 @@ from dmae_fast.checkpoints import load_pretrain
 from dmae_fast.data import open_dataset
 from dmae_fast.errors import UserError
 from dmae_fast.model import DMAEPretrain
-from dmae_fast.train.config import VisualizeConfig
+from dmae_fast.train.config import VisualizeConfig, check_mask_ratio
 from dmae_fast.train.pretrain import load_own_pretrain
 from dmae_fast.train.randomness import Stream, gaussians, uniforms
 
@@ -51,10 +52,28 @@ def figure_rows(model: DMAEPretrain, images: torch.Tensor, config: VisualizeConf
     return [t.clamp(0, 1) for t in (images, noisy, masked, reconstruction)]
 
 
+#: Figure formats by file name suffix (no suffix: PNG).
+FORMATS = ("png", "pdf", "svg", "jpg", "jpeg")
+
+
+def figure_format(out: Path) -> str:
+    """The format of a new figure at ``out``; UserError for a path that cannot take one."""
+    if out.exists() or out.is_symlink():
+        raise _taken(out)
+    if not out.parent.is_dir():
+        raise UserError(f"--out {out}: {out.parent} is not an existing directory")
+    kind = out.suffix[1:].lower() or "png"
+    if kind not in FORMATS:
+        raise UserError(f"--out {out}: unknown figure format {out.suffix!r}; name it .{', .'.join(FORMATS)}")
+    return kind
+
+
 def visualize(config: VisualizeConfig, out: Path) -> Path:
+    kind = figure_format(out)
     if config.checkpoint is None:
         raise UserError("visualize needs a pre-training checkpoint: --init PATH (or --set checkpoint=PATH)")
     model = load_own_pretrain(config.checkpoint) or load_pretrain(config.checkpoint, num_heads=config.num_heads)
+    check_mask_ratio(config.mask_ratio, model.encoder_config)
     size = config.input_size or model.encoder_config.img_size
     dataset = open_dataset(config.dataset, split=config.split, image_size=size)
     count = min(config.images, len(dataset))
@@ -76,5 +95,20 @@ def visualize(config: VisualizeConfig, out: Path) -> Path:
                 axis.set_ylabel(name, fontsize=8)
     fig.suptitle(f"sigma {config.sigma}, mask ratio {config.mask_ratio}", fontsize=9)
     fig.tight_layout()
-    fig.savefig(out, dpi=120)
+    image = io.BytesIO()
+    fig.savefig(image, format=kind, dpi=120)
+    try:
+        file = open(out, "xb")  # never over a file that appeared meanwhile
+    except FileExistsError:
+        raise _taken(out) from None
+    try:
+        with file:
+            file.write(image.getvalue())
+    except OSError:  # a full disk: no half-written figure is left behind
+        out.unlink(missing_ok=True)
+        raise
     return out
+
+
+def _taken(out: Path) -> UserError:
+    return UserError(f"{out} exists; choose another --out (results are never overwritten)")

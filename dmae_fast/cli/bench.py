@@ -24,7 +24,7 @@ import torch
 from dmae_fast import __version__
 from dmae_fast.bench import engines as bench_engines
 from dmae_fast.bench import report
-from dmae_fast.bench.e2e import CertifyTiming, time_ours, time_reference
+from dmae_fast.bench.e2e import PAPER_IMAGES, CertifyTiming, time_ours, time_reference
 from dmae_fast.bench.peak import matmul_peak
 from dmae_fast.bench.reference_loops import COHEN, DMAE
 from dmae_fast.bench.throughput import (
@@ -36,15 +36,21 @@ from dmae_fast.bench.throughput import (
     measure,
 )
 from dmae_fast.certification.fast_stream import FastPath
-from dmae_fast.cli.certify import _device_name
+from dmae_fast.cli.certify import MAX_BATCH, _device_name
 from dmae_fast.cli.common import Parser, run_reporting_errors
 from dmae_fast.engines import EngineOptions, open_engine, resolve_device
-from dmae_fast.engines.sidecar import BatchRange
+from dmae_fast.engines.sidecar import KIND_BY_SUFFIX, BatchRange, read_sidecar
 from dmae_fast.errors import UserError
+from dmae_fast.export.config import device_problem
+from dmae_fast.export.pipeline import writable_directory
 
 PROG = "dmae-bench"
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 MODELS = ("vit-b16", "vit-l16", "demo", *[m for m in MODEL_SPECS if m not in ("vit-b16", "vit-l16")])
+MAX_SAMPLES = 2**32 - 1  # --n0, --n: as dmae-certify's --n
+# Options only one stage reads: naming one for the other stage alone is an error, not ignored.
+THROUGHPUT_ONLY = ("models", "batches", "main_batch", "seconds", "engines", "export_models", "engine_dir")
+CERTIFY_ONLY = ("certify_model", "images", "n0", "n", "reference_budget_s")
 
 
 @dataclass(frozen=True)
@@ -80,14 +86,26 @@ class BenchConfig:
 
     def validate(self) -> None:
         unknown = [m for m in (*self.models, *self.export_models, self.certify_model) if m not in MODELS]
+        durations = (self.seconds, self.budget_s, self.reference_budget_s)
+        bad_device = device_problem(self.device)
         checks = [
             (not unknown, f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(MODELS)}"),
-            (all(b >= 1 for b in (*self.batches, self.main_batch)), "batch sizes must be >= 1"),
-            (all(math.isfinite(v) and v > 0 for v in (self.seconds, self.budget_s, self.reference_budget_s)),
+            (all(1 <= b <= MAX_BATCH for b in (*self.batches, self.main_batch)),
+             f"batch sizes (--batches, --main-batch) must be in [1, {MAX_BATCH:,}]"),
+            (all(math.isfinite(v) and v > 0 for v in durations),
              "--seconds, --budget and --reference-budget must be finite numbers > 0"),
-            (self.compile_mode in COMPILE_MODES, f"--compile-mode must be one of {', '.join(COMPILE_MODES)}, "
-                                                 f"got {self.compile_mode!r}"),
-            (self.images >= 1 and self.n0 >= 1 and self.n >= 1, "--images, --n0 and --n must be >= 1"),
+            (not self.throughput or self.seconds < self.budget_s,
+             f"--seconds {self.seconds:g} per row leaves no row within --budget {self.budget_s:g}"),
+            (not self.certify or self.reference_budget_s < self.budget_s,
+             (f"--reference-budget {self.reference_budget_s:g} leaves no reference loop within --budget "
+              f"{self.budget_s:g}")),
+            (self.compile_mode in COMPILE_MODES,
+             f"--compile-mode must be one of {', '.join(COMPILE_MODES)}, got {self.compile_mode!r}"),
+            (1 <= self.images <= PAPER_IMAGES,
+             f"--images must be in [1, {PAPER_IMAGES}] (the timing is extrapolated to the paper's {PAPER_IMAGES:,})"),
+            (1 <= self.n0 <= MAX_SAMPLES and 1 <= self.n <= MAX_SAMPLES, "--n0 and --n must be in [1, 2**32)"),
+            (self.out != "" and self.engine_dir != "", "--out and --engine-dir must name directories"),
+            (bad_device is None, bad_device),
         ]
         for ok, message in checks:
             if not ok:
@@ -117,10 +135,21 @@ def _variants(config: BenchConfig, device: torch.device) -> tuple[list[Variant],
 def _engine_variants(config: BenchConfig, device: torch.device) -> list[tuple[str, Variant]]:
     """(model name, variant) for each --engines file; its classifier decides the model column."""
     out = []
-    for path in config.engines:
+    for path in map(Path, config.engines):
+        _check_engine_file(path)
         engine = open_engine(path, EngineOptions(device=str(device)))
-        out.append((Path(path).name, Variant(f"engine: {engine.description}", engine.precision, engine=engine)))
+        out.append((path.name, Variant(f"engine: {engine.description}", engine.precision, engine=engine)))
     return out
+
+
+def _check_engine_file(path: Path) -> None:
+    """--engines takes image-input engine files (timed through the plain body), nothing else."""
+    if path.suffix not in KIND_BY_SUFFIX:
+        raise UserError(f"--engines {path}: not an engine file ({', '.join(KIND_BY_SUFFIX)} with its JSON sidecar, "
+                        "written by dmae-export)")
+    if path.is_file() and read_sidecar(path).input != "image":
+        raise UserError(f"--engines {path}: a token-input engine; dmae-bench times image-input engines "
+                        "(export with --input image)")
 
 
 class _Budget:
@@ -279,21 +308,23 @@ def _meta(config: BenchConfig, device: torch.device, peaks: dict[str, float]) ->
 def bench(config: BenchConfig) -> int:
     config.validate()
     out = Path(config.out)
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out} is a file; name a directory")
     device = resolve_device(config.device)
     engine_variants = _engine_variants(config, device)  # bad --engines files fail before any timing
+    writable_directory(out, "--out", create=False)  # so do output locations that cannot be written
+    engine_dir = Path(config.engine_dir or out)
+    if config.throughput and config.export_models:
+        writable_directory(engine_dir, "--engine-dir", create=False)
     budget = _Budget(config.budget_s, reserve=_certify_reserve(config, device))
     dtypes = {"fp16": torch.float16, "bf16": torch.bfloat16} if device.type == "cuda" else {"fp32": torch.float32}
     peaks = {name: matmul_peak(device, dtype, seconds=1.0 if not config.smoke else 0.2)
              for name, dtype in dtypes.items()}
     meta = _meta(config, device, peaks)
     suffix = "" if config.throughput and config.certify else ("-throughput" if config.throughput else "-certify")
-    stem = report.result_stem(out, device, suffix)
+    stem = report.result_stem(out, device, suffix, engine_dir)
     rows: list[Row] = []
     timings: list[CertifyTiming] = []
     exports: list[bench_engines.ExportRecord] = []
-    engine_folder = Path(config.engine_dir or out) / f"{stem}-engines"
+    engine_folder = engine_dir / f"{stem}-engines"
 
     def save(current_rows: list[Row]) -> list[Path]:
         add_ratios(current_rows)
@@ -352,10 +383,26 @@ def _config_from_args(args: argparse.Namespace) -> BenchConfig:
     fields = ("models", "batches", "main_batch", "seconds", "budget_s", "compile_mode", "engines", "export_models",
               "engine_dir", "certify_model", "images", "n0", "n", "reference_budget_s", "device")
     values = {k: getattr(args, k) for k in fields if getattr(args, k) is not None}
+    _check_unused(args.command, values)
     for key in ("models", "batches", "engines", "export_models"):
         if key in values:
             values[key] = tuple(values[key])
     return replace(base, **values)
+
+
+def _check_unused(command: str | None, given: dict) -> None:
+    """An option the chosen run never reads is an error: it would be silently ignored."""
+    unused = {"certify": THROUGHPUT_ONLY, "throughput": CERTIFY_ONLY}.get(command, ())
+    if "engine_dir" in given and "export_models" in given and not given["export_models"]:
+        raise UserError("--engine-dir is where exported engines go, but --export-models names none")
+    ignored = [_flag(field) for field in unused if field in given]
+    if ignored:
+        stage = "the throughput table" if command == "certify" else "the CERTIFY timing"
+        raise UserError(f"'dmae-bench {command}' does not use {', '.join(ignored)} (options of {stage})")
+
+
+def _flag(field: str) -> str:
+    return "--" + field.removesuffix("_s").replace("_", "-")
 
 
 def main(argv: list[str] | None = None) -> int:

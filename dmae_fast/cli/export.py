@@ -15,7 +15,12 @@ import sys
 
 from dmae_fast.cli.common import Parser, parse_normalization, run_reporting_errors
 from dmae_fast.engines.sidecar import BatchRange
-from dmae_fast.export.config import DEFAULT_BATCH, FORMATS, ExportConfig
+from dmae_fast.export.config import (
+    DEFAULT_BATCH,
+    FORMATS,
+    MAX_PARITY_SAMPLES,
+    ExportConfig,
+)
 from dmae_fast.export.pipeline import export_engines
 
 PROG = "dmae-export"
@@ -46,15 +51,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N: where graphs are compiled "
                         "and verified (a .pt2 runs only on this device type; TensorRT needs cuda)")
     parser.add_argument("--parity-samples", type=int, default=1000, help="noisy inputs of the verification "
-                        "(default 1000)")
+                        f"(default 1000, at most {MAX_PARITY_SAMPLES:,})")
     parser.add_argument("--seed", type=int, help="seed of the verification inputs (default: random, recorded)")
     parser.add_argument("--input-size", type=int, help="for checkpoints without metadata: side of the images "
                         "the classifier receives (e.g. 32 for DMAE CIFAR-10 models)")
     parser.add_argument("--normalize", help="for checkpoints without metadata: imagenet (default), cifar10, or "
                         "'m1,m2,m3:s1,s2,s3'")
     parser.add_argument("--timing-cache", help="TensorRT timing cache file, read and updated "
-                        "(default <out>/tensorrt-timing.cache)")
-    parser.add_argument("--overwrite", action="store_true", help="replace existing engine files and sidecars")
+                        "(default <out>/tensorrt-timing.cache; --format tensorrt or all only)")
+    parser.add_argument("--overwrite", action="store_true", help="replace existing engine files and sidecars "
+                        "(never the checkpoint or a directory)")
     return parser
 
 

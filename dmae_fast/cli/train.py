@@ -12,8 +12,10 @@ Every training subcommand runs unchanged under ``torchrun --nproc-per-node K``.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -24,6 +26,7 @@ from dmae_fast.train import config as cfg
 from dmae_fast.train.checkpointing import (
     CHECKPOINT,
     CONFIG,
+    check_resumable,
     read_config,
     write_config,
     write_status,
@@ -44,9 +47,9 @@ def build_parser() -> Parser:
         sub.add_argument("--init", help="pre-trained checkpoint to start from (official DMAE/MAE file or ours)")
         sub.add_argument("--show-config", action="store_true", help="print the resolved config as JSON and exit")
         if name == "visualize":
-            sub.add_argument("--out", type=Path, default=Path("dmae-visualize.png"), help="PNG file to write")
+            sub.add_argument("--out", type=_path, default=Path("dmae-visualize.png"), help="PNG file to write")
             continue
-        sub.add_argument("--out", type=Path, help="run directory (config, checkpoints, logs, result)")
+        sub.add_argument("--out", type=_path, help="run directory (config, checkpoints, logs, result)")
         sub.add_argument("--resume", action="store_true", help="continue the run in --out exactly where it stopped")
         sub.add_argument("--stop-after-epochs", type=int, metavar="K",
                          help="stop once K epochs of the schedule are done (continue later with --resume)")
@@ -55,9 +58,16 @@ def build_parser() -> Parser:
     return parser
 
 
+def _path(text: str) -> Path:
+    """A path argument; an empty one would mean the current directory."""
+    if not text:
+        raise argparse.ArgumentTypeError("empty path")
+    return Path(text)
+
+
 def _resolve(args) -> object:
     if getattr(args, "resume", False):
-        if args.preset or args.overrides or args.init:
+        if args.preset or args.overrides or args.init is not None:
             raise UserError("--resume continues with the configuration saved in --out; "
                             "do not combine it with --preset, --set or --init")
         if args.out is None:
@@ -68,7 +78,9 @@ def _resolve(args) -> object:
             raise UserError(f"{args.out} holds a '{kind}' run, not '{args.command}'")
         return config
     overrides = list(args.overrides)
-    if args.init:
+    if args.init == "":
+        raise UserError("--init: empty path")
+    if args.init is not None:
         overrides.append(("checkpoint=" if args.command == "visualize" else "init=") + args.init)
     return cfg.resolve(args.command, args.preset, overrides)
 
@@ -77,8 +89,9 @@ def _check_out(args) -> None:
     """Never overwrite a run: a new run needs a directory without one."""
     if args.out is None:
         raise UserError("--out DIR is required (the run directory)")
-    if args.out.exists() and not args.out.is_dir():
-        raise UserError(f"--out {args.out} exists and is not a directory")
+    for path in (args.out, *args.out.parents):
+        if path.exists() and not path.is_dir():
+            raise UserError(f"--out {args.out}: {path} exists and is not a directory")
     if args.resume:
         if not (args.out / CONFIG).is_file():
             raise UserError(f"--resume: no {CONFIG} in {args.out} (no run to continue)")
@@ -88,15 +101,40 @@ def _check_out(args) -> None:
         raise UserError("--stop-after-epochs must be at least 1")
 
 
-def _train_locked(args, config, context, held: contextlib.ExitStack):
-    """Rank 0 locks the run directory (a second writer is refused) and keeps status.json."""
+def _prepare(args, config, context):
+    """The data, the task and whether to resume, every input checked (data, batch, --init,
+    the checkpoint to continue) before anything is written."""
     from dmae_fast.train.datasets import open_training_data
-    from dmae_fast.train.distributed import barrier
     from dmae_fast.train.finetune import FinetuneTask
-    from dmae_fast.train.loop import train
+    from dmae_fast.train.loop import _micro_batch
     from dmae_fast.train.pretrain import PretrainTask
     from dmae_fast.train.randomness import seed_global_rngs
 
+    data = open_training_data(config.data, config.seed)
+    _micro_batch(config, context, len(data.train))
+    seed_global_rngs(config.seed)  # identical initial weights on every rank
+    task = PretrainTask(config, data) if args.command == "pretrain" else FinetuneTask(config, data)
+    # A run stopped before its first checkpoint starts from the beginning on --resume.
+    resume = args.resume and (args.out / CHECKPOINT).exists()
+    if resume:
+        done = check_resumable(args.out, cfg.to_json(config), task.model)
+        if args.stop_after_epochs is not None and args.stop_after_epochs < done:
+            raise UserError(f"--stop-after-epochs {args.stop_after_epochs}: the run in {args.out} "
+                            f"has already done {done} epochs")
+    elif args.resume and context.is_main:
+        print(f"{PROG}: --resume: no {CHECKPOINT} yet in {args.out}; starting the run from its first epoch",
+              file=sys.stderr)
+    if args.command != "pretrain" and not config.init and context.is_main:
+        print(f"{PROG}: note: no --init: the encoder starts from random weights", file=sys.stderr)
+    return data, task, resume
+
+
+def _train_locked(args, config, context, held: contextlib.ExitStack):
+    """Rank 0 locks the run directory (a second writer is refused) and keeps status.json."""
+    from dmae_fast.train.distributed import barrier
+    from dmae_fast.train.loop import train
+
+    data, task, resume = _prepare(args, config, context)
     barrier(context)  # every rank has checked --out before rank 0 creates it
     if context.is_main:
         args.out.mkdir(parents=True, exist_ok=True)
@@ -106,15 +144,7 @@ def _train_locked(args, config, context, held: contextlib.ExitStack):
             write_config(args.out, cfg.to_json(config))
         write_status(args.out, "running")
     barrier(context)
-    # A run stopped before its first checkpoint starts from the beginning on --resume.
-    resume = args.resume and (args.out / CHECKPOINT).is_file()
-    if args.resume and not resume and context.is_main:
-        print(f"{PROG}: --resume: no {CHECKPOINT} yet in {args.out}; starting the run from its first epoch",
-              file=sys.stderr)
     try:
-        data = open_training_data(config.data, config.seed)
-        seed_global_rngs(config.seed)  # identical initial weights on every rank
-        task = PretrainTask(config, data) if args.command == "pretrain" else FinetuneTask(config, data)
         summary = train(config, task, data, context, args.out, resume=resume,
                         stop_after=args.stop_after_epochs, progress=not args.quiet)
     except Interrupted as stop:
@@ -133,8 +163,6 @@ def run_training(args, config) -> int:
     from dmae_fast.train.distributed import setup, teardown
 
     _check_out(args)
-    if args.command in ("finetune", "linprobe") and not config.init:
-        print(f"{PROG}: note: no --init: the encoder starts from random weights", file=sys.stderr)
     context = setup(config.device)
     try:
         with contextlib.ExitStack() as held:
@@ -146,8 +174,9 @@ def run_training(args, config) -> int:
             print(f"stopped after epoch {summary.epochs_done} of {config.optim.epochs}; "
                   f"continue with: {PROG} {args.command} --resume --out {args.out}")
         else:
+            loss = f"final loss {summary.final_loss:.4f}" if math.isfinite(summary.final_loss) else "no epoch left"
             chosen = f"; selected {summary.best}" if summary.best else ""
-            print(f"wrote {summary.result} (final loss {summary.final_loss:.4f}{chosen})")
+            print(f"wrote {summary.result} ({loss}{chosen})")
     return 0
 
 
@@ -164,8 +193,6 @@ def run(argv: list[str] | None) -> int:
     if args.command == "visualize":
         from dmae_fast.train.visualize import visualize
 
-        if args.out.exists():
-            raise UserError(f"{args.out} exists; choose another --out (results are never overwritten)")
         print(f"wrote {visualize(config, args.out)}")
         return 0
     return run_training(args, config)
