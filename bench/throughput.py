@@ -27,6 +27,10 @@ MODEL_SPECS = {  # random weights: speed does not depend on them
     "vit-b16": ClassifierSpec(ENCODER_PRESETS["base"], num_classes=1000, input_size=224),
     "vit-l16": ClassifierSpec(ENCODER_PRESETS["large"], num_classes=1000, input_size=224),
     "tiny-cpu": ClassifierSpec(EncoderConfig(32, 2, 2, patch_size=4, img_size=16), num_classes=10, input_size=16),
+    # small ViTs for CPU comparisons (dmae-bench cpu): width 64, 4 blocks, 4 heads, 64 and 196 patches
+    "small-32": ClassifierSpec(EncoderConfig(64, 4, 4, patch_size=4, img_size=32), num_classes=10, input_size=32),
+    "small-224": ClassifierSpec(EncoderConfig(64, 4, 4, patch_size=16, img_size=224), num_classes=10,
+                                input_size=224),
 }
 
 

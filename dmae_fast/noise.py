@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from enum import IntEnum
+from typing import Any
 
 import torch
 
@@ -52,12 +53,21 @@ def _mulhilo(multiplier: int, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
     return (high_half >> 16) + (middle >> 32), middle & MASK32
 
 
+def key_words(seed: int) -> tuple[int, int]:
+    """The Philox key (k0, k1) of a 64-bit seed."""
+    return seed & MASK32, (seed >> 32) & MASK32
+
+
 def philox4x32(
-    counter: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], seed: int
+    counter: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], seed: int | tuple[Any, Any]
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Philox4x32-10 on int64 tensors holding uint32 values (broadcast together)."""
+    """Philox4x32-10 on int64 tensors holding uint32 values (broadcast together).
+
+    ``seed`` is the 64-bit seed, or its key words (k0, k1) as ints or int64 tensors (a compiled
+    caller passes tensors, so that a new seed is new data rather than a new program).
+    """
     c0, c1, c2, c3 = counter
-    k0, k1 = seed & MASK32, (seed >> 32) & MASK32
+    k0, k1 = key_words(seed) if isinstance(seed, int) else seed
     for _ in range(ROUNDS):
         hi0, lo0 = _mulhilo(_M0, c0)
         hi1, lo1 = _mulhilo(_M1, c2)
@@ -104,6 +114,23 @@ def uniform_to_gaussian(u: torch.Tensor) -> torch.Tensor:
     return torch.stack((radius * torch.cos(angle), radius * torch.sin(angle)), dim=-1).flatten(-2)
 
 
+def gaussian_rows(
+    key: tuple[Any, Any], image: torch.Tensor, phase: torch.Tensor | int, sample: torch.Tensor, numel: int
+) -> torch.Tensor:
+    """Standard Gaussians [B, numel] (float32) for B (image, phase, sample) triples and the key words.
+
+    Box-Muller runs on the four word planes before they are interleaved: the same arithmetic
+    on the same values as :func:`uniform_to_gaussian` of :func:`uint32_stream`, in the layout
+    a compiler fuses into one pass (:mod:`dmae_fast.fast_noise` compiles this function).
+    """
+    w0, w1, w2, w3 = philox4x32(_counters(image, phase, sample, numel), key)
+    u0, u1, u2, u3 = (words_to_uniform(w) for w in (w0, w1, w2, w3))
+    r01, t01 = torch.sqrt(-2.0 * torch.log(u0)), (2.0 * math.pi) * u1
+    r23, t23 = torch.sqrt(-2.0 * torch.log(u2)), (2.0 * math.pi) * u3
+    planes = (r01 * torch.cos(t01), r01 * torch.sin(t01), r23 * torch.cos(t23), r23 * torch.sin(t23))
+    return torch.stack(torch.broadcast_tensors(*planes), dim=-1).flatten(1)[:, :numel]
+
+
 def gaussian_noise(
     seed: int,
     image: torch.Tensor,
@@ -114,8 +141,8 @@ def gaussian_noise(
     """Standard Gaussian noise [B, *shape] (float32) for B (image, phase, sample) triples.
 
     ``image``, ``sample`` (and ``phase``, unless an int) are 1-D integer tensors of length B
-    on the device where the noise is wanted.
+    on the device where the noise is wanted. This is the reference written as torch ops;
+    :class:`dmae_fast.fast_noise.NoiseSource` runs the same function compiled.
     """
-    numel = math.prod(shape)
-    words = uint32_stream(seed, image, phase, sample, numel)
-    return uniform_to_gaussian(words_to_uniform(words))[:, :numel].reshape(-1, *shape)
+    check_seed(seed)
+    return gaussian_rows(key_words(seed), image, phase, sample, math.prod(shape)).reshape(-1, *shape)

@@ -5,9 +5,10 @@ import pytest
 import torch
 
 from dmae_fast.certification.core import Smooth
-from dmae_fast.certification.stream import SamplingPlan, StreamingCertifier
+from dmae_fast.certification.stream import ImageBatches, SamplingPlan, StreamingCertifier
 from dmae_fast.engines import TorchEngine
 from dmae_fast.errors import UserError
+from dmae_fast.fast_noise import COMPILED, REFERENCE, NoiseSource
 from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier
 from dmae_fast.noise import Phase, gaussian_noise
 
@@ -73,18 +74,25 @@ def test_batches_are_full_and_mix_images(engine, images):
     assert sizes == [50] * (len(sizes) - 1) + [7 * 33 - 50 * (len(sizes) - 1)]
 
 
-def test_noise_is_added_in_pixel_space_to_the_clean_image(engine, images):
-    """What the classifier receives is exactly x + sigma * eta(seed, image, phase, sample)."""
+@pytest.mark.parametrize("compiled", [False, True], ids=["reference noise", "compiled noise"])
+def test_noise_is_added_in_pixel_space_to_the_clean_image(engine, images, compiled):
+    """What the classifier receives is x + sigma * eta(seed, image, phase, sample): exactly with
+    the torch-op reference, to float32 rounding with the compiled kernel (the default)."""
     spy = SpyEngine(engine)
     plan = SamplingPlan.certify(n0=3, n=4)
-    _counts(spy, images[:2], plan, 5, sigma=0.25, seed=77)
+    body = ImageBatches(spy, 0.25, 77, 5, NoiseSource(engine.device, compiled=compiled))
+    list(StreamingCertifier(spy, plan, 0.25, 77, 5, body).run(images[:2]))
+    assert body.noise.implementation == (COMPILED if compiled else REFERENCE)
     received = torch.cat(spy.batches)
     expected = []
     for index, image, _ in images[:2]:
         for phase, count in zip(plan.phases, plan.sizes):
             eta = gaussian_noise(77, torch.full((count,), index), int(phase), torch.arange(count), SHAPE)
             expected.append(image + 0.25 * eta)
-    assert torch.equal(received, torch.cat(expected))
+    if compiled:
+        torch.testing.assert_close(received, torch.cat(expected), rtol=0, atol=2e-6)
+    else:
+        assert torch.equal(received, torch.cat(expected))
 
 
 def test_many_small_images_per_batch_reuse_slots_correctly(engine, images):

@@ -45,7 +45,7 @@ from dmae_fast.engines.torch_engine import PRECISIONS
 from dmae_fast.errors import UserError
 from dmae_fast.kernels.frontend_reference import FrontEnd, clean_embedding, fused_unsupported_reason
 from dmae_fast.model import SmoothingClassifier
-from dmae_fast.noise import gaussian_noise
+from dmae_fast.fast_noise import NoiseSource
 
 STAGES = ("front end", "body", "counting", "host")
 
@@ -124,18 +124,19 @@ class FastBatches:
     classifiers and for exported token engines."""
 
     def __init__(self, engine: Engine, sigma: float, seed: int, batch_size: int, options: FastPath = FastPath(),
-                 timer: StageTimer | None = None) -> None:
+                 timer: StageTimer | None = None, noise: NoiseSource | None = None) -> None:
         self.model, self.token_engine = _front_and_body(engine)
+        self.noise = noise or NoiseSource(engine.device)  # the unfused front end's noise
         self.device, self.spec = engine.device, engine.spec
         self.sigma, self.seed, self.batch_size, self.timer = sigma, seed, batch_size, timer
         self.options = self._available(options)
         self.dtype = PRECISIONS[engine.precision] if self.token_engine is None else None  # engines take fp32
         if self.token_engine is None:
-            self.description = f"torch {self.options.describe()} {engine.precision} on {self.device}"
+            self._description = f"torch {self.options.describe()} {engine.precision} on {self.device}"
         else:
             graphs = " + cuda-graphs" if self.options.cuda_graphs else ""
-            self.description = (f"{'fused' if self.options.fused else 'unfused'} front end{graphs} + "
-                                f"{engine.description}")
+            self._description = (f"{'fused' if self.options.fused else 'unfused'} front end{graphs} + "
+                                 f"{engine.description}")
         if self.options.fused:
             from dmae_fast.kernels import fused_frontend
 
@@ -148,6 +149,10 @@ class FastBatches:
         self._classify = torch.compile(forward, mode=self.options.compile_mode, dynamic=False) \
             if self.options.compile else forward
         self._graph: torch.cuda.CUDAGraph | None = None
+
+    @property
+    def description(self) -> str:
+        return self._description if self.options.fused else f"{self._description}, {self.noise.implementation} noise"
 
     def _available(self, options: FastPath) -> FastPath:
         """Drop what this classifier, engine or machine cannot do, saying so in one line each."""
@@ -207,6 +212,9 @@ class FastBatches:
             else:
                 self._slots[slot].copy_(image, non_blocking=True)
 
+    def finish(self) -> None:
+        """Nothing to undo after a run (``allocate`` drops a captured graph before the next)."""
+
     def run(self, slot: torch.Tensor, index: torch.Tensor, position: torch.Tensor, sample: torch.Tensor) -> None:
         """Pad the rows to the full batch in the static buffer, then run (or replay) the step."""
         rows = len(slot)
@@ -232,8 +240,7 @@ class FastBatches:
                 inputs = self._fused_tokens(self._front, self._slots, slot, index, phase, sample, self.seed,
                                             out=self._tokens)
             else:
-                inputs = self._slots[slot] + self.sigma * gaussian_noise(self.seed, index, phase, sample,
-                                                                         self.spec.input_shape)
+                inputs = self.noise(self._slots, slot, self.sigma, self.seed, index, phase, sample)
         with self._stage("body"):
             predicted = self._classify(inputs)
         with self._stage("counting"):

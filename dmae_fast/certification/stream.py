@@ -31,7 +31,8 @@ from dmae_fast.certification.core import finite_counts, zero_counts
 from dmae_fast.data import check_finite
 from dmae_fast.engines.base import Engine
 from dmae_fast.errors import UserError
-from dmae_fast.noise import MASK32, Phase, gaussian_noise
+from dmae_fast.fast_noise import NoiseSource
+from dmae_fast.noise import MASK32, Phase
 
 Decide = Callable[[int, np.ndarray, int], bool]
 """(image index, counts [phases, classes] at look k, k) -> True to stop sampling the image."""
@@ -106,15 +107,22 @@ class _Image:
 class ImageBatches:
     """The plain batch body: noisy images ``x[slot] + sigma * eta`` -> ``engine.classify`` -> counts.
 
-    Works with any :class:`Engine`. The fast bodies (fused front end, compiled body, CUDA
-    graphs) live in :mod:`dmae_fast.certification.fast_stream` and keep this interface.
+    Works with any :class:`Engine`. The noise comes from ``noise`` (default: the contract
+    compiled into one kernel, :class:`~dmae_fast.fast_noise.NoiseSource`). The fast bodies
+    live in :mod:`dmae_fast.certification.fast_stream` (GPU) and
+    :mod:`dmae_fast.certification.cpu_batches` (CPU) and keep this interface.
     """
 
-    def __init__(self, engine: Engine, sigma: float, seed: int, batch_size: int) -> None:
+    def __init__(self, engine: Engine, sigma: float, seed: int, batch_size: int,
+                 noise: NoiseSource | None = None) -> None:
         self.engine, self.sigma, self.seed = engine, sigma, seed
         self.device, self.shape = engine.device, engine.spec.input_shape
-        self.description = engine.description
+        self.noise = noise or NoiseSource(engine.device)
         self._ones = torch.ones(batch_size, dtype=torch.int64, device=self.device)
+
+    @property
+    def description(self) -> str:
+        return f"{self.engine.description}, {self.noise.implementation} noise"
 
     def allocate(self, num_slots: int, phase_ids: torch.Tensor) -> torch.Tensor:
         """Per-run buffers; returns the counts [slots, phases, classes] the scheduler reads."""
@@ -126,10 +134,13 @@ class ImageBatches:
     def load(self, slot: int, image: torch.Tensor) -> None:
         self._slot_images[slot].copy_(image, non_blocking=True)
 
+    def finish(self) -> None:
+        """Nothing to undo after a run."""
+
     def run(self, slot: torch.Tensor, index: torch.Tensor, position: torch.Tensor, sample: torch.Tensor) -> None:
         """Noise, classify and count one batch of rows (device tensors), without synchronizing."""
-        noise = gaussian_noise(self.seed, index, self._phase_ids[position], sample, self.shape)
-        predicted = self.engine.classify(self._slot_images[slot] + self.sigma * noise)
+        noisy = self.noise(self._slot_images, slot, self.sigma, self.seed, index, self._phase_ids[position], sample)
+        predicted = self.engine.classify(noisy)
         count(self._counts, slot, position, predicted, self._ones)
 
 
@@ -150,6 +161,9 @@ class BatchBody(Protocol):
     def load(self, slot: int, image: torch.Tensor) -> None: ...
 
     def run(self, slot: torch.Tensor, index: torch.Tensor, position: torch.Tensor, sample: torch.Tensor) -> None: ...
+
+    def finish(self) -> None:
+        """Called when a run ends (completed or not): undo run-wide settings."""
 
 
 class StreamingCertifier:
@@ -189,7 +203,13 @@ class StreamingCertifier:
         self._waiting: deque[tuple[list[_Image], torch.Tensor, torch.cuda.Event | None]] = deque()
         self._finished: list[ImageCounts] = []
         self._decide = decide
-        source = iter(images)
+        try:
+            yield from self._stream(iter(images))
+        finally:
+            self.body.finish()
+
+    def _stream(self, source: Iterator[tuple[int, torch.Tensor, int]]) -> Iterator[ImageCounts]:
+        """Issue full batches until every image's counts are on the host."""
         exhausted = False
         while True:
             segments: list[_Segment] = []

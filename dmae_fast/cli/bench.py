@@ -346,7 +346,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog=PROG, description="Throughput (noisy samples/s) and end-to-end CERTIFY timings of the "
                     "reference loops (Cohen et al., DMAE) and ours, on one device.")
     parser.add_argument("command", nargs="?", choices=["throughput", "certify"],
-                        help="only the throughput table, or only the CERTIFY timing")
+                        help="only the throughput table, or only the CERTIFY timing ('dmae-bench cpu --help': "
+                        "the CPU comparison at equal thread counts)")
     parser.add_argument("--all", action="store_true", help="throughput sweeps for every model and variant, then "
                         "the CERTIFY timing, within --budget seconds")
     parser.add_argument("--smoke", action="store_true", help="a few seconds on the CPU with a tiny model")
@@ -407,6 +408,10 @@ def _flag(field: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["cpu"]:
+        from dmae_fast.cli.bench_cpu import main as cpu_main
+
+        return cpu_main(argv[1:])
     return run_reporting_errors(PROG, lambda: bench(_config_from_args(build_parser().parse_args(argv))))
 
 

@@ -42,7 +42,8 @@ from dmae_fast.certification.core import (
     certify_from_counts,
     predict_from_counts,
 )
-from dmae_fast.certification.fast_stream import FastBatches, FastPath, StageTimer
+from dmae_fast.certification.bodies import NOISE_CHOICES, BodyOptions, batch_body
+from dmae_fast.certification.fast_stream import StageTimer
 from dmae_fast.certification.sequential import (
     FUTILITY_MODES,
     PAPER_RADII,
@@ -50,6 +51,7 @@ from dmae_fast.certification.sequential import (
     SequentialConfig,
 )
 from dmae_fast.certification.stream import (
+    BatchBody,
     Decide,
     ImageCounts,
     SamplingPlan,
@@ -111,17 +113,22 @@ class CertifyConfig:
     resume: bool = False
     radii: tuple[float, ...] | None = None  # summary radii; radii of interest with --sequential
     progress: bool = True
+    fast: bool = False  # the fastest body for the device (CPU: cpu_batches; CUDA: the three below)
     fused: bool = False  # fast path: Triton noise + patch embedding
     compile: bool = False  # fast path: torch.compile the body
     cuda_graphs: bool = False  # fast path: capture and replay each batch
+    noise: str = "compiled"  # or "reference": the torch-op noise
     profile: str | None = None  # directory for a torch profiler trace + per-stage table
 
     @property
-    def fast_path(self) -> FastPath | None:
-        """The fast batch body's options, or None for the plain body."""
-        if not (self.fused or self.compile or self.cuda_graphs or self.profile):
-            return None
-        return FastPath(fused=self.fused, compile=self.compile, cuda_graphs=self.cuda_graphs)
+    def body_options(self) -> BodyOptions:
+        return BodyOptions(fast=self.fast, fused=self.fused, compile=self.compile, cuda_graphs=self.cuda_graphs,
+                           noise=self.noise)
+
+    @property
+    def fast_body(self) -> bool:
+        """Whether a fast body (not the plain one) may run: token engines need one."""
+        return self.fast or self.fused or self.compile or self.cuda_graphs or self.profile is not None
 
     def validate(self) -> None:
         checks = [
@@ -139,6 +146,7 @@ class CertifyConfig:
             (not (self.overwrite and self.resume), "--overwrite and --resume exclude each other"),
             (all(math.isfinite(r) and r >= 0 for r in self.radii or ()), "--radii must be finite and >= 0"),
             (not (self.sequential and self.predict), "--sequential applies to CERTIFY, not --predict"),
+            (self.noise in NOISE_CHOICES, f"--noise must be one of {', '.join(NOISE_CHOICES)}, got {self.noise!r}"),
         ]
         for ok, message in checks:
             if not ok:
@@ -204,7 +212,12 @@ def build_parser() -> argparse.ArgumentParser:
                       "(falls back, with a notice, for classifiers that resize inside, e.g. CIFAR-10)")
     fast.add_argument("--compile", action="store_true", help="torch.compile the transformer body")
     fast.add_argument("--cuda-graphs", action="store_true", help="capture each batch's work once, replay it (CUDA)")
-    fast.add_argument("--fast", action="store_true", help="all three: --fused --compile --cuda-graphs")
+    fast.add_argument("--fast", action="store_true", help="the fastest body for the device: on CUDA --fused "
+                      "--compile --cuda-graphs; on a CPU one worker per core on cache-sized chunks, ONNX Runtime "
+                      "(fp32) or PyTorch (--precision bf16) (docs/performance.md)")
+    fast.add_argument("--noise", default="compiled", choices=NOISE_CHOICES, help="compiled (default): the noise "
+                      "contract as one compiled kernel, falling back with a notice; reference: the torch-op "
+                      "reference (slow; same noise to float32 rounding)")
     fast.add_argument("--profile", metavar="DIR", help="write a torch profiler trace (DIR/trace.json) and print "
                       "a per-stage breakdown (front end, body, counting, host); use with a small --max")
     return parser
@@ -219,8 +232,6 @@ def _config_from_args(args: argparse.Namespace) -> CertifyConfig:
     out = args.out or f"certify-{Path(args.data).name or 'data'}-{datetime.now():%Y%m%d-%H%M%S}.tsv"
     fields = {f.name for f in dataclasses.fields(CertifyConfig)}
     values = {k: v for k, v in vars(args).items() if k in fields and v is not None}
-    if args.fast:
-        values.update(fused=True, compile=True, cuda_graphs=True)
     values.update(engine=engine, out=out, progress=not args.quiet, sigma=args.sigma,
                   radii=tuple(args.radii) if args.radii else None, looks=tuple(args.looks) if args.looks else None)
     return CertifyConfig(**values)
@@ -250,6 +261,14 @@ def _images(dataset: Dataset, indices: list[int], workers: int, pin: bool):
         if image is None:
             raise UserError(label)
         yield index, image, int(label)
+
+
+def _loader_workers(dataset: Dataset, device: torch.device) -> int:
+    """DataLoader processes: none for in-memory data; for image files 4 beside a GPU, 1 beside a
+    CPU run (decoding one image per thousands of forward passes must not take the cores)."""
+    if isinstance(dataset, TensorImageDataset):
+        return 0
+    return 4 if device.type == "cuda" else 1
 
 
 def _check_compatible(engine: Engine, dataset: Dataset, data: str) -> None:
@@ -348,14 +367,16 @@ def _report_profile(config: CertifyConfig, profiler, timer: StageTimer, elapsed:
     print(f"{PROG}: per-stage time (each stage synchronized; trace in {trace}):\n{table}", file=sys.stderr)
 
 
-def _write_sidecar(config: CertifyConfig, description: str, engine: Engine, procedure: _Procedure,
-                   summary: dict) -> None:
+def _write_sidecar(config: CertifyConfig, body: BatchBody, engine: Engine, procedure: _Procedure,
+                   loader_workers: int, summary: dict) -> None:
     record = {
         "config": dataclasses.asdict(config),
         "procedure": procedure.name,
         "plan": {"phases": [p.name for p in procedure.plan.phases], "sizes": procedure.plan.sizes,
                  "looks": procedure.plan.looks},
-        "engine": description,
+        "engine": body.description,
+        "threads": {"torch_intra_op": torch.get_num_threads(), "dataloader_workers": loader_workers,
+                    "body_workers": getattr(body, "workers", None)},
         "classifier": engine.spec.to_json_dict(),
         "versions": {"dmae_fast": __version__, "torch": torch.__version__, "python": platform.python_version()},
         "device_name": _device_name(engine.device),
@@ -412,7 +433,7 @@ def _procedure(config: CertifyConfig) -> _Procedure:
 def _engine_input(config: CertifyConfig) -> str:
     """"tokens" for a token engine on the fast path (its front end feeds it), else "image"."""
     path = Path(config.engine)
-    if config.fast_path is not None and path.suffix in KIND_BY_SUFFIX and path.is_file():
+    if config.fast_body and path.suffix in KIND_BY_SUFFIX and path.is_file():
         return read_sidecar(path).input
     return "image"
 
@@ -455,18 +476,15 @@ def _certify_locked(config: CertifyConfig) -> int:
             done = set(kept.idx.tolist())
             indices = [i for i in indices if i not in done]
     timer = StageTimer(engine.device) if config.profile else None
-    body = None
-    if config.fast_path is not None:
-        body = FastBatches(engine, config.sigma, config.seed, config.batch, config.fast_path, timer)
+    body = batch_body(engine, config.sigma, config.seed, config.batch, config.body_options, timer)
     streamer = StreamingCertifier(engine, plan, config.sigma, config.seed, config.batch, body)
-    description = body.description if body is not None else engine.description
-    workers = config.workers if config.workers is not None else (0 if isinstance(dataset, TensorImageDataset) else 4)
+    workers = config.workers if config.workers is not None else _loader_workers(dataset, engine.device)
     images = _images(dataset, indices, workers, pin=engine.device.type == "cuda")
     print(f"{PROG}: {len(indices)} images, {'up to ' if plan.looks else ''}{plan.total:,} samples each, "
-          f"{procedure.name}, sigma {config.sigma}, {description}, batch {config.batch} -> {config.out}",
+          f"{procedure.name}, sigma {config.sigma}, {body.description}, batch {config.batch} -> {config.out}",
           file=sys.stderr)
     record = (lambda summary: None) if mode == "overwrite" else \
-        (lambda summary: _write_sidecar(config, description, engine, procedure, summary))
+        (lambda summary: _write_sidecar(config, body, engine, procedure, workers, summary))
     record({"status": "running"})  # an overwritten run's old record stays until the new results replace it
     start = time.perf_counter()
     finished = samples = 0
@@ -494,7 +512,7 @@ def _certify_locked(config: CertifyConfig) -> int:
     rate = samples / elapsed if elapsed > 0 else float("nan")
     if timer is not None:
         _report_profile(config, profiler, timer, elapsed)
-    _write_sidecar(config, description, engine, procedure,
+    _write_sidecar(config, body, engine, procedure, workers,
                    {"status": "complete", "images": finished, "samples": samples,
                     "elapsed_s": round(elapsed, 3), "samples_per_s": round(rate, 1)})
     _print_summary(config, finished, elapsed, rate)

@@ -1,0 +1,293 @@
+"""``dmae-bench cpu``: the reference loops and ours on a CPU, in one run, at equal thread counts.
+
+For each thread count T (torch's intra-op threads for the reference loops and our plain
+body; T workers of one thread for the fast body) and each model, every method certifies the
+same images (CERTIFY: n0 + n samples each). The methods run interleaved, ``rounds`` times, and
+the median is kept: other jobs on a shared machine slow all methods alike instead of one.
+
+* Cohen et al.'s loop and DMAE's loop (:mod:`.reference_loops`; DMAE's fp16 autocast is a
+  CUDA autocast, a no-op for CPU tensors, so it runs in fp32 here);
+* ours: plain body with the torch-op reference noise (the previous default), plain body with
+  compiled noise (the default), ``--fast`` (ONNX Runtime), a torch.compile'd body, and
+  ``--fast --precision bf16`` where the CPU has bf16 instructions (opt-in).
+
+The fp32 methods of ours must give counts identical to the plain body (checked and
+recorded). The noise table compares Gaussians/s of torch.randn, the compiled noise and the
+reference at the same thread count. Writes ``<stem>.json`` and ``<stem>.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from dmae_fast import __version__
+from dmae_fast.bench.reference_loops import COHEN, DMAE, ReferenceLoop
+from dmae_fast.bench.report import result_stem
+from dmae_fast.bench.throughput import build_model
+from dmae_fast.certification.bodies import BodyOptions, batch_body
+from dmae_fast.certification.fast_stream import FastBatches, FastPath
+from dmae_fast.certification.stream import SamplingPlan, StreamingCertifier
+from dmae_fast.cli.certify import _device_name
+from dmae_fast.engines import TorchEngine
+from dmae_fast.errors import UserError
+from dmae_fast.fast_noise import NoiseSource
+from dmae_fast.noise import gaussian_noise
+
+SIGMA, SEED = 0.25, 0
+CPU = torch.device("cpu")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A model and how many samples each method spends on it."""
+
+    model: str
+    images: int
+    n0: int
+    n: int
+    batch: int  # our bodies' --batch (the reference loops keep their own: 400 and 1000)
+
+
+WORKLOADS = {
+    "demo": Workload("demo", 3, 100, 10_000, 1000),
+    "small-32": Workload("small-32", 2, 100, 2_000, 1000),
+    "small-224": Workload("small-224", 1, 100, 1_000, 100),  # 1000 rows of 224x224 noise: 600 MB a batch
+}
+NOISE_SHAPES = ((3, 8, 8), (3, 32, 32), (3, 224, 224))
+
+
+@dataclass(frozen=True)
+class CpuBenchConfig:
+    out: str = "bench/results"
+    threads: tuple[int, ...] = (1, 2)
+    models: tuple[str, ...] = tuple(WORKLOADS)
+    rounds: int = 3
+    quick: bool = False  # a few seconds: tiny sample counts (tests)
+
+    def validate(self) -> None:
+        unknown = [m for m in self.models if m not in WORKLOADS]
+        if unknown:
+            raise UserError(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(WORKLOADS)}")
+        if not self.threads or not all(1 <= t <= 1024 for t in self.threads):
+            raise UserError("--threads must be whole numbers in [1, 1024]")
+        if not 1 <= self.rounds <= 100:
+            raise UserError(f"--rounds must be in [1, 100], got {self.rounds}")
+
+
+@dataclass
+class MethodRow:
+    threads: int
+    model: str
+    method: str
+    samples: int
+    seconds: list[float]
+    samples_per_s: float = 0.0
+    vs_cohen: float = 0.0
+    vs_dmae: float = 0.0
+    counts_equal_plain: bool | None = None  # fp32 methods of ours: identical counts to the plain body
+    description: str = ""
+
+
+@dataclass
+class NoiseRow:
+    threads: int
+    shape: tuple[int, ...]
+    gaussians_per_s: dict[str, float] = field(default_factory=dict)
+
+
+def bf16_supported() -> bool:
+    """Whether this CPU has bf16 arithmetic (AVX512-BF16 or AMX): else bf16 is emulated and slow."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return " avx512_bf16" in flags or " amx_bf16" in flags
+
+
+def _reference(loop: ReferenceLoop, model, images, load: Workload) -> Callable[[], np.ndarray]:
+    def run() -> np.ndarray:
+        return np.stack([np.stack([loop.counts(model, image, load.n0, SIGMA), loop.counts(model, image, load.n, SIGMA)])
+                         for image in images])
+    return run
+
+
+def _ours(engine: TorchEngine, body, images, load: Workload) -> Callable[[], np.ndarray]:
+    items = [(i, image, 0) for i, image in enumerate(images)]
+
+    def run() -> np.ndarray:
+        plan = SamplingPlan.certify(load.n0, load.n)
+        done = StreamingCertifier(engine, plan, SIGMA, SEED, load.batch, body).run(items)
+        return np.stack([d.counts for d in done])
+    return run
+
+
+def _methods(model, images, load: Workload, threads: int) -> dict[str, tuple[Callable[[], np.ndarray], str, bool]]:
+    """name -> (run, description, fp32 method of ours whose counts must equal the plain body's)."""
+    engine, batch = TorchEngine(model, CPU, "fp32"), load.batch
+    plain_reference = batch_body(engine, SIGMA, SEED, batch, BodyOptions(noise="reference"))
+    plain = batch_body(engine, SIGMA, SEED, batch, BodyOptions())
+    fast = batch_body(engine, SIGMA, SEED, batch, BodyOptions(fast=True, workers=threads))
+    compiled = FastBatches(engine, SIGMA, SEED, batch, FastPath(compile=True, compile_mode="default"))
+    methods = {
+        "reference: Cohen et al. (fp32, batch 400)": (_reference(COHEN, model, images, load), COHEN.name, False),
+        "reference: DMAE (fp32 on CPU, batch 1000)": (
+            _reference(ReferenceLoop(DMAE.name, "fp32", DMAE.batch_size, DMAE.host_counts), model, images, load),
+            DMAE.name, False),
+        "ours: plain, reference noise": (_ours(engine, plain_reference, images, load), plain_reference.description,
+                                         True),
+        "ours: plain (compiled noise)": (_ours(engine, plain, images, load), plain.description, True),
+        "ours: --fast (fp32)": (_ours(engine, fast, images, load), fast.description, True),
+        "ours: compiled body": (_ours(engine, compiled, images, load), compiled.description, True),
+    }
+    if bf16_supported():
+        bf16 = batch_body(TorchEngine(model, CPU, "bf16"), SIGMA, SEED, batch, BodyOptions(fast=True, workers=threads))
+        methods["ours: --fast --precision bf16"] = (_ours(engine, bf16, images, load), bf16.description, False)
+    return methods
+
+
+def _time(run: Callable[[], np.ndarray]) -> tuple[float, np.ndarray]:
+    start = time.perf_counter()
+    counts = run()
+    return time.perf_counter() - start, counts
+
+
+def measure_model(load: Workload, threads: int, rounds: int, progress: tqdm) -> list[MethodRow]:
+    """Every method on one model at one thread count, interleaved ``rounds`` times; medians."""
+    torch.set_num_threads(threads)
+    model = build_model(load.model, CPU)
+    generator = torch.Generator().manual_seed(1)
+    images = [torch.rand(model.spec.input_shape, generator=generator) for _ in range(load.images)]
+    if load.model == "demo":  # real digits: the counts comparison means something
+        from dmae_fast.data import demo_digits
+
+        digits = demo_digits("test")
+        images = [digits[i][0] for i in range(load.images)]
+    methods = _methods(model, images, load, threads)
+    warm = Workload(load.model, 1, min(load.n0, 10), min(load.n, 200), load.batch)
+    for name, (run, _, _) in _methods(model, images[:1], warm, threads).items():
+        run()  # compile, export, first-touch
+    samples = load.images * (load.n0 + load.n)
+    rows = {name: MethodRow(threads, load.model, name, samples, [], description=description)
+            for name, (_, description, _) in methods.items()}
+    counts: dict[str, np.ndarray] = {}
+    for _ in range(rounds):
+        for name, (run, _, _) in methods.items():
+            seconds, counts[name] = _time(run)
+            rows[name].seconds.append(seconds)
+            progress.update()
+    plain = counts["ours: plain (compiled noise)"]
+    for name, (_, _, must_equal) in methods.items():
+        row = rows[name]
+        row.samples_per_s = samples / statistics.median(row.seconds)
+        if name.startswith("ours"):
+            row.counts_equal_plain = bool(np.array_equal(counts[name], plain)) if must_equal else None
+    cohen, dmae = (rows[n].samples_per_s for n in list(methods)[:2])
+    for row in rows.values():
+        row.vs_cohen, row.vs_dmae = row.samples_per_s / cohen, row.samples_per_s / dmae
+    return list(rows.values())
+
+
+def measure_noise(shape: tuple[int, ...], threads: int, seconds: float) -> NoiseRow:
+    """Gaussians/s at one image shape: torch.randn, the compiled noise (x + sigma * eta, gather
+    included), and the torch-op reference, each for ``seconds``."""
+    torch.set_num_threads(threads)
+    rows = max(1, 2**22 // math.prod(shape))
+    clean = torch.rand((4, *shape))
+    slot, index = torch.arange(rows) % 4, torch.arange(rows) % 7
+    phase, sample = torch.ones(rows, dtype=torch.int64), torch.arange(rows)
+    compiled = NoiseSource(CPU)
+    candidates = {
+        "torch.randn": lambda: torch.randn((rows, *shape)),
+        "compiled (x + sigma * eta)": lambda: compiled(clean, slot, SIGMA, SEED, index, phase, sample),
+        "torch-op reference": lambda: gaussian_noise(SEED, index, phase, sample, shape),
+    }
+    out = NoiseRow(threads, shape)
+    for name, make in candidates.items():
+        make()
+        start, calls = time.perf_counter(), 0
+        while time.perf_counter() - start < seconds:
+            make()
+            calls += 1
+        out.gaussians_per_s[name] = calls * rows * math.prod(shape) / (time.perf_counter() - start)
+    return out
+
+
+def run_cpu_bench(config: CpuBenchConfig) -> tuple[dict, list[Path]]:
+    """Measure everything; returns the record and the files written."""
+    config.validate()
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    loads = [WORKLOADS[m] for m in config.models]
+    if config.quick:
+        loads = [Workload(load.model, 1, 10, 200, load.batch) for load in loads]
+    saved_threads = torch.get_num_threads()
+    rows: list[MethodRow] = []
+    noise: list[NoiseRow] = []
+    steps = len(config.threads) * len(loads) * config.rounds * (7 if bf16_supported() else 6)
+    try:
+        with tqdm(total=steps, desc="dmae-bench cpu", unit="run") as progress:
+            for threads in config.threads:
+                torch._dynamo.reset()  # Inductor bakes the thread count into a kernel: compile anew
+                torch.set_num_threads(threads)
+                for shape in NOISE_SHAPES:
+                    noise.append(measure_noise(shape, threads, 0.2 if config.quick else 2.0))
+                for load in loads:
+                    rows += measure_model(load, threads, config.rounds, progress)
+    finally:
+        torch.set_num_threads(saved_threads)
+    record = {
+        "device": _device_name(CPU).split(",")[0],
+        "versions": {"dmae_fast": __version__, "torch": torch.__version__, "python": platform.python_version(),
+                     "onnxruntime": _version("onnxruntime")},
+        "config": asdict(config),
+        "workloads": {load.model: asdict(load) for load in loads},
+        "methods": [asdict(row) for row in rows],
+        "noise": [asdict(row) for row in noise],
+    }
+    stem = out / result_stem(out, CPU, "-cpu")
+    paths = [Path(f"{stem}.json"), Path(f"{stem}.md")]
+    paths[0].write_text(json.dumps(record, indent=2) + "\n")
+    paths[1].write_text(markdown(record))
+    return record, paths
+
+
+def _version(module: str) -> str | None:
+    try:
+        return __import__(module).__version__
+    except ImportError:
+        return None
+
+
+def markdown(record: dict) -> str:
+    """The two tables of a record."""
+    loads = ", ".join(f"{m}: {w['images']} x ({w['n0']} + {w['n']})" for m, w in record["workloads"].items())
+    lines = [f"# dmae-bench cpu: {record['device']}", "",
+             f"torch {record['versions']['torch']}, ONNX Runtime {record['versions']['onnxruntime']}; "
+             f"medians of {record['config']['rounds']} interleaved rounds; CERTIFY images x (n0 + n) samples: "
+             f"{loads}.",
+             "", "| threads | model | method | samples/s | vs Cohen | vs DMAE | counts = plain |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for row in record["methods"]:
+        same = {True: "yes", False: "**no**", None: ""}[row["counts_equal_plain"]]
+        lines.append(f"| {row['threads']} | {row['model']} | {row['method']} | {row['samples_per_s']:,.0f} | "
+                     f"{row['vs_cohen']:.2f}x | {row['vs_dmae']:.2f}x | {same} |")
+    lines += ["", "Noise: Gaussians per second (M/s) at the same thread count", "",
+              "| threads | image | torch.randn | compiled (x + sigma * eta) | torch-op reference | compiled / randn |",
+              "| --- | --- | --- | --- | --- | --- |"]
+    for row in record["noise"]:
+        rates = row["gaussians_per_s"]
+        lines.append(f"| {row['threads']} | {'x'.join(map(str, row['shape']))} | {rates['torch.randn'] / 1e6:,.0f} | "
+                     f"{rates['compiled (x + sigma * eta)'] / 1e6:,.0f} | {rates['torch-op reference'] / 1e6:,.1f} | "
+                     f"{rates['compiled (x + sigma * eta)'] / rates['torch.randn']:.2f}x |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,63 @@
+"""Which batch body runs a certification: the one place that maps options and device to a body.
+
+* plain (default): :class:`~dmae_fast.certification.stream.ImageBatches`, any engine;
+* ``--fast`` on a CPU: :class:`~dmae_fast.certification.cpu_batches.ChunkedCpuBatches`
+  (compiled noise, one worker per core on cache-sized chunks, ONNX Runtime body);
+* ``--fast`` on CUDA, or any of ``--fused/--compile/--cuda-graphs/--profile``:
+  :class:`~dmae_fast.certification.fast_stream.FastBatches`.
+
+Every body gives the same counts up to the classifier's floating-point rounding.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+from dmae_fast.certification.cpu_batches import ChunkedCpuBatches, chunk_rows, cpu_classifier, cpu_workers
+from dmae_fast.certification.fast_stream import FastBatches, FastPath, StageTimer
+from dmae_fast.certification.stream import BatchBody, ImageBatches
+from dmae_fast.engines.base import Engine
+from dmae_fast.fast_noise import NoiseSource
+
+NOISE_CHOICES = ("compiled", "reference")
+
+
+@dataclass(frozen=True)
+class BodyOptions:
+    """How the batches of a run are computed (none of it changes the results beyond rounding)."""
+
+    fast: bool = False  # the fastest body for the device
+    fused: bool = False
+    compile: bool = False
+    cuda_graphs: bool = False
+    noise: str = "compiled"  # "reference": the torch-op noise (slow; for checking)
+    workers: int | None = None  # CPU fast path: worker threads (default: one per core)
+    chunk: int | None = None  # CPU fast path: rows per chunk (default: fits the L2 cache)
+
+    def gpu_path(self, device_type: str, profiling: bool) -> FastPath | None:
+        """The GPU-style fast body's options, or None when it is not the body to use."""
+        if self.fast and device_type == "cuda":
+            return FastPath(fused=True, compile=True, cuda_graphs=True)
+        if self.fused or self.compile or self.cuda_graphs or profiling:
+            return FastPath(fused=self.fused, compile=self.compile, cuda_graphs=self.cuda_graphs)
+        return None
+
+
+def _notice(message: str) -> None:
+    print(f"dmae-fast: {message}", file=sys.stderr)
+
+
+def batch_body(engine: Engine, sigma: float, seed: int, batch: int, options: BodyOptions,
+               timer: StageTimer | None = None) -> BatchBody:
+    """The batch body for ``engine`` and ``options`` (see the module doc)."""
+    noise = NoiseSource(engine.device, compiled=options.noise == "compiled")
+    if options.fast and engine.device.type == "cpu" and timer is None and engine.input == "image":
+        classifier = cpu_classifier(engine, engine.precision, sigma, _notice)
+        workers = options.workers or cpu_workers()
+        chunk = options.chunk or chunk_rows(engine.spec)
+        return ChunkedCpuBatches(classifier, engine.spec, sigma, seed, batch, workers, chunk, noise)
+    path = options.gpu_path(engine.device.type, timer is not None)
+    if path is not None or engine.input == "tokens":
+        return FastBatches(engine, sigma, seed, batch, path or FastPath(), timer, noise)
+    return ImageBatches(engine, sigma, seed, batch, noise)

@@ -1,0 +1,217 @@
+"""The CPU batch body of ``dmae-certify --fast``: compiled noise, then one worker per core on
+cache-sized chunks.
+
+A batch's rows become noisy images in one compiled kernel (:mod:`dmae_fast.fast_noise`, all
+cores), are cut into chunks of a few dozen rows, and ``workers`` threads classify the chunks,
+each on one core; the predicted classes are counted with one ``index_add_`` as in the plain
+body. Two measured effects on a 2-core CPU make this faster than one large forward pass on
+all cores (bench/results/2026-11-25-cpu-fast/):
+
+* a chunk whose activations fit in a core's L2 cache runs faster per sample than a batch of
+  hundreds of rows that streams through memory;
+* small-matrix transformer layers scale badly across intra-op threads, while independent
+  chunks on separate cores scale almost linearly.
+
+The classifier runs in ONNX Runtime (exported in memory from the checkpoint, or an ``.onnx``
+engine file) with one thread per session call; without ONNX Runtime, or for bf16, it runs in
+PyTorch eager mode with one intra-op thread per worker.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Protocol
+
+import torch
+
+from dmae_fast.certification.core import zero_counts
+from dmae_fast.certification.stream import count
+from dmae_fast.engines.base import predicted_classes
+from dmae_fast.engines.torch_engine import PRECISIONS
+from dmae_fast.errors import UserError
+from dmae_fast.fast_noise import NoiseSource
+from dmae_fast.model import SmoothingClassifier
+
+DEFAULT_L2_BYTES = 1 << 20
+MAX_CHUNK = 128
+# An ONNX Runtime classifier built from a checkpoint must give the checkpoint's logits.
+PARITY_TOLERANCE = 1e-3
+
+
+class ChunkClassifier(Protocol):
+    """Classifies one chunk [R, *input_shape] (float32, CPU) on the calling thread's core."""
+
+    description: str
+
+    def classify(self, chunk: torch.Tensor) -> torch.Tensor: ...
+
+
+class OrtChunks:
+    """ONNX Runtime, one intra-op thread per call; ``Run`` is thread-safe and frees the GIL."""
+
+    def __init__(self, model: bytes | Path, label: str) -> None:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3
+        source = str(model) if isinstance(model, Path) else model
+        self.session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+        self.input_name = self.session.get_inputs()[0].name
+        self.description = f"ONNX Runtime {ort.__version__} fp32 ({label})"
+
+    def logits(self, chunk: torch.Tensor) -> torch.Tensor:
+        (logits,) = self.session.run(None, {self.input_name: chunk.numpy()})[:1]
+        return torch.from_numpy(logits)
+
+    def classify(self, chunk: torch.Tensor) -> torch.Tensor:
+        return predicted_classes(self.logits(chunk))
+
+
+class TorchChunks:
+    """The PyTorch classifier in eager mode (fp32, or bf16 under autocast) on one thread."""
+
+    def __init__(self, model: SmoothingClassifier, precision: str) -> None:
+        self.model, self.dtype = model.eval(), PRECISIONS[precision]
+        self.description = f"torch eager {precision}"
+
+    @torch.inference_mode()
+    def classify(self, chunk: torch.Tensor) -> torch.Tensor:
+        torch.set_num_threads(1)  # this worker's own intra-op threads (the main thread keeps its own)
+        autocast = nullcontext() if self.dtype is None else torch.autocast("cpu", dtype=self.dtype)
+        with autocast:
+            return predicted_classes(self.model(chunk))
+
+
+def onnx_bytes(model: SmoothingClassifier) -> bytes:
+    """The checkpoint's classifier as an in-memory fp32 ONNX graph (the exporter's image graph)."""
+    from dmae_fast.export.graphs import build_graph
+    from dmae_fast.export.onnx_export import OPSET
+
+    graph = build_graph(model, "image", "fp32")
+    example = torch.rand((2, *model.spec.input_shape), generator=torch.Generator().manual_seed(0))
+    buffer = io.BytesIO()
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")  # tracer chatter
+        torch.onnx.export(graph, (example,), buffer, input_names=["images"], output_names=["logits"],
+                          dynamic_axes={"images": {0: "batch"}, "logits": {0: "batch"}}, opset_version=OPSET,
+                          dynamo=False)
+    return buffer.getvalue()
+
+
+def ort_from_checkpoint(model: SmoothingClassifier, sigma: float) -> OrtChunks:
+    """ONNX Runtime running the checkpoint's classifier, checked against PyTorch on noisy inputs."""
+    chunks = OrtChunks(onnx_bytes(model), "exported in memory")
+    images = torch.rand((64, *model.spec.input_shape), generator=torch.Generator().manual_seed(1))
+    noisy = images + sigma * torch.randn(images.shape, generator=torch.Generator().manual_seed(2))
+    with torch.inference_mode():
+        want = model.eval()(noisy)
+    difference = float((chunks.logits(noisy) - want).abs().max())
+    if not difference <= PARITY_TOLERANCE:
+        raise UserError(f"ONNX Runtime differs from PyTorch by {difference:.2g} on this classifier's logits")
+    return chunks
+
+
+def l2_cache_bytes() -> int:
+    """The per-core L2 cache size from sysfs (Linux), else 1 MiB."""
+    try:
+        text = Path("/sys/devices/system/cpu/cpu0/cache/index2/size").read_text().strip()
+        return int(text[:-1]) * 1024 if text.endswith("K") else int(text)
+    except (OSError, ValueError):
+        return DEFAULT_L2_BYTES
+
+
+def chunk_rows(model_spec, l2_bytes: int | None = None) -> int:
+    """Rows per chunk: the largest power of two whose widest activation (tokens x MLP width,
+    fp32) stays within four L2 caches, between 1 and MAX_CHUNK.
+
+    Measured with ONNX Runtime on 2 cores (docs/performance.md): fewer rows pay the per-call
+    overhead, many more stream through memory; within a factor of two of this the rate is flat.
+    """
+    encoder = model_spec.encoder
+    tokens = 1 + (encoder.img_size // encoder.patch_size) ** 2
+    widest = tokens * int(encoder.embed_dim * encoder.mlp_ratio) * 4
+    rows = max(1, 4 * (l2_bytes or l2_cache_bytes()) // widest)
+    return min(MAX_CHUNK, 1 << (rows.bit_length() - 1))
+
+
+def cpu_workers() -> int:
+    """One worker per core this process may use (torch's intra-op setting, which follows it)."""
+    return max(1, min(torch.get_num_threads(), len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                      else torch.get_num_threads()))
+
+
+class ChunkedCpuBatches:
+    """A batch body (see :class:`~dmae_fast.certification.stream.BatchBody`) for CPUs."""
+
+    def __init__(self, classifier: ChunkClassifier, spec, sigma: float, seed: int, batch_size: int,
+                 workers: int, chunk: int, noise: NoiseSource) -> None:
+        self.classifier, self.spec = classifier, spec
+        self.sigma, self.seed, self.batch_size = sigma, seed, batch_size
+        self.workers, self.chunk, self.noise = workers, chunk, noise
+        self.device = torch.device("cpu")
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="dmae-cpu")
+        self._main_threads = torch.get_num_threads()
+        image_bytes = 4 * math.prod(spec.input_shape)
+        self._group = max(workers, l2_cache_bytes() // (image_bytes * chunk)) * chunk
+
+    @property
+    def description(self) -> str:
+        return (f"{self.classifier.description} on cpu, {self.workers} worker(s) x 1 thread, chunks of {self.chunk}, "
+                f"{self.noise.implementation} noise")
+
+    def allocate(self, num_slots: int, phase_ids: torch.Tensor) -> torch.Tensor:
+        self._slots = torch.zeros((num_slots, *self.spec.input_shape))
+        self._phase_ids = phase_ids
+        self._counts = zero_counts(num_slots, len(phase_ids), self.spec.num_classes, self.device)
+        self._ones = torch.ones(self.batch_size, dtype=torch.int64)
+        return self._counts
+
+    def load(self, slot: int, image: torch.Tensor) -> None:
+        self._slots[slot].copy_(image)
+
+    @torch.inference_mode()
+    def run(self, slot: torch.Tensor, index: torch.Tensor, position: torch.Tensor, sample: torch.Tensor) -> None:
+        """Noise and classify the batch a group of rows at a time, then count.
+
+        A group is at least one chunk per worker and as many more chunks as keep its noisy
+        images within an L2 cache (a whole batch of 224x224 images would not fit anywhere).
+        """
+        phase = self._phase_ids[position]
+        predicted = []
+        for start in range(0, len(slot), self._group):
+            rows = slice(start, start + self._group)
+            noisy = self.noise(self._slots, slot[rows], self.sigma, self.seed, index[rows], phase[rows], sample[rows])
+            predicted += self._pool.map(self.classifier.classify, noisy.split(self.chunk))
+        count(self._counts, slot, position, torch.cat(predicted), self._ones)
+
+    def finish(self) -> None:
+        """After a run: restore the process's intra-op thread count (PyTorch workers set their own)."""
+        torch.set_num_threads(self._main_threads)
+
+
+def cpu_classifier(engine, precision: str, sigma: float, notice) -> ChunkClassifier:
+    """The fastest chunk classifier for an engine on a CPU (see the module doc)."""
+    model = getattr(engine, "model", None)
+    if isinstance(model, SmoothingClassifier):
+        if precision != "fp32":
+            return TorchChunks(model, precision)
+        try:
+            import onnxruntime  # noqa: F401
+        except ImportError:
+            notice("ONNX Runtime is not installed (pip install onnxruntime); the CPU fast path runs PyTorch eager")
+            return TorchChunks(model, precision)
+        return ort_from_checkpoint(model, sigma)
+    meta = getattr(engine, "meta", None)
+    if meta is not None and meta.kind == "onnx" and meta.input == "image":
+        return OrtChunks(engine.path, engine.path.name)
+    raise UserError(f"the CPU fast path (--fast) runs PyTorch checkpoints and .onnx image engines, not "
+                    f"{engine.description}; run without --fast")
+

@@ -1,0 +1,40 @@
+"""``dmae-bench cpu``: the reference loops and ours on this CPU, at equal thread counts.
+
+    dmae-bench cpu                       # demo, small-32, small-224; 1 and 2 threads; bench/results
+    dmae-bench cpu --models demo --threads 2 --rounds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from dmae_fast.bench.cpu import WORKLOADS, CpuBenchConfig, run_cpu_bench
+from dmae_fast.cli.common import Parser, run_reporting_errors
+
+PROG = "dmae-bench cpu"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog=PROG, description="Cohen et al.'s and DMAE's certification loops against ours (plain, "
+                    "compiled noise, --fast, compiled body, bf16) on the CPU, interleaved, at equal thread counts; "
+                    "writes <date>-cpu-cpu.json/.md")
+    parser.add_argument("--out", default="bench/results", help="output directory (default bench/results)")
+    parser.add_argument("--models", nargs="+", choices=list(WORKLOADS), help="default: all")
+    parser.add_argument("--threads", type=int, nargs="+", help="thread counts (default 1 2)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; medians are kept (default 3)")
+    parser.add_argument("--quick", action="store_true", help="tiny sample counts: seconds, for checking the setup")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    def body() -> int:
+        args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+        config = CpuBenchConfig(out=args.out, rounds=args.rounds, quick=args.quick,
+                                **{k: tuple(v) for k, v in (("models", args.models), ("threads", args.threads)) if v})
+        record, paths = run_cpu_bench(config)
+        print(paths[1].read_text(encoding="utf-8"))
+        print(f"{PROG}: wrote {', '.join(map(str, paths))}", file=sys.stderr)
+        return 0
+
+    return run_reporting_errors(PROG, body)

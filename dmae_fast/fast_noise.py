@@ -1,0 +1,127 @@
+"""The noise contract at memory speed: the reference function compiled into one kernel.
+
+:func:`dmae_fast.noise.gaussian_rows` written as torch ops runs dozens of elementwise
+passes over int64 tensors per batch. ``torch.compile`` (Inductor) turns the same function,
+together with the gather of the clean images and ``x + sigma * eta``, into one loop: vectorized
+C++ on a CPU, one Triton kernel on a GPU. The Philox words are the same bit for bit; the
+Gaussians agree with the reference to float32 rounding (the compiled log/sin/cos may round
+differently in the last bit).
+
+Where compiling is impossible (no C++ compiler, no Triton) or the compiled kernel does not
+reproduce the reference on a check batch, :class:`NoiseSource` says so in one line and runs
+the reference instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+from contextlib import contextmanager, nullcontext
+
+import torch
+
+from dmae_fast.noise import check_seed, gaussian_rows, gaussian_noise, key_words
+
+COMPILED, REFERENCE = "compiled", "torch ops"
+# The compiled Gaussians differ from the reference by a few float32 ulps (|eta| < 6).
+CHECK_TOLERANCE = 1e-5
+
+
+def noisy_rows(clean: torch.Tensor, slot: torch.Tensor, sigma: torch.Tensor, key: torch.Tensor,
+               image: torch.Tensor, phase: torch.Tensor, sample: torch.Tensor) -> torch.Tensor:
+    """``clean[slot] + sigma * eta`` [B, *shape]: the noisy inputs of B rows.
+
+    ``clean`` [S, *shape] holds the clean images by slot; ``key`` [2] the Philox key words and
+    ``sigma`` a 0-d tensor, so that a new seed or sigma reuses the compiled kernel.
+    """
+    shape = clean.shape[1:]
+    eta = gaussian_rows((key[0], key[1]), image, phase, sample, math.prod(shape))
+    return clean[slot] + sigma * eta.view(-1, *shape)
+
+
+@contextmanager
+def _quiet_compiler():
+    """Inductor logs a CUDA_HOME warning on CPU-only machines; it is not the user's concern."""
+    logger = logging.getLogger("torch.utils.cpp_extension")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+class NoiseSource:
+    """Builds the noisy inputs of a batch of rows, compiled when possible (see the module doc).
+
+    ``implementation`` says which runs: ``"compiled"`` or ``"torch ops"`` (the reference).
+    """
+
+    def __init__(self, device: torch.device, compiled: bool = True) -> None:
+        self.device = device
+        self.implementation = COMPILED if compiled else REFERENCE
+        self._compiled = torch.compile(noisy_rows, dynamic=None) if compiled else None
+        self._checked = False
+        self._key: tuple[int, torch.Tensor] | None = None
+        self._sigma: tuple[float, torch.Tensor] | None = None
+
+    def __call__(self, clean: torch.Tensor, slot: torch.Tensor, sigma: float, seed: int, image: torch.Tensor,
+                 phase: torch.Tensor, sample: torch.Tensor) -> torch.Tensor:
+        rows = (slot, image, phase, sample)
+        if self._compiled is not None:
+            try:
+                noisy = self._run_compiled(clean, sigma, seed, rows)
+            except Exception as error:  # noqa: BLE001 (a missing compiler fails in many ways)
+                if self._checked:
+                    raise
+                reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+                self._fall_back(f"compiling it failed ({type(error).__name__}: {reason})")
+            else:
+                if self._checked or self._agrees(noisy, clean, sigma, seed, rows):
+                    return noisy
+        return clean[slot] + sigma * gaussian_noise(seed, image, phase, sample, tuple(clean.shape[1:]))
+
+    def _run_compiled(self, clean: torch.Tensor, sigma: float, seed: int,
+                      rows: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """One compiled program for every batch size: the row axis is marked dynamic (a lone
+        row is run twice, since Inductor specializes sizes 0 and 1)."""
+        count = len(rows[0])
+        if count == 1:
+            rows = tuple(torch.cat((r, r)) for r in rows)
+        for column in rows:
+            torch._dynamo.mark_dynamic(column, 0)
+        slot, image, phase, sample = rows
+        quiet = _quiet_compiler() if not self._checked else nullcontext()  # only the first call compiles
+        with quiet:
+            noisy = self._compiled(clean, slot, self._sigma_tensor(sigma), self._key_tensor(seed), image, phase, sample)
+        return noisy[:count]
+
+    def _agrees(self, noisy: torch.Tensor, clean: torch.Tensor, sigma: float, seed: int,
+                rows: tuple[torch.Tensor, ...]) -> bool:
+        """After the first compiled batch: do its first rows match the reference? If not, fall
+        back with a one-line notice (a miscompiled kernel must not certify anything)."""
+        self._checked = True
+        slot, image, phase, sample = (r[:4] for r in rows)
+        want = clean[slot] + sigma * gaussian_noise(seed, image, phase, sample, tuple(clean.shape[1:]))
+        if torch.allclose(noisy[: len(slot)], want, rtol=0, atol=CHECK_TOLERANCE * max(sigma, 1e-30)):
+            return True
+        self._fall_back("the compiled kernel does not reproduce the reference")
+        return False
+
+    def _key_tensor(self, seed: int) -> torch.Tensor:
+        if self._key is None or self._key[0] != seed:
+            check_seed(seed)
+            self._key = seed, torch.tensor(key_words(seed), dtype=torch.int64, device=self.device)
+        return self._key[1]
+
+    def _sigma_tensor(self, sigma: float) -> torch.Tensor:
+        if self._sigma is None or self._sigma[0] != sigma:
+            self._sigma = sigma, torch.tensor(sigma, dtype=torch.float32, device=self.device)
+        return self._sigma[1]
+
+    def _fall_back(self, why: str) -> None:
+        print(f"dmae-fast: compiled noise unavailable ({why}); using the torch-op reference (slower, same noise)",
+              file=sys.stderr)
+        self._compiled = None
+        self.implementation = REFERENCE

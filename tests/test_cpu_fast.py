@@ -1,0 +1,217 @@
+"""CPU speed without changing results: compiled noise (the contract, fused), the chunked CPU body,
+``dmae-certify --fast`` on a CPU, and ``dmae-bench cpu``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from dmae_fast.certification import cpu_batches
+from dmae_fast.certification.bodies import BodyOptions, batch_body
+from dmae_fast.certification.cpu_batches import ChunkedCpuBatches, TorchChunks, chunk_rows
+from dmae_fast.certification.stream import ImageBatches, SamplingPlan, StreamingCertifier
+from dmae_fast.checkpoints import load_classifier
+from dmae_fast.cli.certify import main as certify_main
+from dmae_fast.data import demo_digits
+from dmae_fast.demo import DEMO_CHECKPOINT
+from dmae_fast.engines import TorchEngine
+from dmae_fast.fast_noise import COMPILED, REFERENCE, NoiseSource
+from dmae_fast.model import ClassifierSpec, EncoderConfig
+from dmae_fast.noise import MASK32, gaussian_noise, key_words, philox4x32
+
+CPU = torch.device("cpu")
+SEEDS = (0, 2**40 + 12345, 2**64 - 1)
+
+
+def _rows(indices, images=5):
+    index = torch.as_tensor(indices)
+    return index % images, index % 7 + 3, torch.ones_like(index), index * 31
+
+
+# --------------------------------------------------------------------------- compiled noise
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_compiled_philox_words_are_the_contract_bit_for_bit(seed):
+    """The compiled program computes the same uint32 words as the torch-op reference."""
+    generator = torch.Generator().manual_seed(seed % 1000)
+    counter = tuple(torch.randint(0, 2**32, (257,), generator=generator, dtype=torch.int64) for _ in range(4))
+    counter = tuple(torch.cat((c, torch.tensor([0, MASK32]))) for c in counter)  # the extremes too
+    key = torch.tensor(key_words(seed))
+    compiled = torch.compile(philox4x32, dynamic=False)((*counter,), (key[0], key[1]))
+    eager = philox4x32(counter, seed)
+    for got, want in zip(compiled, eager):
+        assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("shape", [(3, 8, 8), (1, 3, 3), (3, 5, 7), (2, 11)])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_compiled_noise_equals_the_reference_to_float32_rounding(shape, seed):
+    source = NoiseSource(CPU)
+    clean = torch.rand((5, *shape), generator=torch.Generator().manual_seed(3))
+    slot, image, phase, sample = _rows(range(40))
+    got = source(clean, slot, 0.5, seed, image, phase, sample)
+    want = clean[slot] + 0.5 * gaussian_noise(seed, image, phase, sample, shape)
+    assert source.implementation == COMPILED
+    torch.testing.assert_close(got, want, rtol=0, atol=2e-6)  # |eta| < 6: a few float32 ulps
+
+
+def test_compiled_noise_does_not_depend_on_the_packing_of_rows():
+    """A row's noise is bit for bit the same whatever batch it is computed in (the contract's
+    reproducibility across batch sizes), single rows included."""
+    source, shape = NoiseSource(CPU), (3, 5, 7)
+    clean = torch.zeros((5, *shape))
+    whole = source(clean, *_rows(range(37))[:1], 1.0, 7, *_rows(range(37))[1:])
+    for size in (1, 2, 5, 16, 17):
+        parts = [source(clean, *_rows(range(s, min(37, s + size)))[:1], 1.0, 7, *_rows(range(s, min(37, s + size)))[1:])
+                 for s in range(0, 37, size)]
+        assert torch.equal(torch.cat(parts), whole), size
+
+
+def test_failing_compiler_falls_back_to_the_reference_with_one_notice(capsys):
+    source = NoiseSource(CPU)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no C++ compiler found\nsecond line")
+
+    source._compiled = broken
+    clean, rows = torch.rand((5, 3, 4, 4)), _rows(range(9))
+    first = source(clean, rows[0], 0.25, 11, *rows[1:])
+    second = source(clean, rows[0], 0.25, 11, *rows[1:])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "compiled noise unavailable" in err[0] and "no C++ compiler found" in err[0]
+    assert source.implementation == REFERENCE
+    want = clean[rows[0]] + 0.25 * gaussian_noise(11, rows[1], rows[2], rows[3], (3, 4, 4))
+    assert torch.equal(first, want) and torch.equal(second, want)
+
+
+def test_a_miscompiled_kernel_is_never_used(capsys):
+    """A compiled kernel that does not reproduce the reference on its first batch is dropped."""
+    source = NoiseSource(CPU)
+    source._compiled = lambda clean, slot, sigma, key, image, phase, sample: clean[slot] + 1.0  # wrong noise
+    clean, rows = torch.rand((5, 3, 4, 4)), _rows(range(9))
+    got = source(clean, rows[0], 0.25, 11, *rows[1:])
+    assert "does not reproduce the reference" in capsys.readouterr().err
+    assert source.implementation == REFERENCE
+    assert torch.equal(got, clean[rows[0]] + 0.25 * gaussian_noise(11, rows[1], rows[2], rows[3], (3, 4, 4)))
+
+
+def test_reference_noise_is_available_on_request():
+    assert NoiseSource(CPU, compiled=False).implementation == REFERENCE
+
+
+# --------------------------------------------------------------------------- the chunked CPU body
+
+
+@pytest.fixture(scope="module")
+def demo():
+    model = load_classifier(DEMO_CHECKPOINT).eval()
+    digits = demo_digits("test")
+    return model, [(i, digits[i][0], digits[i][1]) for i in (0, 7, 21, 40)]
+
+
+def _counts(engine, body, items, n0=40, n=460, batch=300):
+    out = list(StreamingCertifier(engine, SamplingPlan.certify(n0, n), 0.25, 5, batch, body).run(items))
+    return np.stack([o.counts for o in out])
+
+
+def _plain(engine, batch=300):
+    return ImageBatches(engine, 0.25, 5, batch)
+
+
+@pytest.mark.parametrize("backend", ["onnxruntime", "torch"])
+def test_cpu_body_counts_equal_the_plain_body(demo, backend):
+    model, items = demo
+    engine = TorchEngine(model, CPU, "fp32")
+    classifier = cpu_batches.ort_from_checkpoint(model, 0.25) if backend == "onnxruntime" \
+        else TorchChunks(model, "fp32")
+    body = ChunkedCpuBatches(classifier, model.spec, 0.25, 5, 300, workers=2, chunk=16, noise=NoiseSource(CPU))
+    reference = _counts(engine, _plain(engine), items)
+    assert (reference[:, 1].max(1) < 460).any()  # some votes are split: the comparison means something
+    assert np.array_equal(_counts(engine, body, items), reference)
+
+
+def test_cpu_body_restores_the_thread_setting(demo):
+    model, items = demo
+    engine = TorchEngine(model, CPU, "fp32")
+    before = torch.get_num_threads()
+    body = ChunkedCpuBatches(TorchChunks(model, "fp32"), model.spec, 0.25, 5, 100, 2, 8, NoiseSource(CPU))
+    _counts(engine, body, items[:1], n0=10, n=90, batch=100)
+    assert torch.get_num_threads() == before
+
+
+def test_fast_on_cpu_picks_the_chunked_body_and_falls_back_without_onnxruntime(demo, monkeypatch, capsys):
+    model, _ = demo
+    engine = TorchEngine(model, CPU, "fp32")
+    body = batch_body(engine, 0.25, 0, 100, BodyOptions(fast=True))
+    assert isinstance(body, ChunkedCpuBatches) and "ONNX Runtime" in body.description
+    monkeypatch.setitem(__import__("sys").modules, "onnxruntime", None)  # import fails
+    body = batch_body(engine, 0.25, 0, 100, BodyOptions(fast=True))
+    assert isinstance(body.classifier, TorchChunks)
+    assert "ONNX Runtime is not installed" in capsys.readouterr().err
+    assert isinstance(batch_body(engine, 0.25, 0, 100, BodyOptions()), ImageBatches)
+
+
+def test_an_onnx_runtime_that_disagrees_with_pytorch_is_refused(demo, monkeypatch):
+    model, _ = demo
+    monkeypatch.setattr(cpu_batches.OrtChunks, "logits", lambda self, chunk: torch.zeros(len(chunk), 10))
+    with pytest.raises(cpu_batches.UserError, match="ONNX Runtime differs from PyTorch"):
+        cpu_batches.ort_from_checkpoint(model, 0.25)
+
+
+@pytest.mark.parametrize("encoder,rows", [
+    (EncoderConfig(64, 4, 4, patch_size=2, img_size=8), 128),  # the demo: 17 tokens x 256 floats (capped)
+    (EncoderConfig(64, 4, 4, patch_size=4, img_size=32), 32),  # 65 tokens
+    (EncoderConfig(64, 4, 4, patch_size=16, img_size=224), 16),  # 197 tokens
+    (EncoderConfig(768, 12, 12, patch_size=16, img_size=224), 1),  # ViT-B: 2.4 MB per image
+])
+def test_chunks_stay_within_four_l2_caches(encoder, rows):
+    spec = ClassifierSpec(encoder, num_classes=10, input_size=encoder.img_size)
+    assert chunk_rows(spec, l2_bytes=1 << 20) == rows
+
+
+# --------------------------------------------------------------------------- the command line
+
+
+def _rows_without_time(path: Path) -> list[list[str]]:
+    lines = [line.split("\t") for line in path.read_text().splitlines()]
+    drop = lines[0].index("time")
+    return [cells[:drop] + cells[drop + 1:] for cells in lines]
+
+
+def test_cli_fast_on_cpu_writes_the_plain_rows_and_records_threads(tmp_path):
+    common = ["--data", "demo", "--max", "3", "--skip", "7", "--n0", "30", "--n", "400", "--batch", "256",
+              "--device", "cpu", "--quiet"]
+    assert certify_main([*common, "--out", str(tmp_path / "plain.tsv")]) == 0
+    assert certify_main([*common, "--fast", "--out", str(tmp_path / "fast.tsv")]) == 0
+    assert _rows_without_time(tmp_path / "fast.tsv") == _rows_without_time(tmp_path / "plain.tsv")
+    record = json.loads((tmp_path / "fast.tsv.json").read_text())
+    assert "worker(s) x 1 thread" in record["engine"] and "compiled noise" in record["engine"]
+    assert record["threads"]["body_workers"] >= 1 and record["threads"]["dataloader_workers"] == 0
+    assert record["config"]["fast"] is True
+
+
+def test_cli_reference_noise_gives_the_same_certificates(tmp_path):
+    common = ["--data", "demo", "--max", "2", "--n0", "20", "--n", "200", "--batch", "128", "--device", "cpu",
+              "--quiet"]
+    assert certify_main([*common, "--out", str(tmp_path / "a.tsv")]) == 0
+    assert certify_main([*common, "--noise", "reference", "--out", str(tmp_path / "b.tsv")]) == 0
+    assert _rows_without_time(tmp_path / "a.tsv") == _rows_without_time(tmp_path / "b.tsv")
+    assert "torch ops noise" in json.loads((tmp_path / "b.tsv.json").read_text())["engine"]
+
+
+def test_bench_cpu_quick_writes_both_tables(tmp_path):
+    from dmae_fast.cli.bench_cpu import main as bench_cpu
+
+    assert bench_cpu(["--quick", "--models", "demo", "--threads", "1", "--rounds", "1", "--out", str(tmp_path)]) == 0
+    record = json.loads(next(tmp_path.glob("*-cpu.json")).read_text())
+    methods = {row["method"]: row for row in record["methods"]}
+    assert {"reference: Cohen et al. (fp32, batch 400)", "ours: --fast (fp32)"} <= set(methods)
+    assert all(row["counts_equal_plain"] is not False for row in methods.values())
+    assert methods["reference: Cohen et al. (fp32, batch 400)"]["vs_cohen"] == pytest.approx(1.0)
+    assert {tuple(row["shape"]) for row in record["noise"]} == {(3, 8, 8), (3, 32, 32), (3, 224, 224)}
+    assert "| threads | model | method |" in next(tmp_path.glob("*-cpu.md")).read_text()
