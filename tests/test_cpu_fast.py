@@ -215,3 +215,17 @@ def test_bench_cpu_quick_writes_both_tables(tmp_path):
     assert methods["reference: Cohen et al. (fp32, batch 400)"]["vs_cohen"] == pytest.approx(1.0)
     assert {tuple(row["shape"]) for row in record["noise"]} == {(3, 8, 8), (3, 32, 32), (3, 224, 224)}
     assert "| threads | model | method |" in next(tmp_path.glob("*-cpu.md")).read_text()
+
+
+def test_cli_fast_on_cpu_runs_an_onnx_engine_file_like_the_plain_path(tmp_path):
+    from dmae_fast.export.config import ExportConfig
+    from dmae_fast.export.pipeline import export_engines
+
+    (engine,) = export_engines(ExportConfig("demo", str(tmp_path), ("onnx",), name="demo", parity_samples=100,
+                                            seed=0), report=lambda line: None)
+    common = ["--engine", str(engine), "--data", "demo", "--max", "2", "--skip", "11", "--n0", "20", "--n", "300",
+              "--batch", "128", "--device", "cpu", "--quiet"]
+    assert certify_main([*common, "--out", str(tmp_path / "plain.tsv")]) == 0
+    assert certify_main([*common, "--fast", "--out", str(tmp_path / "fast.tsv")]) == 0
+    assert _rows_without_time(tmp_path / "fast.tsv") == _rows_without_time(tmp_path / "plain.tsv")
+    assert "ONNX Runtime" in json.loads((tmp_path / "fast.tsv.json").read_text())["engine"]
