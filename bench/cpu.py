@@ -37,8 +37,8 @@ from dmae_fast.bench.report import result_stem
 from dmae_fast.bench.throughput import build_model
 from dmae_fast.certification.bodies import BodyOptions, batch_body
 from dmae_fast.certification.fast_stream import FastBatches, FastPath
+from dmae_fast.certification.run import device_name
 from dmae_fast.certification.stream import SamplingPlan, StreamingCertifier
-from dmae_fast.cli.certify import _device_name
 from dmae_fast.engines import TorchEngine
 from dmae_fast.errors import UserError
 from dmae_fast.fast_noise import NoiseSource
@@ -247,7 +247,7 @@ def run_cpu_bench(config: CpuBenchConfig) -> tuple[dict, list[Path]]:
     finally:
         torch.set_num_threads(saved_threads)
     record = {
-        "device": _device_name(CPU).split(",")[0],
+        "device": device_name(CPU).split(",")[0],
         "versions": {"dmae_fast": __version__, "torch": torch.__version__, "python": platform.python_version(),
                      "onnxruntime": _version("onnxruntime")},
         "config": asdict(config),

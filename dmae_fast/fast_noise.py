@@ -21,7 +21,7 @@ from contextlib import contextmanager, nullcontext
 
 import torch
 
-from dmae_fast.noise import check_seed, gaussian_rows, gaussian_noise, key_words
+from dmae_fast.noise import check_seed, gaussian_noise, gaussian_rows, key_words
 
 COMPILED, REFERENCE = "compiled", "torch ops"
 # The compiled Gaussians differ from the reference by a few float32 ulps (|eta| < 6).

@@ -12,8 +12,16 @@ import torch
 
 from dmae_fast.certification import cpu_batches
 from dmae_fast.certification.bodies import BodyOptions, batch_body
-from dmae_fast.certification.cpu_batches import ChunkedCpuBatches, TorchChunks, chunk_rows
-from dmae_fast.certification.stream import ImageBatches, SamplingPlan, StreamingCertifier
+from dmae_fast.certification.cpu_batches import (
+    ChunkedCpuBatches,
+    TorchChunks,
+    chunk_rows,
+)
+from dmae_fast.certification.stream import (
+    ImageBatches,
+    SamplingPlan,
+    StreamingCertifier,
+)
 from dmae_fast.checkpoints import load_classifier
 from dmae_fast.cli.certify import main as certify_main
 from dmae_fast.data import demo_digits

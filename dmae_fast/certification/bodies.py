@@ -14,7 +14,12 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-from dmae_fast.certification.cpu_batches import ChunkedCpuBatches, chunk_rows, cpu_classifier, cpu_workers
+from dmae_fast.certification.cpu_batches import (
+    ChunkedCpuBatches,
+    chunk_rows,
+    cpu_classifier,
+    cpu_workers,
+)
 from dmae_fast.certification.fast_stream import FastBatches, FastPath, StageTimer
 from dmae_fast.certification.stream import BatchBody, ImageBatches
 from dmae_fast.engines.base import Engine

@@ -43,9 +43,13 @@ from dmae_fast.engines.exported import ExportedEngine
 from dmae_fast.engines.front_end import load_front_end
 from dmae_fast.engines.torch_engine import PRECISIONS
 from dmae_fast.errors import UserError
-from dmae_fast.kernels.frontend_reference import FrontEnd, clean_embedding, fused_unsupported_reason
-from dmae_fast.model import SmoothingClassifier
 from dmae_fast.fast_noise import NoiseSource
+from dmae_fast.kernels.frontend_reference import (
+    FrontEnd,
+    clean_embedding,
+    fused_unsupported_reason,
+)
+from dmae_fast.model import SmoothingClassifier
 
 STAGES = ("front end", "body", "counting", "host")
 

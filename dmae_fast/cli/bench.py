@@ -36,7 +36,7 @@ from dmae_fast.bench.throughput import (
     measure,
 )
 from dmae_fast.certification.fast_stream import FastPath
-from dmae_fast.cli.certify import MAX_BATCH, _device_name
+from dmae_fast.certification.run import MAX_BATCH, device_name
 from dmae_fast.cli.common import Parser, run_reporting_errors
 from dmae_fast.engines import EngineOptions, open_engine, resolve_device
 from dmae_fast.engines.sidecar import KIND_BY_SUFFIX, BatchRange, read_sidecar
@@ -300,7 +300,7 @@ def _meta(config: BenchConfig, device: torch.device, peaks: dict[str, float]) ->
         versions["cuda"] = torch.version.cuda
     notes = ["CPU smoke run: the numbers say nothing about GPU speed."] if config.smoke else []
     return {"format": "dmae-bench/1", "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "device": _device_name(device), "versions": versions, "matmul_peak_flops": peaks,
+            "device": device_name(device), "versions": versions, "matmul_peak_flops": peaks,
             "mfu_peak": max(peaks, key=peaks.get), "config": {k: v for k, v in vars(config).items()},
             "notes": notes}
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from dmae_fast.errors import Interrupted, UserError, interrupt_on_signals
-from dmae_fast.model.config import NORMALIZATIONS
+from dmae_fast.model.config import parse_normalization  # noqa: F401 (the commands' import)
 
 
 class Parser(argparse.ArgumentParser):
@@ -41,16 +41,3 @@ def run_reporting_errors(prog: str, body: Callable[[], int]) -> int:
         message = " ".join(f"{error.strerror or error}{where}".split())
         print(f"{prog}: error: {message}", file=sys.stderr)
         return 2
-
-
-def parse_normalization(text: str | None) -> tuple[tuple[float, ...] | None, tuple[float, ...] | None]:
-    """--normalize: a preset name or 'm1,m2,m3:s1,s2,s3' -> (mean, std); None keeps the checkpoint's."""
-    if text is None:
-        return None, None
-    if text in NORMALIZATIONS:
-        return NORMALIZATIONS[text]
-    try:
-        mean, std = (tuple(float(v) for v in part.split(",")) for part in text.split(":"))
-    except ValueError:
-        raise UserError(f"--normalize must be imagenet, cifar10 or 'm1,m2,m3:s1,s2,s3', got {text!r}") from None
-    return mean, std  # channel count and std > 0 are checked with the classifier's spec

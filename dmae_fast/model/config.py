@@ -7,6 +7,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from dmae_fast.errors import UserError
+
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
@@ -155,3 +157,16 @@ class ClassifierSpec:
             if data.get(key) is not None:
                 data[key] = tuple(data[key])
         return cls(**data)
+
+
+def parse_normalization(text: str | None) -> tuple[tuple[float, ...] | None, tuple[float, ...] | None]:
+    """--normalize: a preset name or 'm1,m2,m3:s1,s2,s3' -> (mean, std); None keeps the checkpoint's."""
+    if text is None:
+        return None, None
+    if text in NORMALIZATIONS:
+        return NORMALIZATIONS[text]
+    try:
+        mean, std = (tuple(float(v) for v in part.split(",")) for part in text.split(":"))
+    except ValueError:
+        raise UserError(f"--normalize must be imagenet, cifar10 or 'm1,m2,m3:s1,s2,s3', got {text!r}") from None
+    return mean, std  # channel count and std > 0 are checked with the classifier's spec
