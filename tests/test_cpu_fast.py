@@ -68,6 +68,15 @@ def test_compiled_noise_equals_the_reference_to_float32_rounding(shape, seed):
     torch.testing.assert_close(got, want, rtol=0, atol=2e-6)  # |eta| < 6: a few float32 ulps
 
 
+@pytest.mark.parametrize("sigma", [1e-3, 0.12, 1.0, 50.0])
+def test_the_first_batch_check_accepts_the_compiled_kernel_at_any_sigma(sigma, capsys):
+    """The check against the reference allows for float32 rounding at small and large sigma."""
+    source = NoiseSource(CPU)
+    clean = 4 * torch.rand((5, 3, 6, 6), generator=torch.Generator().manual_seed(4))  # pixels up to 4
+    source(clean, *_rows(range(64))[:1], sigma, 9, *_rows(range(64))[1:])
+    assert source.implementation == COMPILED and capsys.readouterr().err == ""
+
+
 def test_compiled_noise_does_not_depend_on_the_packing_of_rows():
     """A row's noise is bit for bit the same whatever batch it is computed in (the contract's
     reproducibility across batch sizes), single rows included."""

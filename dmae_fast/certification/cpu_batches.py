@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import io
 import math
-import os
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
@@ -143,9 +142,8 @@ def chunk_rows(model_spec, l2_bytes: int | None = None) -> int:
 
 
 def cpu_workers() -> int:
-    """One worker per core this process may use (torch's intra-op setting, which follows it)."""
-    return max(1, min(torch.get_num_threads(), len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                      else torch.get_num_threads()))
+    """One worker per core: torch's intra-op thread count (by default the cores this process may use)."""
+    return max(1, torch.get_num_threads())
 
 
 class ChunkedCpuBatches:
