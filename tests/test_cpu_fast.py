@@ -231,6 +231,7 @@ def test_bench_cpu_quick_writes_both_tables(tmp_path):
     assert all(row["counts_equal_plain"] is not False for row in methods.values())
     assert methods["reference: Cohen et al. (fp32, batch 400)"]["vs_cohen"] == pytest.approx(1.0)
     assert {tuple(row["shape"]) for row in record["noise"]} == {(3, 8, 8), (3, 32, 32), (3, 224, 224)}
+    assert all(rates["compiled eta"] > 0 for rates in (row["gaussians_per_s"] for row in record["noise"]))
     assert "| threads | model | method |" in next(tmp_path.glob("*-cpu.md")).read_text()
 
 
