@@ -40,6 +40,12 @@ def noisy_rows(clean: torch.Tensor, slot: torch.Tensor, sigma: torch.Tensor, key
     return clean[slot] + sigma * eta.view(-1, *shape)
 
 
+def _reference(clean: torch.Tensor, sigma: float, seed: int, rows: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """:func:`noisy_rows` with the torch-op reference noise."""
+    slot, image, phase, sample = rows
+    return clean[slot] + sigma * gaussian_noise(seed, image, phase, sample, tuple(clean.shape[1:]))
+
+
 @contextmanager
 def _quiet_compiler():
     """Inductor logs a CUDA_HOME warning on CPU-only machines; it is not the user's concern."""
@@ -80,7 +86,7 @@ class NoiseSource:
             else:
                 if self._checked or self._agrees(noisy, clean, sigma, seed, rows):
                     return noisy
-        return clean[slot] + sigma * gaussian_noise(seed, image, phase, sample, tuple(clean.shape[1:]))
+        return _reference(clean, sigma, seed, rows)
 
     def _run_compiled(self, clean: torch.Tensor, sigma: float, seed: int,
                       rows: tuple[torch.Tensor, ...]) -> torch.Tensor:
@@ -102,10 +108,9 @@ class NoiseSource:
         """After the first compiled batch: do its first rows match the reference? If not, fall
         back with a one-line notice (a miscompiled kernel must not certify anything)."""
         self._checked = True
-        slot, image, phase, sample = (r[:4] for r in rows)
-        want = clean[slot] + sigma * gaussian_noise(seed, image, phase, sample, tuple(clean.shape[1:]))
+        want = _reference(clean, sigma, seed, tuple(r[:4] for r in rows))
         # sigma * (a few ulps of eta), plus the rounding of x + sigma * eta (pixels are at most a few units)
-        if torch.allclose(noisy[: len(slot)], want, rtol=0, atol=CHECK_TOLERANCE * sigma + 1e-6):
+        if torch.allclose(noisy[: len(want)], want, rtol=0, atol=CHECK_TOLERANCE * sigma + 1e-6):
             return True
         self._fall_back("the compiled kernel does not reproduce the reference")
         return False

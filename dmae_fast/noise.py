@@ -106,21 +106,13 @@ def words_to_uniform(words: torch.Tensor) -> torch.Tensor:
     return ((words >> 9).to(torch.float32) + 0.5) * (2.0**-23)
 
 
-def uniform_to_gaussian(u: torch.Tensor) -> torch.Tensor:
-    """Box-Muller on consecutive pairs of the last axis (length divisible by 2)."""
-    pairs = u.unflatten(-1, (-1, 2))
-    radius = torch.sqrt(-2.0 * torch.log(pairs[..., 0]))
-    angle = (2.0 * math.pi) * pairs[..., 1]
-    return torch.stack((radius * torch.cos(angle), radius * torch.sin(angle)), dim=-1).flatten(-2)
-
-
 def gaussian_rows(
     key: tuple[Any, Any], image: torch.Tensor, phase: torch.Tensor | int, sample: torch.Tensor, numel: int
 ) -> torch.Tensor:
     """Standard Gaussians [B, numel] (float32) for B (image, phase, sample) triples and the key words.
 
     Box-Muller runs on the four word planes before they are interleaved: the same arithmetic
-    on the same values as :func:`uniform_to_gaussian` of :func:`uint32_stream`, in the layout
+    on the same values as the documented transform of :func:`uint32_stream`'s words, in the layout
     a compiler fuses into one pass (:mod:`dmae_fast.fast_noise` compiles this function).
     """
     w0, w1, w2, w3 = philox4x32(_counters(image, phase, sample, numel), key)

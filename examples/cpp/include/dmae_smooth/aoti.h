@@ -36,7 +36,7 @@ class AotiEngine : public Engine {
   std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader_;
 };
 
-// Box-Muller with ATen ops exactly as dmae_fast.noise.uniform_to_gaussian: on the same
+// Box-Muller with ATen ops exactly as dmae_fast.noise.gaussian_rows: on the same
 // device, bit for bit the Gaussians of the Python reference.
 at::Tensor uniform_to_gaussian(const at::Tensor& uniforms);
 
