@@ -2,8 +2,9 @@
 
 Command-line entry points catch :class:`UserError` and print its message as one line
 with exit status 2, and :class:`Interrupted` (SIGINT or SIGTERM) with one line saying
-what was kept, exit status 128 + the signal number; everything else is a bug and keeps
-its traceback.
+what was kept, exit status 128 + the signal number; :class:`AlreadyReported` (another rank
+of a multi-process job prints the line) ends silently; everything else is a bug and keeps its
+traceback.
 """
 
 from __future__ import annotations
@@ -14,6 +15,15 @@ import threading
 
 class UserError(Exception):
     """Bad input: a missing file, a wrong format, an out-of-range option, ..."""
+
+
+class AlreadyReported(Exception):
+    """A failure another process of the same job reports (or has reported) in one line: this
+    process ends with ``exit_status`` and prints nothing, so a job prints one line, not one per rank."""
+
+    def __init__(self, exit_status: int) -> None:
+        super().__init__(exit_status)
+        self.exit_status = exit_status
 
 
 class Interrupted(BaseException):

@@ -164,7 +164,7 @@ class ResultsWriter:
         self.kind = kind
         self.mode = mode
         self._row_type = CertifyRow if kind == "certify" else PredictRow
-        self._columns = CERTIFY_COLUMNS if kind == "certify" else PREDICT_COLUMNS
+        self._columns = columns_of(kind)
         header = "\t".join(self._columns)
         if mode == "new":
             self._target = self.path
@@ -449,6 +449,24 @@ def read_kept_rows(path: PathLike) -> ResultsTable | None:
     if not any(line.strip() for line in lines):
         return None
     return _parse_table(path, lines)
+
+
+def columns_of(kind: Kind) -> tuple[str, ...]:
+    """The columns a results file of ``kind`` has, in order."""
+    return CERTIFY_COLUMNS if kind == "certify" else PREDICT_COLUMNS
+
+
+def read_row_lines(path: PathLike, kind: Kind) -> list[str]:
+    """The complete data lines of a results file we wrote (no header; a torn last line dropped),
+    after checking its header is that of a ``kind`` file."""
+    path = os.fspath(path)
+    lines, terminated = _read_lines(path)
+    if not terminated:
+        lines.pop()
+    header = "\t".join(columns_of(kind))
+    if lines and lines[0] != header:
+        raise UserError(f"{path}: its header {lines[0]!r} is not that of a {kind} results file ({header!r})")
+    return [line for line in lines[1:] if line.strip()]
 
 
 def read_done_indices(path: PathLike) -> set[int]:

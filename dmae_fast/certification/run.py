@@ -7,7 +7,9 @@
 Validation, the output lock, resume checks, opening the engine and the data, the choice of
 procedure and batch body, writing rows and the run record, and profiling live here; the
 command (:mod:`dmae_fast.cli.certify`) parses arguments into a :class:`CertifyConfig`, calls
-:func:`certify_dataset` and prints the summary.
+:func:`certify_dataset` and prints the summary. Started by ``torchrun`` with more than one
+process, the same call runs one rank of a multi-process run
+(:mod:`dmae_fast.certification.distributed_run`).
 """
 
 from __future__ import annotations
@@ -20,11 +22,10 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch.profiler import ProfilerActivity, profile
 from torch.utils.data import DataLoader, Dataset
@@ -32,41 +33,29 @@ from tqdm import tqdm
 
 from dmae_fast import __version__
 from dmae_fast.certification.bodies import NOISE_CHOICES, BodyOptions, batch_body
-from dmae_fast.certification.core import (
-    FIXED_N,
-    Certificate,
-    certify_from_counts,
-    predict_from_counts,
-)
 from dmae_fast.certification.fast_stream import StageTimer
-from dmae_fast.certification.sequential import (
-    PAPER_RADII,
-    SequentialCertifier,
-    SequentialConfig,
+from dmae_fast.certification.parts import (
+    clear_parts,
+    has_parts,
+    merge_parts,
+    parts_dir,
+    replaces_out,
 )
-from dmae_fast.certification.stream import (
-    BatchBody,
-    Decide,
-    ImageCounts,
-    SamplingPlan,
-    StreamingCertifier,
-)
+from dmae_fast.certification.procedures import Procedure, Row, procedure_for
+from dmae_fast.certification.ranks import restart_count, world_size
+from dmae_fast.certification.stream import BatchBody, ImageCounts, StreamingCertifier
 from dmae_fast.data import TensorImageDataset, open_dataset, subset_indices
 from dmae_fast.engines import Engine, EngineOptions, open_engine
 from dmae_fast.engines.sidecar import KIND_BY_SUFFIX, read_sidecar
 from dmae_fast.errors import Interrupted, UserError
 from dmae_fast.locking import OutputLock
 from dmae_fast.model.config import parse_normalization, sigma_problem
-from dmae_fast.results import (
-    CertifyRow,
-    PredictRow,
-    ResultsWriter,
-    read_kept_rows,
-)
-from dmae_fast.resume import RowRules, check_kept_rows, dataset_labels
+from dmae_fast.results import Mode, ResultsWriter, read_kept_rows
+from dmae_fast.resume import check_kept_rows, dataset_labels
 
 PROG = "dmae-certify"
 MAX_BATCH = 2**20  # noisy samples per forward pass; far beyond any device's memory at 224x224
+SHARD_CHOICES = ("images", "samples")
 # Settings that change the results: a resumed run must agree on all of them.
 RESULT_FIELDS = ("engine", "data", "split", "labels", "image_size", "input_size", "normalize",
                  "sigma", "n0", "n", "alpha", "seed", "predict", "skip", "max_images", "precision",
@@ -110,6 +99,7 @@ class CertifyConfig:
     cuda_graphs: bool = False  # fast path: capture and replay each batch
     noise: str = "compiled"  # or "reference": the torch-op noise
     profile: str | None = None  # directory for a torch profiler trace + per-stage table
+    shard: str = "images"  # under torchrun: "images" (ranks claim images) or "samples" (ranks split each image's samples)
 
     @property
     def body_options(self) -> BodyOptions:
@@ -138,6 +128,7 @@ class CertifyConfig:
             (all(math.isfinite(r) and r >= 0 for r in self.radii or ()), "--radii must be finite and >= 0"),
             (not (self.sequential and self.predict), "--sequential applies to CERTIFY, not --predict"),
             (self.noise in NOISE_CHOICES, f"--noise must be one of {', '.join(NOISE_CHOICES)}, got {self.noise!r}"),
+            (self.shard in SHARD_CHOICES, f"--shard must be one of {', '.join(SHARD_CHOICES)}, got {self.shard!r}"),
         ]
         for ok, message in checks:
             if not ok:
@@ -162,8 +153,12 @@ class _IndexedImages(Dataset):
         return index, image, label
 
 
-def _images(dataset: Dataset, indices: list[int], workers: int, pin: bool):
-    loader = DataLoader(_IndexedImages(dataset, indices), batch_size=None, num_workers=workers, pin_memory=pin)
+def load_images(dataset: Dataset, indices: list[int], workers: int, pin: bool,
+                order: Iterable[int] | None = None) -> Iterator[tuple[int, torch.Tensor, int]]:
+    """(index, image, label) of ``indices`` (positions in the order ``order`` hands them out, default
+    all in turn), decoded by ``workers`` DataLoader processes."""
+    loader = DataLoader(_IndexedImages(dataset, indices), batch_size=None, num_workers=workers, pin_memory=pin,
+                        sampler=order)
     for index, image, label in loader:
         if image is None:
             raise UserError(label)
@@ -200,7 +195,7 @@ def _check_out_directory(out: Path) -> None:
         raise UserError(f"cannot write --out {out}: directory {out.parent} is not writable")
 
 
-def _kept_after_interrupt(config: CertifyConfig, mode: str, finished: int) -> str:
+def kept_after_interrupt(config: CertifyConfig, mode: str, finished: int) -> str:
     """What an interrupted run leaves on disk, and how to continue."""
     if mode == "overwrite":
         return (f"{config.out} is unchanged; the {finished} rows of this run are in {config.out}.partial "
@@ -209,15 +204,24 @@ def _kept_after_interrupt(config: CertifyConfig, mode: str, finished: int) -> st
             "command and --resume")
 
 
-def _output_mode(config: CertifyConfig) -> str:
+def output_mode(config: CertifyConfig) -> Mode:
+    """How this run treats ``--out``: "new", "append" (--resume, or a torchrun restart of this job)
+    or "overwrite"; refuses what it must not touch."""
     out = Path(config.out)
     _check_out_directory(out)
-    if config.resume:
-        if out.exists():
+    restarted = restart_count() > 0
+    if config.resume or (restarted and not config.overwrite):
+        if has_parts(out) and replaces_out(out):
+            raise UserError(f"{parts_dir(out)} holds rows of an --overwrite run that did not finish; "
+                            "run it again with --overwrite")
+        if out.exists() or has_parts(out):
             _check_resumable(config)
         return "append"  # a run stopped before its first row: nothing to check, start it
     if out.exists() and not config.overwrite:
         raise UserError(f"{out} exists; pass --overwrite to replace it or --resume to continue it")
+    if has_parts(out) and not config.overwrite:
+        raise UserError(f"{parts_dir(out)} holds the rows of an unfinished multi-process run on {out}; pass "
+                        "--resume to continue it or --overwrite to start over")
     return "overwrite" if config.overwrite else "new"
 
 
@@ -275,69 +279,6 @@ def _report_profile(config: CertifyConfig, profiler, timer: StageTimer, elapsed:
     print(f"{PROG}: per-stage time (each stage synchronized; trace in {trace}):\n{table}", file=sys.stderr)
 
 
-def _write_sidecar(config: CertifyConfig, body: BatchBody, engine: Engine, procedure: _Procedure,
-                   loader_workers: int, summary: dict) -> None:
-    record = {
-        "config": dataclasses.asdict(config),
-        "procedure": procedure.name,
-        "plan": {"phases": [p.name for p in procedure.plan.phases], "sizes": procedure.plan.sizes,
-                 "looks": procedure.plan.looks},
-        "engine": body.description,
-        "threads": {"torch_intra_op": torch.get_num_threads(), "dataloader_workers": loader_workers,
-                    "body_workers": getattr(body, "workers", None)},
-        "classifier": engine.spec.to_json_dict(),
-        "versions": {"dmae_fast": __version__, "torch": torch.__version__, "python": platform.python_version()},
-        "device_name": device_name(engine.device),
-        **summary,
-    }
-    _sidecar(config).write_text(json.dumps(record, indent=2, default=str) + "\n")
-
-
-@dataclass(frozen=True)
-class _Procedure:
-    """How a run samples (plan, early-stopping rule) and turns counts into result rows."""
-
-    name: str
-    level: float  # the Clopper-Pearson level of the certificate's bound (alpha, or alpha / K)
-    plan: SamplingPlan
-    decide: Decide | None
-    decision: Callable[[np.ndarray], Certificate] | None  # CERTIFY: counts -> certificate
-
-    def rules(self, config: CertifyConfig) -> RowRules:
-        """What the rows of this run satisfy (checked on the rows a --resume keeps)."""
-        if self.decision is None:
-            return RowRules("predict", 0, (config.n,), config.alpha, config.sigma, None)
-        sizes = tuple(size - config.n0 for size in self.plan.stage_ends) if self.plan.looks else (config.n,)
-        return RowRules("certify", config.n0, sizes, self.level, config.sigma, self.name)
-
-    def row(self, config: CertifyConfig, done: ImageCounts, seconds: float) -> CertifyRow | PredictRow:
-        correct = lambda prediction: int(prediction == done.label)  # noqa: E731
-        if self.decision is None:
-            p = predict_from_counts(done.counts[0], config.alpha)
-            return PredictRow(done.index, done.label, p.prediction, correct(p.prediction), seconds,
-                              p.n, p.count1, p.count2, p.pvalue, config.sigma)
-        c = self.decision(done.counts)
-        return CertifyRow(done.index, done.label, c.prediction, c.radius, correct(c.prediction), seconds,
-                          c.n0, c.n, c.n_a, c.p_a_lower, config.sigma, self.name)
-
-
-def _procedure(config: CertifyConfig) -> _Procedure:
-    if config.predict:
-        return _Procedure("predict", config.alpha, SamplingPlan.predict(config.n), None, None)
-    if not config.sequential:
-        fixed = lambda counts: certify_from_counts(counts[0], counts[1], config.alpha, config.sigma)  # noqa: E731
-        return _Procedure(FIXED_N, config.alpha, SamplingPlan.certify(config.n0, config.n), None, fixed)
-    sequential = SequentialCertifier(SequentialConfig(
-        config.n0, config.n, config.alpha, config.sigma, config.radii or PAPER_RADII, config.looks, config.futility))
-    return _Procedure(
-        sequential.procedure,
-        sequential.level,
-        SamplingPlan.sequential(config.n0, sequential.looks),
-        sequential.decide,
-        lambda counts: sequential.certify(counts[0], int(counts[1, np.argmax(counts[0])]), int(counts[1].sum())),
-    )
-
-
 def _engine_input(config: CertifyConfig) -> str:
     """"tokens" for a token engine on the fast path (its front end feeds it), else "image"."""
     path = Path(config.engine)
@@ -347,17 +288,176 @@ def _engine_input(config: CertifyConfig) -> str:
 
 
 @dataclass(frozen=True)
+class OpenedRun:
+    """What every process of a run opens: the classifier, the data, the images, the procedure."""
+
+    config: CertifyConfig  # sigma and precision resolved
+    engine: Engine
+    dataset: Dataset
+    indices: list[int]  # every image of the run
+    procedure: Procedure
+    workers: int  # DataLoader processes
+
+    @property
+    def kind(self) -> str:
+        return "predict" if self.config.predict else "certify"
+
+    def images(self, indices: list[int], order: Iterable[int] | None = None) -> Iterator[tuple[int, torch.Tensor, int]]:
+        return load_images(self.dataset, indices, self.workers, self.engine.device.type == "cuda", order)
+
+    def body(self, timer: StageTimer | None = None) -> BatchBody:
+        c = self.config
+        return batch_body(self.engine, c.sigma, c.seed, c.batch, c.body_options, timer)
+
+    def streamer(self, body: BatchBody) -> StreamingCertifier:
+        c = self.config
+        return StreamingCertifier(self.engine, self.procedure.plan, c.sigma, c.seed, c.batch, body)
+
+    def announce(self, images: int, body: BatchBody, ranks: str = "") -> None:
+        c, plan = self.config, self.procedure.plan
+        print(f"{PROG}: {images} images, {'up to ' if plan.looks else ''}{plan.total:,} samples each, "
+              f"{self.procedure.name}, sigma {c.sigma}, {body.description}, batch {c.batch}{ranks} -> {c.out}",
+              file=sys.stderr)
+
+
+def open_run(config: CertifyConfig, device: str | None = None) -> OpenedRun:
+    """Open the classifier (on ``device``, default ``config.device``) and the data, and check they fit."""
+    mean, std = parse_normalization(config.normalize)
+    options = EngineOptions(device or config.device, config.precision, config.input_size, mean, std,
+                            _engine_input(config))
+    engine = open_engine(config.engine, options)
+    if config.sigma is None and engine.spec.sigma is None:
+        raise UserError("--sigma is required: the checkpoint does not record the sigma it was trained for")
+    sigma = config.sigma if config.sigma is not None else engine.spec.sigma
+    config = dataclasses.replace(config, sigma=sigma, precision=engine.precision)
+    config.validate()  # the sigma the checkpoint or sidecar recorded, like --sigma
+    image_size = config.image_size if config.image_size is not None else engine.spec.input_size
+    dataset = open_dataset(config.data, split=config.split, labels=config.labels, image_size=image_size)
+    _check_compatible(engine, dataset, config.data)
+    indices = subset_indices(len(dataset), config.skip, config.max_images)
+    workers = config.workers if config.workers is not None else _loader_workers(dataset, engine.device)
+    return OpenedRun(config, engine, dataset, indices, procedure_for(config), workers)
+
+
+def rows_file(config: CertifyConfig, mode: Mode) -> str:
+    """Where the rows of this run go: ``--out``, or ``--out.partial`` until an --overwrite run completes."""
+    return config.out + ".partial" if mode == "overwrite" else config.out
+
+
+def images_to_do(opened: OpenedRun, mode: Mode, parts: bool) -> list[int]:
+    """The images this run still has to certify, after taking in what is on disk.
+
+    Appending: the parts of an interrupted multi-process run are merged into ``--out`` and the
+    kept rows checked. Overwriting: a torchrun restart of this job (with ``parts``) keeps the
+    rows its killed attempt left in the parts; otherwise stale parts and partial files go.
+    """
+    config = opened.config
+    target = rows_file(config, mode)
+    if mode == "overwrite" and not (parts and restart_count() > 0):
+        clear_parts(config.out)
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(target)
+    if mode == "new" or not (has_parts(config.out) or os.path.exists(target)):
+        return opened.indices
+    if has_parts(config.out):
+        merge_parts(config.out, opened.kind, into=target)
+    kept = read_kept_rows(target)
+    if kept is None:
+        return opened.indices
+    check_kept_rows(kept, opened.indices, dataset_labels(opened.dataset, opened.indices),
+                    opened.procedure.rules(config))
+    done = set(kept.idx.tolist())
+    return [i for i in opened.indices if i not in done]
+
+
+class RunRecord:
+    """The run record ``<out>.json``: the resolved settings, engine, threads, versions, status."""
+
+    def __init__(self, opened: OpenedRun, body: BatchBody, mode: Mode, extra: dict | None = None) -> None:
+        self.opened, self.body, self.mode, self.extra = opened, body, mode, extra or {}
+
+    def write(self, summary: dict, final: bool = False) -> None:
+        """Write the record; an --overwrite run's old record stays until the new results replace it."""
+        if self.mode == "overwrite" and not final:
+            return
+        opened, procedure = self.opened, self.opened.procedure
+        record = {
+            "config": dataclasses.asdict(opened.config),
+            "procedure": procedure.name,
+            "plan": {"phases": [p.name for p in procedure.plan.phases], "sizes": procedure.plan.sizes,
+                     "looks": procedure.plan.looks},
+            "engine": self.body.description,
+            "threads": {"torch_intra_op": torch.get_num_threads(), "dataloader_workers": opened.workers,
+                        "body_workers": getattr(self.body, "workers", None)},
+            "classifier": opened.engine.spec.to_json_dict(),
+            "versions": {"dmae_fast": __version__, "torch": torch.__version__, "python": platform.python_version()},
+            "device_name": device_name(opened.engine.device),
+            **self.extra,
+            **summary,
+        }
+        _sidecar(opened.config).write_text(json.dumps(record, indent=2, default=str) + "\n")
+
+
+def progress_bar(config: CertifyConfig, total: int, enabled: bool = True) -> tqdm:
+    return tqdm(total=total, unit="img", desc="certifying" if not config.predict else "predicting",
+                disable=not (config.progress and enabled), mininterval=0.5, file=sys.stderr)
+
+
+def show_progress(bar: tqdm, images: int, samples: int, elapsed: float) -> None:
+    """Set the bar to ``images`` done at ``samples / elapsed`` noisy samples/s."""
+    bar.update(images - bar.n)
+    if elapsed > 0:
+        bar.set_postfix_str(f"{samples / elapsed:,.0f} samples/s")
+
+
+@dataclass
+class RowWriter:
+    """Turns finished images into rows: written to ``writer`` (if any), passed to ``on_row``,
+    counted; ``after(samples)`` runs after each (progress, job-wide bookkeeping)."""
+
+    opened: OpenedRun
+    writer: ResultsWriter | None
+    on_row: Callable[[Row], None]
+    after: Callable[[int], None]
+    images: int = 0
+    samples: int = 0
+
+    def __post_init__(self) -> None:
+        self.start = time.perf_counter()
+
+    @property
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def consume(self, results: Iterator[ImageCounts]) -> None:
+        for done in results:
+            self.images += 1
+            samples = int(done.counts.sum())
+            self.samples += samples
+            row = self.opened.procedure.row(self.opened.config, done, self.elapsed / self.images)  # the image's share
+            if self.writer is not None:
+                self.writer.write(row)
+            self.on_row(row)
+            self.after(samples)
+
+    def figures(self) -> dict:
+        elapsed = self.elapsed
+        return {"images": self.images, "samples": self.samples, "elapsed_s": round(elapsed, 3),
+                "samples_per_s": round(self.samples / elapsed, 1) if elapsed > 0 else None}
+
+
+@dataclass(frozen=True)
 class RunResult:
-    """What a completed run did; ``config`` is resolved (sigma and precision as used)."""
+    """What a completed run did; ``config`` is resolved (sigma and precision as used). In a
+    multi-process run, rank 0's result counts the whole job (``primary``), the others' their own."""
 
     config: CertifyConfig
     images: int
     samples: int
     elapsed_s: float
     samples_per_s: float
-
-
-Row = CertifyRow | PredictRow
+    world_size: int = 1
+    primary: bool = True
 
 
 def certify_dataset(config: CertifyConfig, on_row: Callable[[Row], None] | None = None) -> RunResult:
@@ -368,81 +468,55 @@ def certify_dataset(config: CertifyConfig, on_row: Callable[[Row], None] | None 
     The results file is locked for the whole run: a second run on the same ``out`` is refused.
     Bad input raises :class:`UserError`; SIGINT/SIGTERM (with :func:`interrupt_on_signals`)
     raise :class:`Interrupted` after marking the record, its ``kept`` saying what is on disk.
+    Under ``torchrun`` with more than one process this is one rank of a multi-process run
+    (:func:`dmae_fast.certification.distributed_run.certify_ranks`); ``on_row`` then sees the
+    rows this process certified.
     """
     config.validate()
-    if not config.resume:
-        _output_mode(config)  # refuse an existing --out before loading anything
+    on_row = on_row or (lambda row: None)
+    if world_size() > 1:
+        from dmae_fast.certification.distributed_run import certify_ranks
+
+        return certify_ranks(config, on_row)
+    if not (config.resume or restart_count()):
+        output_mode(config)  # refuse an existing --out before loading anything
     _check_out_directory(Path(config.out))
     with OutputLock(config.out, "results file"):
-        return _certify_locked(config, on_row or (lambda row: None))
+        return _certify_locked(config, on_row)
 
 
 def _certify_locked(config: CertifyConfig, on_row: Callable[[Row], None]) -> RunResult:
-    mean, std = parse_normalization(config.normalize)
-    options = EngineOptions(config.device, config.precision, config.input_size, mean, std, _engine_input(config))
-    engine = open_engine(config.engine, options)
-    if config.sigma is None and engine.spec.sigma is None:
-        raise UserError("--sigma is required: the checkpoint does not record the sigma it was trained for")
-    sigma = config.sigma if config.sigma is not None else engine.spec.sigma
-    config = dataclasses.replace(config, sigma=sigma, precision=engine.precision)
-    config.validate()  # the sigma the checkpoint or sidecar recorded, like --sigma
-    mode = _output_mode(config)
-    if mode == "append" and not Path(config.out).exists():
+    opened = open_run(config)
+    config = opened.config
+    mode = output_mode(config)
+    if mode == "append" and not Path(config.out).exists() and not has_parts(config.out):
         print(f"{PROG}: --resume: {config.out} does not exist yet; starting the run", file=sys.stderr)
-    image_size = config.image_size if config.image_size is not None else engine.spec.input_size
-    dataset = open_dataset(config.data, split=config.split, labels=config.labels, image_size=image_size)
-    _check_compatible(engine, dataset, config.data)
-    indices = subset_indices(len(dataset), config.skip, config.max_images)
-    procedure = _procedure(config)
-    plan = procedure.plan
-    if mode == "append":
-        kept = read_kept_rows(config.out)
-        if kept is not None:
-            check_kept_rows(kept, indices, dataset_labels(dataset, indices), procedure.rules(config))
-            done = set(kept.idx.tolist())
-            indices = [i for i in indices if i not in done]
-    timer = StageTimer(engine.device) if config.profile else None
-    body = batch_body(engine, config.sigma, config.seed, config.batch, config.body_options, timer)
-    streamer = StreamingCertifier(engine, plan, config.sigma, config.seed, config.batch, body)
-    workers = config.workers if config.workers is not None else _loader_workers(dataset, engine.device)
-    images = _images(dataset, indices, workers, pin=engine.device.type == "cuda")
-    print(f"{PROG}: {len(indices)} images, {'up to ' if plan.looks else ''}{plan.total:,} samples each, "
-          f"{procedure.name}, sigma {config.sigma}, {body.description}, batch {config.batch} -> {config.out}",
-          file=sys.stderr)
-    record = (lambda summary: None) if mode == "overwrite" else \
-        (lambda summary: _write_sidecar(config, body, engine, procedure, workers, summary))
-    record({"status": "running"})  # an overwritten run's old record stays until the new results replace it
-    start = time.perf_counter()
-    finished = samples = 0
-    bar = tqdm(total=len(indices), unit="img", desc="certifying" if not config.predict else "predicting",
-               disable=not config.progress, mininterval=0.5, file=sys.stderr)
-    profiler = _profiler(config, engine.device)
+    indices = images_to_do(opened, mode, parts=False)
+    timer = StageTimer(opened.engine.device) if config.profile else None
+    body = opened.body(timer)
+    opened.announce(len(indices), body)
+    record = RunRecord(opened, body, mode)
+    record.write({"status": "running"})
+    bar = progress_bar(config, len(indices))
+    profiler = _profiler(config, opened.engine.device)
+    rows = None
     try:
-        with ResultsWriter(config.out, kind="predict" if config.predict else "certify", mode=mode) as writer, \
-                bar, profiler:
-            for done in streamer.run(images, procedure.decide):
-                finished += 1
-                samples += int(done.counts.sum())
-                elapsed = time.perf_counter() - start
-                row = procedure.row(config, done, elapsed / finished)  # time: the image's share of the run's
-                writer.write(row)
-                on_row(row)
-                bar.update()
-                bar.set_postfix_str(f"{samples / elapsed:,.0f} samples/s")
+        with ResultsWriter(config.out, kind=opened.kind, mode=mode) as writer, bar, profiler:
+            rows = RowWriter(opened, writer, on_row, lambda samples: show_progress(
+                bar, rows.images, rows.samples, rows.elapsed))
+            rows.consume(opened.streamer(body).run(opened.images(indices), opened.procedure.decide))
     except Interrupted as stop:
-        record({"status": "interrupted", "images": finished})
-        stop.kept = _kept_after_interrupt(config, mode, finished)
+        finished = rows.images if rows else 0
+        record.write({"status": "interrupted", "images": finished})
+        stop.kept = kept_after_interrupt(config, mode, finished)
         raise
     except UserError as error:
-        record({"status": "failed", "images": finished, "error": str(error)})
+        record.write({"status": "failed", "images": rows.images if rows else 0, "error": str(error)})
         raise
-    elapsed = time.perf_counter() - start
-    rate = samples / elapsed if elapsed > 0 else float("nan")
+    if mode == "overwrite":
+        clear_parts(config.out)  # a stale multi-process run's parts: --out is now this run's
     if timer is not None:
-        _report_profile(config, profiler, timer, elapsed)
-    _write_sidecar(config, body, engine, procedure, workers,
-                   {"status": "complete", "images": finished, "samples": samples,
-                    "elapsed_s": round(elapsed, 3), "samples_per_s": round(rate, 1)})
-    return RunResult(config, finished, samples, elapsed, rate)
-
-
+        _report_profile(config, profiler, timer, rows.elapsed)
+    figures = rows.figures()
+    record.write({"status": "complete", **figures}, final=True)
+    return RunResult(config, rows.images, rows.samples, figures["elapsed_s"], figures["samples_per_s"] or math.nan)

@@ -144,6 +144,18 @@ class ImageBatches:
         count(self._counts, slot, position, predicted, self._ones)
 
 
+def checked_image(index: int, image: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+    """``image`` if it can be certified as image ``index``: the classifier's shape, an index inside
+    the noise contract, finite pixels (checked on the host only: no device synchronisation)."""
+    if tuple(image.shape) != shape:
+        raise UserError(f"image {index} has shape {tuple(image.shape)}, the classifier expects {shape}")
+    if not 0 <= index <= MASK32:
+        raise UserError(f"image index {index} outside the noise contract's range [0, 2**32)")
+    if image.device.type == "cpu":
+        check_finite(image, index)
+    return image
+
+
 def count(counts: torch.Tensor, slot: torch.Tensor, position: torch.Tensor, predicted: torch.Tensor,
           ones: torch.Tensor) -> None:
     """counts[slot, position, predicted] += 1 for every row, on the device (one index_add_)."""
@@ -249,12 +261,7 @@ class StreamingCertifier:
 
     def _load(self, item: tuple[int, torch.Tensor, int]) -> _Image:
         index, image, label = item
-        if tuple(image.shape) != self.shape:
-            raise UserError(f"image {index} has shape {tuple(image.shape)}, the classifier expects {self.shape}")
-        if not 0 <= index <= MASK32:
-            raise UserError(f"image index {index} outside the noise contract's range [0, 2**32)")
-        if image.device.type == "cpu":  # on the host: no device synchronisation
-            check_finite(image, index)
+        image = checked_image(index, image, self.shape)
         slot = self._free.popleft()
         self.body.load(slot, image)
         return _Image(index, int(label), slot)

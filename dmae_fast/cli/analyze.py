@@ -6,7 +6,12 @@ import argparse
 import math
 import sys
 
-from dmae_fast.analysis import DEFAULT_RADII, format_table, plot_certified_accuracy, rounding_warning
+from dmae_fast.analysis import (
+    DEFAULT_RADII,
+    format_table,
+    plot_certified_accuracy,
+    rounding_warning,
+)
 from dmae_fast.cli.common import Parser, run_reporting_errors
 from dmae_fast.errors import UserError
 from dmae_fast.results import read_results

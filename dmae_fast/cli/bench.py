@@ -412,6 +412,10 @@ def main(argv: list[str] | None = None) -> int:
         from dmae_fast.cli.bench_cpu import main as cpu_main
 
         return cpu_main(argv[1:])
+    if argv[:1] == ["scaling"]:
+        from dmae_fast.cli.bench_scaling import main as scaling_main
+
+        return scaling_main(argv[1:])
     return run_reporting_errors(PROG, lambda: bench(_config_from_args(build_parser().parse_args(argv))))
 
 

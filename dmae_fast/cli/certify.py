@@ -25,7 +25,15 @@ from dmae_fast.analysis import (
     rounding_warning,
 )
 from dmae_fast.certification.bodies import NOISE_CHOICES
-from dmae_fast.certification.run import PROG, CertifyConfig, RunResult, certify_dataset
+from dmae_fast.certification.launch import launch_local
+from dmae_fast.certification.ranks import world_size
+from dmae_fast.certification.run import (
+    PROG,
+    SHARD_CHOICES,
+    CertifyConfig,
+    RunResult,
+    certify_dataset,
+)
 from dmae_fast.certification.sequential import FUTILITY_MODES, PAPER_RADII
 from dmae_fast.cli.common import Parser, run_reporting_errors
 from dmae_fast.data import DEMO
@@ -60,13 +68,15 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--image-size", type=int, help="resize + center-crop size for image files "
                       "(default: the classifier's input size)")
     data.add_argument("--skip", type=int, default=1, help="certify every SKIP-th image (paper: 50 on ImageNet)")
-    data.add_argument("--max", dest="max_images", type=int, help="certify at most MAX images")
+    data.add_argument("--max", "--max-images", dest="max_images", type=int, help="certify at most MAX images "
+                      "(spell it --max-images after torchrun, whose parser takes --max for its --max-restarts)")
     data.add_argument("--workers", type=int, help="DataLoader workers (default: 0 for in-memory data, else 4)")
     smooth = parser.add_argument_group("smoothing")
     smooth.add_argument("--sigma", type=float, help="noise level in [0,1] pixel units "
                         "(default: the sigma the checkpoint was trained with, if recorded)")
     smooth.add_argument("--n0", type=int, default=100, help="selection samples (default 100)")
-    smooth.add_argument("--n", type=int, default=10_000, help="estimation samples (default 10,000)")
+    smooth.add_argument("--n", "--num-samples", dest="n", type=int, default=10_000, help="estimation samples "
+                        "(default 10,000; spell it --num-samples after torchrun, whose parser takes --n for its own)")
     smooth.add_argument("--alpha", type=float, default=0.001, help="failure probability (default 0.001)")
     smooth.add_argument("--predict", action="store_true", help="run PREDICT (n samples, binomial test) instead")
     smooth.add_argument("--seed", type=int, default=0, help="64-bit noise seed (results are a function of it)")
@@ -87,6 +97,13 @@ def build_parser() -> argparse.ArgumentParser:
                      help="early abstain/lower-radius stop: deterministic (only when even all remaining samples "
                      "could not reach the next radius; costs no certificate), upper (also by a 99%% upper bound), none")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument("--nproc-per-node", type=int, help="run as this many processes on this machine (torch's "
+                     "elastic launcher, like torchrun --standalone; one per GPU, or CPU processes sharing the cores)")
+    run.add_argument("--max-restarts", type=int, default=0, help="with --nproc-per-node: restart the processes "
+                     "this often after a crash; a restart continues from the rows on disk (default 0)")
+    run.add_argument("--shard", default="images", choices=SHARD_CHOICES, help="under torchrun with several "
+                     "processes: 'images' (default; each rank claims the next image, rows merged at the end) or "
+                     "'samples' (all ranks on one image at a time, each a share of its samples: lowest latency)")
     fast = parser.add_argument_group("fast path (PyTorch checkpoints, or token engines from dmae-export --input "
                                      "tokens; same counts up to the classifier's rounding)")
     fast.add_argument("--fused", action="store_true", help="Triton kernel: noise + patch embedding in one pass "
@@ -119,14 +136,17 @@ def _config_from_args(args: argparse.Namespace) -> CertifyConfig:
 
 
 def certify(config: CertifyConfig) -> int:
-    """Run the certification, then print the summary table; returns the exit status."""
-    _print_summary(certify_dataset(config))
+    """Run the certification, then print the summary table (rank 0 only under torchrun); returns the exit status."""
+    result = certify_dataset(config)
+    if result.primary:
+        _print_summary(result)
     return 0
 
 
 def _print_summary(result: RunResult) -> None:
     config = result.config
-    print(f"{PROG}: {result.images} images in {result.elapsed_s:.1f} s ({result.samples_per_s:,.0f} noisy "
+    ranks = f" by {result.world_size} processes" if result.world_size > 1 else ""
+    print(f"{PROG}: {result.images} images in {result.elapsed_s:.1f} s{ranks} ({result.samples_per_s:,.0f} noisy "
           f"samples/s); results in {config.out}", file=sys.stderr)
     table = read_results(config.out)
     if len(table) == 0:
@@ -149,7 +169,16 @@ def main(argv: list[str] | None = None) -> int:
         from dmae_fast.cli.analyze import main as analyze_main
 
         return analyze_main(argv[1:])
-    return run_reporting_errors(PROG, lambda: certify(_config_from_args(build_parser().parse_args(argv))))
+    return run_reporting_errors(PROG, lambda: _run(argv))
+
+
+def _run(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    config = _config_from_args(args)
+    if args.nproc_per_node is not None and world_size() == 1:
+        config.validate()
+        return launch_local(argv, args.nproc_per_node, args.max_restarts)
+    return certify(config)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,12 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn
 
-from dmae_fast.errors import Interrupted, UserError, interrupt_on_signals
+from dmae_fast.errors import (
+    AlreadyReported,
+    Interrupted,
+    UserError,
+    interrupt_on_signals,
+)
 from dmae_fast.model.config import parse_normalization  # noqa: F401 (the commands' import)
 
 
@@ -29,6 +34,8 @@ def run_reporting_errors(prog: str, body: Callable[[], int]) -> int:
     interrupt_on_signals()
     try:
         return body()
+    except AlreadyReported as reported:
+        return reported.exit_status
     except Interrupted as stop:
         print(f"{prog}: interrupted by {stop.name}; {stop.kept or 'what was written so far is left as it is'}", file=sys.stderr)
         return stop.exit_status

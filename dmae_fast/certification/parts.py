@@ -1,0 +1,106 @@
+"""Part files: the rows of a multi-process run, one file per process, merged into ``--out``.
+
+Every rank of a ``torchrun`` job writes its rows to its own file in ``<out>.parts/``
+(``rank00003-<random>.tsv``: a fresh name per process, so no two processes ever write one
+file, and a restarted rank never appends to a file a killed one left torn). Rank 0 merges
+the parts into ``--out`` at the end, sorted by ``idx``. A resumed run (with any number of
+processes, one included) merges whatever parts it finds first and certifies only the rest.
+
+A merge is crash-safe: the merged file is written beside ``--out`` and renamed over it, and
+only then are the parts removed, so a crash in between leaves rows that are in both places,
+identically; merging again accepts identical repeats. Two *different* rows for one image
+are refused (the files were edited or mixed from two runs).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+from pathlib import Path
+
+from dmae_fast.errors import UserError
+from dmae_fast.results import Kind, columns_of, read_row_lines
+
+REPLACES_OUT = "REPLACES_OUT"  # marker: these parts belong to an --overwrite run, not to --out's rows
+
+
+def parts_dir(out: str | os.PathLike[str]) -> Path:
+    """``results.tsv`` -> ``results.tsv.parts/``."""
+    return Path(f"{os.fspath(out)}.parts")
+
+
+def part_files(out: str | os.PathLike[str]) -> list[Path]:
+    folder = parts_dir(out)
+    return sorted(folder.glob("rank*.tsv")) if folder.is_dir() else []
+
+
+def has_parts(out: str | os.PathLike[str]) -> bool:
+    return parts_dir(out).is_dir()
+
+
+def replaces_out(out: str | os.PathLike[str]) -> bool:
+    """Whether the parts were written by an ``--overwrite`` run (so --out's rows are not theirs)."""
+    return (parts_dir(out) / REPLACES_OUT).exists()
+
+
+def start_parts(out: str | os.PathLike[str], replacing: bool) -> None:
+    """Create the parts folder (kept if there), marking it when the run replaces ``--out``."""
+    folder = parts_dir(out)
+    if folder.exists() and not folder.is_dir():
+        raise UserError(f"{folder} is a file; the parts of a multi-process run are written there: remove it")
+    folder.mkdir(exist_ok=True)
+    if replacing:
+        (folder / REPLACES_OUT).touch()
+
+
+def part_path(out: str | os.PathLike[str], rank: int) -> Path:
+    """A new part file for ``rank`` (never an existing one)."""
+    return parts_dir(out) / f"rank{rank:05d}-{secrets.token_hex(4)}.tsv"
+
+
+def clear_parts(out: str | os.PathLike[str]) -> None:
+    shutil.rmtree(parts_dir(out), ignore_errors=True)
+
+
+def merge_parts(out: str | os.PathLike[str], kind: Kind, into: str | os.PathLike[str]) -> int:
+    """Write ``into`` (``out``, or ``out.partial`` for an --overwrite run) = its own rows + the rows of
+    every part of ``out``, sorted by idx; then remove the parts. Returns the number of rows.
+    Atomic: ``into`` is replaced only by a complete file."""
+    into = os.fspath(into)
+    sources = ([Path(into)] if os.path.exists(into) else []) + part_files(out)
+    rows: dict[int, tuple[str, Path]] = {}
+    for source in sources:
+        for line in read_row_lines(source, kind):
+            idx = _row_index(line, source)
+            seen = rows.get(idx)
+            if seen is not None and seen[0] != line:
+                raise UserError(f"image idx {idx} has two different rows, in {seen[1]} and {source}: the files were "
+                                "edited or come from two runs (remove one row, or start over with --overwrite)")
+            rows[idx] = (line, source)
+    merging = f"{into}.merging"
+    with open(merging, "w", encoding="utf-8", newline="\n") as file:
+        file.write("\t".join(columns_of(kind)) + "\n")
+        file.writelines(rows[idx][0] + "\n" for idx in sorted(rows))
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(merging, into)
+    _sync_directory(os.path.dirname(os.path.abspath(into)))
+    clear_parts(out)
+    return len(rows)
+
+
+def _row_index(line: str, source: Path) -> int:
+    first = line.split("\t", 1)[0]
+    if not (first.isascii() and first.isdigit()):
+        raise UserError(f"{source}: a row starts with {first!r}, not an image idx")
+    return int(first)
+
+
+def _sync_directory(path: str) -> None:
+    """Make a rename in ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

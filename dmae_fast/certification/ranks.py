@@ -1,0 +1,194 @@
+"""The processes of a multi-process run: ``torch.distributed`` as set up by ``torchrun``.
+
+``torchrun`` (or SLURM, or anything that sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+``MASTER_ADDR`` and ``MASTER_PORT``) starts the processes; :meth:`Ranks.from_env` joins its
+process group (NCCL for CUDA tensors, gloo for everything on the host) and its key-value
+store. Through the store the ranks claim images (an atomic counter), report progress and
+per-rank figures, and flag a failure so the others stop instead of waiting; small Python
+objects (start-up errors, the list of images) travel by gloo collectives.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TypeVar
+
+import torch
+import torch.distributed as dist
+
+from dmae_fast.errors import AlreadyReported, UserError
+
+T = TypeVar("T")
+START_TIMEOUT = timedelta(minutes=30)  # ranks must all reach start-up within this (loading a large engine)
+POLL_SECONDS = 0.2
+_runs = 0  # certification runs started in this process (a key prefix per run)
+
+
+def world_size() -> int:
+    """``WORLD_SIZE`` as set by torchrun; 1 outside it."""
+    try:
+        return max(1, int(os.environ.get("WORLD_SIZE", "1")))
+    except ValueError:
+        raise UserError(f"WORLD_SIZE={os.environ['WORLD_SIZE']!r} is not a number") from None
+
+
+def restart_count() -> int:
+    """How often torchrun restarted this job (``--max-restarts``): > 0 means an earlier attempt wrote rows."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+
+
+def rank_device(device: str, local_rank: int) -> str:
+    """The device of one rank: ``auto``/``cuda`` -> this node's GPU ``cuda:LOCAL_RANK`` (when CUDA is there)."""
+    if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
+        if torch.cuda.device_count() <= local_rank:
+            raise UserError(f"LOCAL_RANK {local_rank} has no GPU: this node has {torch.cuda.device_count()}; "
+                            "start at most that many processes per node")
+        return f"cuda:{local_rank}"
+    return device
+
+
+@dataclass
+class Ranks:
+    """This process's place in the job, and the job-wide channels."""
+
+    rank: int
+    world: int
+    local_rank: int
+    store: dist.Store
+    objects: dist.ProcessGroup | None  # gloo group for Python objects (None: the default group is gloo)
+    owns_group: bool
+
+    @classmethod
+    def join(cls, device: str) -> Ranks:
+        """Join the process group torchrun's environment describes (or use one the caller set up)."""
+        global _runs
+        owns = not dist.is_initialized()
+        if owns:
+            backend = "cpu:gloo,cuda:nccl" if device.startswith("cuda") else "gloo"
+            try:
+                store, rank, world = next(dist.rendezvous("env://", timeout=START_TIMEOUT))
+                # A torchrun restart may meet the keys of the attempt it replaces: one namespace per attempt.
+                store = dist.PrefixStore(f"dmae-certify/attempt-{restart_count()}/", store)
+                dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=START_TIMEOUT)
+            except (ValueError, RuntimeError) as error:
+                raise UserError(f"cannot join the torchrun process group: {str(error).splitlines()[0]}") from None
+        else:
+            store = dist.distributed_c10d._get_default_store()  # the caller's group: its store
+        objects = dist.new_group(backend="gloo") if dist.get_backend() != "gloo" else None
+        _runs += 1
+        store = dist.PrefixStore(f"run-{_runs}/", store)
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        return cls(dist.get_rank(), dist.get_world_size(), local, store, objects, owns)
+
+    @property
+    def primary(self) -> bool:
+        return self.rank == 0
+
+    def close(self) -> None:
+        if self.owns_group and dist.is_initialized():
+            dist.destroy_process_group()
+
+    # ---------------------------------------------------------------- agreement at start-up
+    def agree(self, step: Callable[[], T]) -> T:
+        """Run ``step`` on every rank; if it fails anywhere, fail everywhere with the first rank's line
+        (printed by rank 0 only: other ranks raise :class:`AlreadyReported`)."""
+        result, error = _attempt(step)
+        errors = [None] * self.world
+        dist.all_gather_object(errors, error, group=self.objects)
+        first = next((e for e in errors if e is not None), None)
+        if first is not None:
+            self._raise(first)
+        return result
+
+    def decide(self, step: Callable[[], T]) -> T:
+        """Run ``step`` on rank 0 and hand its result (or its error) to every rank."""
+        message = [_attempt(step) if self.primary else None]
+        dist.broadcast_object_list(message, src=0, group=self.objects)
+        result, error = message[0]
+        if error is not None:
+            self._raise(error)
+        return result
+
+    def _raise(self, message: str):
+        if self.primary:
+            raise UserError(message)
+        raise AlreadyReported(2)
+
+    def share_stream(self, source: Iterable[T] | None) -> Iterator[T]:
+        """Rank 0 reads ``source`` and every rank gets each item (sample sharding: one reader)."""
+        items = iter(source) if self.primary else None
+        while True:
+            message = [None]
+            if self.primary:
+                try:
+                    item = next(items, StopIteration)
+                    message = [("item", item) if item is not StopIteration else ("end", None)]
+                except UserError as error:
+                    message = [("error", str(error))]
+            dist.broadcast_object_list(message, src=0, group=self.objects)
+            kind, value = message[0]
+            if kind == "end":
+                return
+            if kind == "error":
+                self._raise(value)
+            yield value
+
+    # ---------------------------------------------------------------- the key-value store
+    def claims(self, total: int) -> Iterator[int]:
+        """Positions 0..total-1, each handed to exactly one rank, in order of asking (dynamic sharing)."""
+        while True:
+            self.check_failed()
+            position = self.store.add("claimed", 1) - 1
+            if position >= total:
+                return
+            yield position
+
+    def add_progress(self, images: int, samples: int) -> None:
+        self.store.add("images", images)
+        self.store.add("samples", samples)
+
+    def progress(self) -> tuple[int, int]:
+        """(images, samples) finished by all ranks so far."""
+        return self.store.add("images", 0), self.store.add("samples", 0)
+
+    def fail(self, message: str) -> None:
+        """Tell the other ranks this one failed (they stop without printing)."""
+        try:
+            self.store.set("failed", message)
+        except RuntimeError:
+            pass  # the store is gone: the launcher stops the job anyway
+
+    def failed(self) -> str | None:
+        try:
+            return self.store.get("failed").decode() if self.store.check(["failed"]) else None
+        except RuntimeError:
+            return None
+
+    def check_failed(self) -> None:
+        if self.failed() is not None:
+            raise AlreadyReported(2)
+
+    def finish(self, figures: dict) -> None:
+        """Publish this rank's figures and count it done."""
+        self.store.set(f"rank/{self.rank}", json.dumps(figures))
+        self.store.add("done", 1)
+
+    def wait_for_all(self, tick: Callable[[], None]) -> list[dict]:
+        """Rank 0: wait until every rank finished (calling ``tick`` meanwhile); their figures."""
+        while self.store.add("done", 0) < self.world:
+            self.check_failed()
+            tick()
+            time.sleep(POLL_SECONDS)
+        return [json.loads(self.store.get(f"rank/{rank}")) for rank in range(self.world)]
+
+
+def _attempt(step: Callable[[], T]) -> tuple[T | None, str | None]:
+    try:
+        return step(), None
+    except UserError as error:
+        return None, str(error)

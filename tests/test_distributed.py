@@ -1,0 +1,314 @@
+"""Multi-process certification on CPU with gloo (``torch.distributed.run --standalone``).
+
+Every run here is compared with one process certifying the same images in this test process:
+the rows must be identical in every column but ``time``, whatever the number of processes,
+the sharding, a SIGKILLed rank or a killed and resumed job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from dmae_fast.certification.parts import merge_parts, part_path, parts_dir, start_parts
+from dmae_fast.certification.run import CertifyConfig, certify_dataset
+from dmae_fast.certification.sample_shards import share
+from dmae_fast.data import open_dataset
+from dmae_fast.demo import DEMO_CHECKPOINT
+from dmae_fast.errors import UserError
+
+pytestmark = pytest.mark.slow
+
+# sigma 0.5 (the demo was trained at 0.25) so that counts vary and some images abstain.
+SMALL = dict(max_images=12, sigma=0.5, n0=20, n=300, batch=128)
+LONG = dict(max_images=8, sigma=0.5, n0=100, n=6000, batch=500)  # long enough to kill mid-run
+
+
+def _cli_args(settings: dict, extra: tuple[str, ...] = ()) -> list[str]:
+    names = {"max_images": "--max-images", "n": "--num-samples", "n0": "--n0", "sigma": "--sigma", "batch": "--batch"}
+    args = ["--data", "demo", "--quiet", "--noise", "reference"]
+    for key, value in settings.items():
+        args += [names[key], str(value)]
+    return args + list(extra)
+
+
+def _torchrun_command(nproc: int, args: list[str], restarts: int = 0) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
+            "--max-restarts", str(restarts), "-m", "dmae_fast.cli.certify", *args]
+
+
+def _torchrun(nproc: int, out: Path, settings: dict, *extra: str, restarts: int = 0, **popen) -> subprocess.Popen:
+    command = _torchrun_command(nproc, [*_cli_args(settings, extra), "--out", str(out)], restarts)
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+
+
+def _finish(process: subprocess.Popen, timeout: float = 240) -> tuple[int, str]:
+    _, err = process.communicate(timeout=timeout)
+    return process.returncode, err
+
+
+def _one_process(out: Path, settings: dict, **more) -> None:
+    certify_dataset(CertifyConfig(engine=str(DEMO_CHECKPOINT), data="demo", out=str(out), device="cpu",
+                                  progress=False, noise="reference", **settings, **more))
+
+
+def _rows(path: Path) -> list[list[str]]:
+    """The rows without the time column, sorted by idx; no idx twice."""
+    lines = path.read_text().splitlines()
+    rows = sorted((line.split("\t") for line in lines[1:]), key=lambda cells: int(cells[0]))
+    assert len({cells[0] for cells in rows}) == len(rows), "an image appears twice"
+    return [cells[:5] + cells[6:] for cells in rows]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> dict[str, list[list[str]]]:
+    """One process, this test process: the rows every multi-process run must reproduce."""
+    folder = tmp_path_factory.mktemp("one-process")
+    runs = {"small": (SMALL, {}), "sequential": (SMALL, {"sequential": True}), "long": (LONG, {})}
+    rows = {}
+    for name, (settings, more) in runs.items():
+        _one_process(folder / f"{name}.tsv", settings, **more)
+        rows[name] = _rows(folder / f"{name}.tsv")
+    assert len({row[3] for row in rows["small"]}) > 2, "the comparison needs varied radii"
+    return rows
+
+
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_image_shards_equal_one_process(tmp_path, reference, nproc):
+    out = tmp_path / "r.tsv"
+    status, err = _finish(_torchrun(nproc, out, SMALL))
+    assert status == 0, err
+    assert _rows(out) == reference["small"]
+    record = json.loads(Path(f"{out}.json").read_text())
+    assert record["status"] == "complete" and record["world_size"] == nproc and record["shard"] == "images"
+    assert [r["rank"] for r in record["ranks"]] == list(range(nproc))
+    assert sum(r["images"] for r in record["ranks"]) == record["images"] == 12
+    assert not parts_dir(out).exists()
+
+
+def test_sequential_image_shards_equal_one_process(tmp_path, reference):
+    out = tmp_path / "r.tsv"
+    status, err = _finish(_torchrun(2, out, SMALL, "--sequential"))
+    assert status == 0, err
+    assert _rows(out) == reference["sequential"]
+
+
+@pytest.mark.parametrize("nproc, extra, name", [(3, (), "small"), (2, ("--sequential",), "sequential")])
+def test_sample_shards_equal_one_process(tmp_path, reference, nproc, extra, name):
+    out = tmp_path / "r.tsv"
+    status, err = _finish(_torchrun(nproc, out, SMALL, "--shard", "samples", *extra))
+    assert status == 0, err
+    assert _rows(out) == reference[name]
+    record = json.loads(Path(f"{out}.json").read_text())
+    assert record["shard"] == "samples" and record["images"] == 12
+    # every rank counted a share of every image's samples, together all of them
+    assert sum(r["samples"] for r in record["ranks"]) == record["samples"]
+    assert all(r["samples"] > 0 for r in record["ranks"])
+
+
+def _rows_on_disk(out: Path) -> int:
+    files = list(parts_dir(out).glob("rank*.tsv")) if parts_dir(out).is_dir() else []
+    return sum(max(0, len(f.read_text().splitlines()) - 1) for f in files)
+
+
+def _wait_for_rows(process: subprocess.Popen, out: Path, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while _rows_on_disk(out) < 1:
+        assert process.poll() is None, process.communicate()[1]
+        assert time.monotonic() < deadline, "no row was written"
+        time.sleep(0.05)
+
+
+def _worker_pids(launcher: int) -> dict[int, int]:
+    """rank -> pid of the launcher's worker processes (read from /proc)."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            environ = (entry / "environ").read_bytes().split(b"\0") if parent == launcher else []
+        except (OSError, ValueError, IndexError):
+            continue
+        for item in environ:
+            if item.startswith(b"RANK="):
+                found[int(item[5:])] = int(entry.name)
+    return found
+
+
+def test_sigkilled_rank_is_restarted_and_the_file_is_complete(tmp_path, reference):
+    out = tmp_path / "r.tsv"
+    process = _torchrun(2, out, LONG, restarts=1)
+    _wait_for_rows(process, out)
+    os.kill(_worker_pids(process.pid)[1], signal.SIGKILL)
+    status, err = _finish(process)
+    assert status == 0, err
+    assert _rows(out) == reference["long"]
+    assert json.loads(Path(f"{out}.json").read_text())["status"] == "complete"
+
+
+@pytest.mark.parametrize("resume_with", [2, 1])
+def test_killed_job_resumes_with_another_number_of_processes(tmp_path, reference, resume_with):
+    out = tmp_path / "r.tsv"
+    process = _torchrun(3, out, LONG, start_new_session=True)
+    _wait_for_rows(process, out)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.communicate()
+    done_before = _rows_on_disk(out)
+    assert 1 <= done_before < LONG["max_images"]
+    if resume_with == 1:
+        _one_process(out, LONG, resume=True)
+    else:
+        status, err = _finish(_torchrun(resume_with, out, LONG, "--resume"))
+        assert status == 0, err
+    assert _rows(out) == reference["long"]
+    assert not parts_dir(out).exists()
+
+
+def _digit_folder(tmp_path: Path, broken: int) -> tuple[Path, Path]:
+    """8 demo digits as PNG files with a labels file; image ``broken`` is not an image."""
+    folder, labels = tmp_path / "digits", tmp_path / "labels.txt"
+    folder.mkdir()
+    dataset = open_dataset("demo", split="test")
+    lines = []
+    for i in range(8):
+        image, label = dataset[i]
+        pixels = (image.numpy() * 255).round().astype(np.uint8).transpose(1, 2, 0)
+        Image.fromarray(pixels).save(folder / f"{i}.png")
+        lines.append(f"{i}.png {label}")
+    (folder / f"{broken}.png").write_bytes(b"not a png")
+    labels.write_text("\n".join(lines) + "\n")
+    return folder, labels
+
+
+def _error_lines(err: str) -> list[str]:
+    return [line for line in err.splitlines() if line.startswith("dmae-certify: error:")]
+
+
+def test_bad_image_in_one_rank_stops_the_job_with_one_line(tmp_path):
+    folder, labels = _digit_folder(tmp_path, broken=5)
+    command = ["dmae-certify", "--nproc-per-node", "2", "--ckpt", "demo", "--data", str(folder), "--labels",
+               str(labels), "--n", "300", "--quiet", "--noise", "reference", "--out", str(tmp_path / "r.tsv")]
+    start = time.monotonic()
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert len(_error_lines(result.stderr)) == 1 and "5.png" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    assert time.monotonic() - start < 90
+    record = json.loads((tmp_path / "r.tsv.json").read_text())
+    assert record["status"] == "failed" and "5.png" in record["error"]
+
+
+def test_bad_image_under_torchrun_ends_the_job(tmp_path):
+    folder, labels = _digit_folder(tmp_path, broken=2)
+    command = _torchrun_command(2, ["--ckpt", "demo", "--data", str(folder), "--labels", str(labels), "--num-samples",
+                                    "300", "--quiet", "--noise", "reference", "--out", str(tmp_path / "r.tsv")])
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    assert len(_error_lines(result.stderr)) == 1 and "2.png" in result.stderr, result.stderr
+    assert "[rank" not in result.stderr  # no rank's traceback (torchrun's own failure report remains)
+
+
+def test_start_up_error_is_reported_once(tmp_path):
+    command = _torchrun_command(2, ["--data", str(tmp_path / "missing"), "--ckpt", "demo", "--quiet",
+                                    "--out", str(tmp_path / "r.tsv")])
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    assert len(_error_lines(result.stderr)) == 1 and "missing" in result.stderr, result.stderr
+
+
+# ---------------------------------------------------------------- the pieces, in this process
+def test_shares_cover_every_row_once():
+    for start, end, world in [(0, 100, 3), (100, 10_100, 8), (5, 7, 4), (0, 1, 2)]:
+        pieces = [share(start, end, rank, world) for rank in range(world)]
+        assert pieces[0][0] == start and pieces[-1][1] == end
+        assert all(a[1] == b[0] for a, b in zip(pieces, pieces[1:]))
+        assert max(hi - lo for lo, hi in pieces) - min(hi - lo for lo, hi in pieces) <= 1
+
+
+HEADER = "idx\tlabel\tpredict\tcorrect\ttime\tn\tcount1\tcount2\tpvalue\tsigma\n"
+
+
+def _row(idx: int, predict: int = 1) -> str:
+    return f"{idx}\t1\t{predict}\t1\t0:00:01\t100\t90\t5\t1.000000e-05\t0.25\n"
+
+
+def test_merge_sorts_rows_accepts_identical_repeats_and_drops_torn_lines(tmp_path):
+    out = tmp_path / "r.tsv"
+    out.write_text(HEADER + _row(4))
+    start_parts(out, replacing=False)
+    part_path(out, 0).write_text(HEADER + _row(7) + _row(4))  # row 4 again: a merge cut short by a crash
+    part_path(out, 1).write_text(HEADER + _row(2) + "9\t1\t1")  # torn last line
+    assert merge_parts(out, "predict", into=out) == 3
+    assert out.read_text() == HEADER + _row(2) + _row(4) + _row(7)
+    assert not parts_dir(out).exists()
+
+
+def test_merge_refuses_two_different_rows_for_one_image(tmp_path):
+    out = tmp_path / "r.tsv"
+    start_parts(out, replacing=False)
+    part_path(out, 0).write_text(HEADER + _row(3, predict=1))
+    part_path(out, 1).write_text(HEADER + _row(3, predict=2))
+    with pytest.raises(UserError, match="idx 3 has two different rows"):
+        merge_parts(out, "predict", into=out)
+    assert not out.exists() and parts_dir(out).exists()  # nothing lost
+
+
+def test_parts_without_resume_are_refused_and_resume_takes_them(tmp_path, reference):
+    """A killed multi-process run left parts: a plain rerun is refused, one process --resume finishes it."""
+    out = tmp_path / "r.tsv"
+    _one_process(out, SMALL)
+    lines = out.read_text().splitlines(keepends=True)
+    out.unlink()
+    start_parts(out, replacing=False)
+    part_path(out, 0).write_text(lines[0] + "".join(lines[1:4]))
+    part_path(out, 1).write_text(lines[0] + lines[6])
+    with pytest.raises(UserError, match="unfinished multi-process run"):
+        _one_process(out, SMALL)
+    _one_process(out, SMALL, resume=True)
+    assert _rows(out) == reference["small"]
+    assert not parts_dir(out).exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--nproc-per-node", "0"], "--nproc-per-node must be >= 1"),
+    (["--nproc-per-node", "2", "--max-restarts", "-1"], "--max-restarts >= 0"),
+    (["--shard", "pixels"], "--shard: invalid choice"),
+])
+def test_bad_launch_options_give_one_line(tmp_path, capsys, args, message):
+    from dmae_fast.cli.certify import main
+
+    try:
+        status = main(["--data", "demo", "--out", str(tmp_path / "r.tsv"), *args])
+    except SystemExit as stop:  # argparse's own errors
+        status = stop.code
+    err = capsys.readouterr().err
+    assert status == 2 and message in err and "Traceback" not in err, err
+    assert not (tmp_path / "r.tsv").exists()
+
+
+def test_scaling_bench_runs_each_process_count_and_checks_rows(tmp_path):
+    from dmae_fast.bench.scaling import ScalingConfig, run_scaling
+
+    certify = ("--data", "demo", "--max", "3", "--n", "200", "--noise", "reference")
+    record, paths = run_scaling(ScalingConfig(out=str(tmp_path), procs=(1, 2), rounds=1, certify=certify))
+    assert record["identical_rows"] and record["samples_per_run"] == 3 * 300
+    assert [row["procs"] for row in record["table"]] == [1, 2]
+    assert record["table"][0]["efficiency"] == 1.0 and record["table"][1]["efficiency"] > 0
+    assert all(path.exists() for path in paths) and "| 2 |" in paths[1].read_text()
+
+
+def test_scaling_bench_refuses_an_out_for_dmae_certify(tmp_path):
+    from dmae_fast.bench.scaling import ScalingConfig, run_scaling
+
+    with pytest.raises(UserError, match="no --out"):
+        run_scaling(ScalingConfig(out=str(tmp_path), certify=("--data", "demo", "--out", "x.tsv")))
