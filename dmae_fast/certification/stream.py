@@ -156,6 +156,31 @@ def checked_image(index: int, image: torch.Tensor, shape: tuple[int, ...]) -> to
     return image
 
 
+def batch_rows(segments: list[tuple[int, int, int, int, int]], device: torch.device) -> tuple[torch.Tensor, ...]:
+    """Runs of rows (slot, image index, phase position, first sample, count) -> the four per-row
+    columns a batch body takes, on ``device`` (copied without blocking the host)."""
+    columns = torch.tensor([s[:4] for s in segments], dtype=torch.int64)
+    lengths = torch.tensor([s[4] for s in segments])
+    per_row = torch.repeat_interleave(columns, lengths, dim=0)
+    per_row[:, 3] += torch.arange(len(per_row)) - torch.repeat_interleave(torch.cumsum(lengths, 0) - lengths, lengths)
+    if device.type == "cuda":
+        per_row = per_row.pin_memory()
+    return per_row.to(device, non_blocking=True).unbind(1)
+
+
+def counts_to_host(counts: torch.Tensor, slots: list[int]) -> tuple[torch.Tensor, torch.cuda.Event | None]:
+    """A copy of ``counts[slots]`` taken in stream order, on its way to the host: on CUDA a pinned
+    tensor filled asynchronously and the event that marks it complete; on a CPU the copy itself."""
+    snapshot = counts[torch.tensor(slots, device=counts.device)]  # advanced indexing copies
+    if counts.device.type != "cuda":
+        return snapshot, None
+    host = torch.empty(snapshot.shape, dtype=snapshot.dtype, pin_memory=True)
+    host.copy_(snapshot, non_blocking=True)
+    event = torch.cuda.Event()
+    event.record()
+    return host, event
+
+
 def count(counts: torch.Tensor, slot: torch.Tensor, position: torch.Tensor, predicted: torch.Tensor,
           ones: torch.Tensor) -> None:
     """counts[slot, position, predicted] += 1 for every row, on the device (one index_add_)."""
@@ -277,14 +302,8 @@ class StreamingCertifier:
 
     def _run_batch(self, segments: list[_Segment]) -> None:
         """Hand one batch's rows (slot, image index, phase position, sample) to the body."""
-        lengths = torch.tensor([s.count for s in segments])
-        columns = torch.tensor([[s.slot, s.index, s.phase_position, s.first_sample] for s in segments])
-        per_row = torch.repeat_interleave(columns, lengths, dim=0)
-        offsets = torch.arange(len(per_row)) - torch.repeat_interleave(torch.cumsum(lengths, 0) - lengths, lengths)
-        per_row[:, 3] += offsets
-        if self.device.type == "cuda":
-            per_row = per_row.pin_memory()
-        self.body.run(*per_row.to(self.device, non_blocking=True).unbind(1))
+        rows = [(s.slot, s.index, s.phase_position, s.first_sample, s.count) for s in segments]
+        self.body.run(*batch_rows(rows, self.device))
 
     def _snapshot(self, reached: list[_Image]) -> None:
         """Copy the counts of images at a stage end off the device, asynchronously.
@@ -292,15 +311,7 @@ class StreamingCertifier:
         Images at their final stage are done whatever the host says: their slots are
         zeroed and freed at once (in stream order after the copy).
         """
-        slots = torch.tensor([image.slot for image in reached], device=self.device)
-        snapshot = self._counts[slots]  # advanced indexing copies, in stream order
-        event = None
-        if self.device.type == "cuda":
-            host = torch.empty(snapshot.shape, dtype=snapshot.dtype, pin_memory=True)
-            host.copy_(snapshot, non_blocking=True)
-            event = torch.cuda.Event()
-            event.record()
-            snapshot = host
+        snapshot, event = counts_to_host(self._counts, [image.slot for image in reached])
         final = [image for image in reached if image.stage == len(self.plan.stage_ends) - 1]
         self._release(final)
         self._waiting.append((reached, snapshot, event))

@@ -412,6 +412,10 @@ def main(argv: list[str] | None = None) -> int:
         from dmae_fast.cli.bench_cpu import main as cpu_main
 
         return cpu_main(argv[1:])
+    if argv[:1] == ["serve"]:
+        from dmae_fast.cli.bench_serve import main as serve_main
+
+        return serve_main(argv[1:])
     if argv[:1] == ["scaling"]:
         from dmae_fast.cli.bench_scaling import main as scaling_main
 

@@ -33,3 +33,7 @@ def export() -> int:
 
 def bench() -> int:
     return _start("dmae-bench", "dmae_fast.cli.bench")
+
+
+def serve() -> int:
+    return _start("dmae-serve", "dmae_fast.cli.serve")

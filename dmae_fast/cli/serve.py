@@ -1,0 +1,110 @@
+"""``dmae-serve``: certified predictions over HTTP, samples of concurrent requests batched together.
+
+    dmae-serve --ckpt demo                                   # the embedded demo model on 127.0.0.1:8000
+    dmae-serve --engine model.onnx --port 9000 --batch 2000 --max-wait-ms 10 --token-file token.txt
+    dmae-serve replay answer.json digit.png --ckpt demo     # re-run an answer offline, compare the counts
+
+A parser over :func:`dmae_fast.serve.server.serve` (docs/serving.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from dmae_fast.certification.bodies import NOISE_CHOICES
+from dmae_fast.cli.common import Parser, run_reporting_errors
+from dmae_fast.data import DEMO
+from dmae_fast.demo import DEMO_CHECKPOINT
+from dmae_fast.errors import UserError
+from dmae_fast.serve.config import Defaults, Limits, ServeConfig
+from dmae_fast.serve.server import PROG, serve
+
+LIMIT_FLAGS = {  # flag -> Limits field
+    "--max-body-bytes": "max_body_bytes", "--max-image-pixels": "max_image_pixels", "--max-images": "max_images",
+    "--max-n": "max_n", "--max-n0": "max_n0", "--max-request-samples": "max_request_samples",
+    "--min-alpha": "min_alpha", "--max-alpha": "max_alpha", "--timeout": "timeout_s",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog=PROG, description="Serve PREDICT and CERTIFY of a Gaussian-smoothed classifier over HTTP "
+                    "(JSON); the noisy samples of concurrent requests share full batches; every answer carries the "
+                    "seed and image index that reproduce it offline (docs/serving.md).")
+    model = parser.add_argument_group("classifier")
+    source = model.add_mutually_exclusive_group(required=True)
+    source.add_argument("--ckpt", help="checkpoint (ours, official DMAE/MAE, timm); 'demo' for the embedded demo")
+    source.add_argument("--engine", help="engine file (.onnx, .pt2, .engine/.plan with its sidecar) or checkpoint")
+    model.add_argument("--sigma", type=float, help="noise level in [0,1] pixel units (default: the checkpoint's)")
+    model.add_argument("--input-size", type=int, help="for checkpoints without our metadata (as dmae-certify)")
+    model.add_argument("--normalize", help="for checkpoints without our metadata: imagenet, cifar10, 'm1,m2,m3:s1,s2,s3'")
+    model.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    model.add_argument("--precision", default="auto", choices=["auto", "fp32", "fp16", "bf16"])
+    model.add_argument("--fast", action="store_true", help="the fastest batch body for the device (as dmae-certify)")
+    model.add_argument("--noise", default="compiled", choices=NOISE_CHOICES, help="noise implementation")
+    http = parser.add_argument_group("server")
+    http.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    http.add_argument("--port", type=int, default=8000, help="TCP port (default 8000; 0: a free port)")
+    http.add_argument("--token-file", help="file holding a bearer token required on /v1/* and /metrics")
+    http.add_argument("--max-connections", type=int, default=1024, help="concurrent connections (503 beyond)")
+    http.add_argument("--keep-alive", type=float, default=5.0, help="seconds an idle keep-alive connection is kept "
+                      "open (default 5)")
+    http.add_argument("--access-log", action="store_true", help="log every request (uvicorn's access log)")
+    batching = parser.add_argument_group("batching")
+    batching.add_argument("--batch", type=int, default=1000, help="noisy samples per forward pass (default 1000)")
+    batching.add_argument("--max-wait-ms", type=float, default=5.0, help="run a partial batch once its oldest "
+                          "row has waited this long (default 5)")
+    batching.add_argument("--max-queue", type=int, default=256, help="images admitted and not yet answered; "
+                          "429 beyond (default 256)")
+    batching.add_argument("--slots", type=int, help="images on the device at once (default: from --batch and the "
+                          "image size)")
+    noise = parser.add_argument_group("noise key")
+    noise.add_argument("--seed", type=int, help="64-bit noise seed (default: random at start; every answer names it)")
+    noise.add_argument("--first-index", type=int, default=0, help="image index of the first image served (default 0)")
+    defaults = parser.add_argument_group("request defaults")
+    defaults.add_argument("--n0", type=int, default=Defaults.n0, help=f"CERTIFY selection samples (default {Defaults.n0})")
+    defaults.add_argument("--n", type=int, default=Defaults.n, help=f"samples (default {Defaults.n:,})")
+    defaults.add_argument("--alpha", type=float, default=Defaults.alpha, help=f"default {Defaults.alpha}")
+    limits = parser.add_argument_group("request limits")
+    for flag, field in LIMIT_FLAGS.items():
+        kind = float if field in ("min_alpha", "max_alpha", "timeout_s") else int
+        limits.add_argument(flag, dest=field, type=kind, help=f"default {getattr(Limits, field):g}")
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> ServeConfig:
+    engine = args.engine or args.ckpt
+    if engine == DEMO:
+        engine = str(DEMO_CHECKPOINT)
+    if args.token_file == "":
+        raise UserError("--token-file must name a file")
+    limits = Limits(**{field: getattr(args, field) for field in LIMIT_FLAGS.values() if getattr(args, field) is not None})
+    return ServeConfig(
+        engine=engine, host=args.host, port=args.port, batch=args.batch, max_wait_ms=args.max_wait_ms,
+        max_queue=args.max_queue, slots=args.slots, token_file=args.token_file, seed=args.seed,
+        first_index=args.first_index, sigma=args.sigma, device=args.device, precision=args.precision,
+        input_size=args.input_size, normalize=args.normalize, fast=args.fast, noise=args.noise,
+        max_connections=args.max_connections, keep_alive_s=args.keep_alive, access_log=args.access_log, limits=limits,
+        defaults=Defaults(args.n0, args.n, args.alpha))
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["replay"]:
+        from dmae_fast.cli.serve_replay import main as replay_main
+
+        return replay_main(argv[1:])
+
+    def body() -> int:
+        config = config_from_args(build_parser().parse_args(argv))
+        config.validate()  # before the classifier is loaded
+        result = serve(config)
+        how = f"stopped by {result.stopped_by}" if result.stopped_by else "stopped"
+        print(f"{PROG}: {how} after answering {result.requests:,} requests", file=sys.stderr)
+        return 0
+
+    return run_reporting_errors(PROG, body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,177 @@
+"""The HTTP API (Starlette): /v1/predict, /v1/certify, /v1/model, /healthz, /metrics.
+
+Every error is a JSON ``{"error": "...", "status": N}`` with the matching status: 400 malformed
+request, 401/403 missing/wrong bearer token, 404/405 unknown route/method, 413 too large, 415
+unsupported media type, 422 image of the wrong shape or values, 429 queue full, 503 shutting
+down, 504 timed out, 500 a failure of the classifier or a bug (logged; the server keeps serving).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import sys
+import time
+import traceback
+from collections.abc import Awaitable, Callable
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from dmae_fast.errors import UserError
+from dmae_fast.serve.metrics import CONTENT_TYPE
+from dmae_fast.serve.payloads import PayloadError, parse_request
+from dmae_fast.serve.procedures import CERTIFY, PREDICT
+from dmae_fast.serve.scheduler import Closed, IndicesExhausted, QueueFull
+from dmae_fast.serve.service import RequestTimeout, Service
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": message, "status": status}, status_code=status, headers=headers)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refused with 413 as soon as it is known to exceed ``limit`` bytes."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise PayloadError(400, "malformed Content-Length header")
+        if int(declared) > limit:
+            raise PayloadError(413, f"the body has {int(declared):,} bytes; the limit is {limit:,}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadError(413, f"the body exceeds the limit of {limit:,} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class ClientGone(Exception):
+    """The client closed the connection before its answer was ready: its samples are dropped."""
+
+
+async def until_disconnected(request: Request, work: Awaitable[dict]) -> dict:
+    """``work``'s result, or :class:`ClientGone` (``work`` cancelled) if the client disconnects first.
+
+    Once the body is read, the server's next ASGI message for this request is the disconnect."""
+
+    async def disconnected() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    answer, gone = asyncio.ensure_future(work), asyncio.ensure_future(disconnected())
+    try:
+        await asyncio.wait({answer, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (answer, gone):
+            if not task.done():
+                task.cancel()
+    if answer.done() and not answer.cancelled():
+        return answer.result()
+    with contextlib.suppress(asyncio.CancelledError):
+        await answer  # let the cancellation drop the request's images
+    raise ClientGone()
+
+
+def build_app(service: Service) -> Starlette:
+    """The application around a started :class:`Service`; its lifespan stops the service on shutdown."""
+    limits = service.config.limits
+
+    def authorize(request: Request) -> None:
+        if service.token is None:
+            return
+        header = request.headers.get("authorization")
+        if header is None:
+            raise PayloadError(401, "missing bearer token: send 'Authorization: Bearer <token>'")
+        scheme, _, value = header.partition(" ")
+        if scheme.lower() != "bearer" or not value.strip():
+            raise PayloadError(401, "malformed Authorization header: expected 'Bearer <token>'")
+        if not hmac.compare_digest(value.strip().encode("utf-8", "replace"), service.token.encode()):
+            raise PayloadError(403, "wrong bearer token")
+
+    def endpoint(name: str, handler: Handler, protected: bool = True) -> Handler:
+        """Authentication, errors as JSON, and request metrics around one handler."""
+
+        async def wrapped(request: Request) -> Response:
+            start = time.perf_counter()
+            try:
+                if protected:
+                    authorize(request)
+                response = await handler(request)
+            except PayloadError as problem:
+                headers = {"WWW-Authenticate": "Bearer"} if problem.status == 401 else None
+                response = error(problem.status, problem.message, headers)
+            except QueueFull as full:
+                response = error(429, str(full), {"Retry-After": "1"})
+            except (Closed, IndicesExhausted) as unavailable:
+                response = error(503, str(unavailable))
+            except RequestTimeout as late:
+                response = error(504, str(late))
+            except (ClientDisconnect, ClientGone):  # nobody reads it; 499 in the metrics, as nginx counts it
+                response = error(499, "the client disconnected")
+            except UserError as failure:  # the classifier gave NaN/infinite logits for an image: nothing certified
+                print(f"dmae-serve: {name}: {failure}", file=sys.stderr)
+                response = error(500, " ".join(str(failure).split()))
+            except Exception as failure:  # noqa: BLE001 (a bug or a classifier failure: log it, keep serving)
+                print(f"dmae-serve: {name}: {type(failure).__name__}: {failure}", file=sys.stderr)
+                traceback.print_exc(file=sys.stderr)
+                response = error(500, f"internal error ({type(failure).__name__}): {' '.join(str(failure).split())}")
+            service.metrics.requests.labels(name, str(response.status_code)).inc()
+            service.metrics.latency.labels(name).observe(time.perf_counter() - start)
+            return response
+
+        return wrapped
+
+    def smoothing(kind: str) -> Handler:
+        async def handler(request: Request) -> Response:
+            if service.draining:
+                raise Closed("the server is shutting down")
+            body = await read_body(request, limits.max_body_bytes)
+            parsed = await run_in_threadpool(parse_request, kind, request.headers.get("content-type"), body,
+                                             list(request.query_params.multi_items()), service.shape, limits,
+                                             service.config.defaults)
+            return JSONResponse(await until_disconnected(request, service.answer(parsed)))
+
+        return handler
+
+    async def model(request: Request) -> Response:
+        return JSONResponse(service.model_info)
+
+    async def healthz(request: Request) -> Response:
+        stats = service.scheduler.stats()
+        status = "ok" if service.scheduler.alive and not service.draining else \
+            ("draining" if service.draining else "scheduler stopped")
+        return JSONResponse({"status": status, "queue_images": stats.admitted, "device_images": stats.on_device,
+                             "next_index": stats.next_index}, status_code=200 if status == "ok" else 503)
+
+    async def metrics(request: Request) -> Response:
+        return Response(service.metrics.render(), media_type=CONTENT_TYPE)
+
+    async def http_error(request: Request, problem: HTTPException) -> Response:
+        message = {404: f"no route {request.url.path}", 405: f"method {request.method} not allowed on "
+                   f"{request.url.path}"}.get(problem.status_code, problem.detail)
+        response = error(problem.status_code, message, dict(problem.headers or {}))
+        service.metrics.requests.labels("other", str(problem.status_code)).inc()
+        return response
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette):
+        yield
+        await run_in_threadpool(service.stop)
+
+    routes = [
+        Route("/v1/predict", endpoint(PREDICT, smoothing(PREDICT)), methods=["POST"]),
+        Route("/v1/certify", endpoint(CERTIFY, smoothing(CERTIFY)), methods=["POST"]),
+        Route("/v1/model", endpoint("model", model), methods=["GET"]),
+        Route("/healthz", endpoint("healthz", healthz, protected=False), methods=["GET"]),
+        Route("/metrics", endpoint("metrics", metrics), methods=["GET"]),
+    ]
+    return Starlette(routes=routes, exception_handlers={HTTPException: http_error}, lifespan=lifespan)

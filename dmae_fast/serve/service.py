@@ -1,0 +1,175 @@
+"""The smoothed classifier as a service object: the engine, the scheduler, and one request's answer.
+
+No HTTP here (that is :mod:`.app`): a notebook can start a :class:`Service` and ``await
+service.answer(parsed_request)`` as the server does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hashlib
+import math
+import platform
+import secrets
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from dmae_fast import __version__
+from dmae_fast.certification.bodies import BodyOptions, batch_body
+from dmae_fast.certification.run import device_name
+from dmae_fast.engines import EngineOptions, open_engine
+from dmae_fast.engines.sidecar import KIND_BY_SUFFIX, read_sidecar
+from dmae_fast.errors import UserError
+from dmae_fast.model.config import parse_normalization
+from dmae_fast.serve.config import ServeConfig
+from dmae_fast.serve.metrics import Metrics
+from dmae_fast.serve.payloads import ParsedRequest
+from dmae_fast.serve.procedures import Procedure
+from dmae_fast.serve.scheduler import Job, Scheduler, default_slots
+
+MAX_TOKEN_BYTES = 4096
+
+
+class RequestTimeout(Exception):
+    """The request was not answered within the server's per-request timeout (504)."""
+
+
+def read_token(path: str) -> str:
+    """The bearer token in ``path``: one line of printable ASCII without spaces (UserError otherwise)."""
+    try:
+        raw = Path(path).read_bytes()[: MAX_TOKEN_BYTES + 1]
+    except OSError as error:
+        raise UserError(f"cannot read --token-file {path}: {error.strerror or error}") from None
+    token = raw.decode("ascii", errors="replace").strip()
+    if not token or len(raw) > MAX_TOKEN_BYTES or not all(33 <= ord(c) < 127 for c in token):
+        raise UserError(f"--token-file {path} must hold one token of printable ASCII without spaces "
+                        f"(at most {MAX_TOKEN_BYTES} bytes)")
+    return token
+
+
+def file_sha256(path: str | Path) -> str | None:
+    """The SHA-256 of a checkpoint or engine file (None for a directory)."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(functools.partial(handle.read, 1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def input_sha256(image: torch.Tensor) -> str:
+    """The SHA-256 of the float32 [C, H, W] tensor that was smoothed (C order)."""
+    return hashlib.sha256(image.to(torch.float32).contiguous().numpy().tobytes()).hexdigest()
+
+
+def _engine_input(path: str) -> str:
+    """"tokens" for a token engine file (the fast body's fused front end feeds it), else "image"."""
+    file = Path(path)
+    return read_sidecar(file).input if file.suffix in KIND_BY_SUFFIX and file.is_file() else "image"
+
+
+class Service:
+    """One classifier served (see the module doc); ``start`` runs the warm-up batch, ``stop`` drains."""
+
+    def __init__(self, config: ServeConfig) -> None:
+        config.validate()
+        self.config = config
+        self.token = read_token(config.token_file) if config.token_file else None
+        mean, std = parse_normalization(config.normalize)
+        self.engine = open_engine(config.engine, EngineOptions(config.device, config.precision, config.input_size,
+                                                               mean, std, _engine_input(config.engine)))
+        if config.sigma is None and self.engine.spec.sigma is None:
+            raise UserError("--sigma is required: the checkpoint does not record the sigma it was trained for")
+        self.sigma = float(config.sigma if config.sigma is not None else self.engine.spec.sigma)
+        self.seed = config.seed if config.seed is not None else secrets.randbits(64)
+        self.shape = tuple(self.engine.spec.input_shape)
+        self.body = batch_body(self.engine, self.sigma, self.seed, config.batch,
+                               BodyOptions(fast=config.fast, noise=config.noise))
+        slots = config.slots or default_slots(config.batch, math.prod(self.shape))
+        self.scheduler = Scheduler(self.body, self.engine.device, self.shape, config.batch, config.max_wait_ms / 1000,
+                                   slots, config.max_queue, config.first_index,
+                                   on_batch=lambda rows, seconds: self.metrics.on_batch(rows, seconds))
+        self.metrics = Metrics(self.scheduler.stats, config.batch)
+        self.model_sha256 = file_sha256(config.engine)
+        self.draining = False
+
+    def start(self) -> None:
+        self.scheduler.start()
+
+    def stop(self) -> None:
+        """Refuse new work, finish what was admitted (within the request timeout), stop the device thread."""
+        self.draining = True
+        self.scheduler.close(self.config.limits.timeout_s)
+
+    @property
+    def model_info(self) -> dict:
+        spec, config = self.engine.spec, self.config
+        return {
+            "engine": self.body.description,
+            "model": Path(config.engine).name,
+            "model_sha256": self.model_sha256,
+            "precision": self.engine.precision,
+            "device": device_name(self.engine.device),
+            "sigma": self.sigma,
+            "input_shape": list(self.shape),
+            "num_classes": spec.num_classes,
+            "class_names": list(spec.class_names) if spec.class_names else None,
+            "seed": self.seed,
+            "batch": config.batch,
+            "max_wait_ms": config.max_wait_ms,
+            "defaults": {"n0": config.defaults.n0, "n": config.defaults.n, "alpha": config.defaults.alpha},
+            "limits": {"max_body_bytes": config.limits.max_body_bytes, "max_image_pixels": config.limits.max_image_pixels,
+                       "max_images": config.limits.max_images, "max_n": config.limits.max_n,
+                       "max_n0": config.limits.max_n0, "max_request_samples": config.limits.max_request_samples,
+                       "min_alpha": config.limits.min_alpha, "max_alpha": config.limits.max_alpha,
+                       "timeout_s": config.limits.timeout_s, "max_queue": config.max_queue},
+            "versions": {"dmae_fast": __version__, "torch": torch.__version__, "python": platform.python_version()},
+        }
+
+    def receipt_base(self) -> dict:
+        """What every answer's receipt names besides the request's own settings and indices."""
+        return {"seed": self.seed, "engine": self.body.description, "model_sha256": self.model_sha256,
+                "precision": self.engine.precision, "dmae_fast": __version__}
+
+    async def answer(self, request: ParsedRequest) -> dict:
+        """Run one request through the scheduler; its JSON answer (raises QueueFull, Closed, RequestTimeout...)."""
+        procedure = Procedure(request.params, self.sigma)
+        plan, decide = procedure.plan, procedure.decide
+        loop = asyncio.get_running_loop()
+        futures = [loop.create_future() for _ in request.images]
+        jobs = [Job(image, plan, decide, functools.partial(_settle_from_thread, loop, future))
+                for image, future in zip(request.images, futures)]
+        self.scheduler.submit(jobs)
+        try:
+            counts = await asyncio.wait_for(asyncio.gather(*futures), self.config.limits.timeout_s)
+        except asyncio.TimeoutError:
+            self.scheduler.cancel(jobs)
+            raise RequestTimeout(f"not answered within the server's timeout of {self.config.limits.timeout_s:g} s; "
+                                 "its samples were dropped") from None
+        except BaseException:
+            self.scheduler.cancel(jobs)
+            raise
+        names = self.engine.spec.class_names
+        results = [{"index": job.index, "input_sha256": input_sha256(job.image), **procedure.answer(c, names)}
+                   for job, c in zip(jobs, counts)]
+        self.metrics.images.labels(procedure.params.kind).inc(len(results))
+        receipt = {**self.receipt_base(), **procedure.receipt(), "indices": [job.index for job in jobs]}
+        return {"procedure": procedure.name, "results": results, "receipt": receipt}
+
+
+def _settle_from_thread(loop: asyncio.AbstractEventLoop, future: asyncio.Future, result: object) -> None:
+    loop.call_soon_threadsafe(_settle, future, result)
+
+
+def _settle(future: asyncio.Future, result: object) -> None:
+    if future.done():
+        return
+    if isinstance(result, BaseException):
+        future.set_exception(result)
+    else:
+        future.set_result(np.asarray(result))

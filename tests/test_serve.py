@@ -1,0 +1,572 @@
+"""``dmae-serve`` over real HTTP: a server started on 127.0.0.1 with the demo model on the CPU.
+
+Answers equal the offline streaming certifier's counts for the same seed and image index; hostile
+and malformed requests get the right 4xx and the server keeps serving; a bounded concurrent load
+loses, duplicates and mixes up no answer; timeouts, a full queue and SIGTERM behave as documented.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import http.client
+import io
+import json
+import os
+import re
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from dmae_fast.certification.stream import StreamingCertifier
+from dmae_fast.cli import serve as serve_cli
+from dmae_fast.data import demo_digits
+from dmae_fast.demo import DEMO_CHECKPOINT
+from dmae_fast.engines import EngineOptions, open_engine
+from dmae_fast.serve.config import Limits
+from dmae_fast.serve.payloads import decode_image
+from dmae_fast.serve.procedures import sequential_certifier
+from dmae_fast.serve.receipt import plan_of, replay_answer
+
+ROOT = Path(__file__).resolve().parents[1]
+SEED, FIRST_INDEX, TOKEN = 12345, 1000, "s3cret-token"
+MAIN_ARGS = ["--seed", str(SEED), "--first-index", str(FIRST_INDEX), "--batch", "256", "--max-wait-ms", "2",
+             "--n0", "20", "--n", "100", "--max-n", "5000", "--max-images", "8", "--max-body-bytes", "65536",
+             "--max-request-samples", "20000", "--timeout", "60", "--max-queue", "256", "--keep-alive", "120"]
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+@dataclass
+class Server:
+    process: subprocess.Popen
+    host: str
+    port: int
+    stderr: list[str]
+
+    def request(self, method: str, path: str, body: bytes | None = None, headers: dict | None = None,
+                token: str | None = TOKEN, timeout: float = 120) -> tuple[int, dict, object]:
+        return request(self.host, self.port, method, path, body, headers, token, timeout)
+
+
+def request(host, port, method, path, body=None, headers=None, token=TOKEN, timeout=120):
+    """(status, headers, JSON or text) of one request on a fresh connection."""
+    headers = dict(headers or {})
+    if token is not None:
+        headers.setdefault("Authorization", f"Bearer {token}")
+    connection = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        connection.request(method, path, body=body, headers=headers)
+        response = connection.getresponse()
+        data = response.read()
+        try:
+            payload = json.loads(data)
+        except ValueError:
+            payload = data.decode("utf-8", "replace")
+        return response.status, dict(response.getheaders()), payload
+    finally:
+        connection.close()
+
+
+def start_server(*args: str, timeout: float = 180) -> Server:
+    process = subprocess.Popen([sys.executable, "-m", "dmae_fast.cli.serve", "--ckpt", "demo", "--port", "0", *args],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    lines: list[str] = []
+    found = threading.Event()
+
+    def read() -> None:
+        for line in process.stderr:
+            lines.append(line)
+            if "listening on" in line:
+                found.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    deadline = time.monotonic() + timeout
+    while not found.wait(0.2):
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise AssertionError(f"dmae-serve did not start: {''.join(lines)}")
+    host, port = re.search(r"listening on http://([0-9.]+):([0-9]+)", "".join(lines)).groups()
+    return Server(process, host, int(port), lines)
+
+
+def stop_server(server: Server) -> None:
+    if server.process.poll() is None:
+        server.process.send_signal(signal.SIGTERM)
+        try:
+            server.process.wait(60)
+        except subprocess.TimeoutExpired:
+            server.process.kill()
+    assert "Traceback" not in "".join(server.stderr), "".join(server.stderr)
+
+
+def npy_bytes(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=True)
+    return buffer.getvalue()
+
+
+def picture_bytes(image: torch.Tensor, kind: str = "PNG", size: tuple[int, int] | None = None) -> bytes:
+    pixels = (image[0].numpy() * 255).round().astype(np.uint8)
+    picture = Image.fromarray(pixels).convert("RGB")
+    if size is not None:
+        picture = picture.resize(size)
+    buffer = io.BytesIO()
+    picture.save(buffer, kind)
+    return buffer.getvalue()
+
+
+def png_claiming(width: int, height: int) -> bytes:
+    """A 1x1 PNG whose header claims width x height (a decompression bomb's header)."""
+    buffer = io.BytesIO()
+    Image.new("RGB", (1, 1)).save(buffer, "PNG")
+    data = bytearray(buffer.getvalue())
+    struct.pack_into(">II", data, 16, width, height)
+    struct.pack_into(">I", data, 29, zlib.crc32(bytes(data[12:29])))
+    return bytes(data)
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def as_json(document) -> tuple[bytes, dict]:
+    return json.dumps(document).encode(), {"Content-Type": "application/json"}
+
+
+def sha(image: torch.Tensor) -> str:
+    return hashlib.sha256(image.numpy().tobytes()).hexdigest()
+
+
+def offline_counts(engine, receipt: dict, items: list[tuple[int, torch.Tensor]], batch: int = 97) -> dict:
+    """Counts by image index from the library's streaming certifier (the offline re-run)."""
+    plan = plan_of(receipt)
+    decide = None
+    if plan.looks:
+        decide = sequential_certifier(receipt["n0"], receipt["n"], receipt["alpha"], receipt["sigma"]).decide
+    streamer = StreamingCertifier(engine, plan, receipt["sigma"], receipt["seed"], batch)
+    return {done.index: done.counts for done in streamer.run([(i, image, 0) for i, image in items], decide)}
+
+
+def served_counts(result: dict, receipt: dict) -> np.ndarray:
+    return np.array([result["counts"][phase.lower()] for phase in receipt["phases"]])
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return demo_digits("test").images
+
+
+@pytest.fixture(scope="module")
+def labels():
+    return demo_digits("test").labels.numpy()
+
+
+@pytest.fixture(scope="module")
+def engine():
+    return open_engine(DEMO_CHECKPOINT, EngineOptions(device="cpu"))
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    token_file = tmp_path_factory.mktemp("serve") / "token"
+    token_file.write_text(TOKEN + "\n")
+    server = start_server(*MAIN_ARGS, "--token-file", str(token_file))
+    yield server
+    stop_server(server)
+
+
+# --------------------------------------------------------------------------- answers
+
+
+def test_model_health_and_metrics(server):
+    status, _, model = server.request("GET", "/v1/model")
+    assert status == 200
+    assert model["sigma"] == 0.25 and model["input_shape"] == [3, 8, 8] and model["num_classes"] == 10
+    assert model["seed"] == SEED and model["class_names"][3] == "3" and len(model["model_sha256"]) == 64
+    assert model["engine"].startswith("torch eager fp32 on cpu")
+    status, _, health = server.request("GET", "/healthz", token=None)
+    assert status == 200 and health["status"] == "ok"
+    status, _, metrics = server.request("GET", "/metrics")
+    assert status == 200
+    for name in ("dmae_serve_requests_total", "dmae_serve_queue_images", "dmae_serve_batch_fill_ratio_bucket",
+                 "dmae_serve_samples_per_second", "dmae_serve_request_seconds_bucket", "dmae_serve_samples_total"):
+        assert name in metrics
+
+
+def test_answers_equal_the_offline_api_for_the_same_seed_and_index(server, engine, digits, labels, tmp_path, capsys):
+    images = [digits[i] for i in (0, 1, 2)]
+    body, headers = as_json({"images": [b64(npy_bytes(image.numpy())) for image in images], "n": 300,
+                             "alpha": 0.01})
+    status, _, predicted = server.request("POST", "/v1/predict", body, headers)
+    assert status == 200, predicted
+    receipt = predicted["receipt"]
+    assert receipt["seed"] == SEED and receipt["phases"] == ["PREDICTION"] and receipt["sizes"] == [300]
+    assert receipt["sigma"] == 0.25 and receipt["alpha"] == 0.01
+    indices = [r["index"] for r in predicted["results"]]
+    assert indices == receipt["indices"] and indices == list(range(indices[0], indices[0] + 3))
+    assert indices[0] >= FIRST_INDEX
+    offline = offline_counts(engine, receipt, list(zip(indices, images)))
+    for result, image in zip(predicted["results"], images):
+        assert np.array_equal(served_counts(result, receipt), offline[result["index"]])
+        assert result["input_sha256"] == sha(image)
+        assert sum(result["counts"]["prediction"]) == 300 and result["abstain"] == (result["prediction"] == -1)
+
+    png = picture_bytes(digits[3])
+    status, _, certified = server.request("POST", "/v1/certify?n0=30&n=400&alpha=0.001", png,
+                                          {"Content-Type": "image/png"})
+    assert status == 200, certified
+    (result,) = certified["results"]
+    receipt = certified["receipt"]
+    assert certified["procedure"] == "cohen-fixed-n" and receipt["sizes"] == [30, 400]
+    (image,) = decode_image(png, "png", (3, 8, 8), Limits())
+    offline = offline_counts(engine, receipt, [(result["index"], image)], batch=1000)
+    assert np.array_equal(served_counts(result, receipt), offline[result["index"]])
+    assert result["n0"] == 30 and result["n"] == 400 and result["n_a"] <= 400 and 0 <= result["p_a_lower"] <= 1
+    assert result["radius"] >= 0 and result["input_sha256"] == sha(image)
+
+    # the library's replay helper and `dmae-serve replay` say the same; another image does not reproduce it
+    assert all(r.same_counts and r.same_input for r in replay_answer(certified, [image], engine, batch=33))
+    (tmp_path / "answer.json").write_text(json.dumps(certified))
+    (tmp_path / "digit.png").write_bytes(png)
+    (tmp_path / "other.npy").write_bytes(npy_bytes(digits[int(np.argmax(labels != labels[3]))].numpy()))
+    args = ["replay", str(tmp_path / "answer.json"), "--ckpt", "demo", "--batch", "50"]
+    assert serve_cli.main(args[:2] + [str(tmp_path / "digit.png")] + args[2:]) == 0
+    assert f"index {result['index']}: identical counts (same input)" in capsys.readouterr().out
+    assert serve_cli.main(args[:2] + [str(tmp_path / "other.npy")] + args[2:]) == 1
+    out = capsys.readouterr().out
+    assert "DIFFERENT counts" in out and "input differs" in out
+
+
+def test_sequential_certify_is_reproducible_and_stops_early(server, engine, digits):
+    body, headers = as_json({"images": [{"array": digits[i].tolist()} for i in (4, 5)], "n0": 20, "n": 5000,
+                             "sequential": True})
+    status, _, answer = server.request("POST", "/v1/certify", body, headers)
+    assert status == 200, answer
+    receipt = answer["receipt"]
+    assert answer["procedure"].startswith("sequential-cp-bonferroni-K") and receipt["looks"]
+    offline = offline_counts(engine, receipt, [(r["index"], digits[i]) for r, i in zip(answer["results"], (4, 5))])
+    for result in answer["results"]:
+        assert np.array_equal(served_counts(result, receipt), offline[result["index"]])
+        assert result["n"] == sum(result["counts"]["estimation"]) <= 5000
+    assert min(r["n"] for r in answer["results"]) < 5000  # clean digits stop at an early look
+
+
+def test_jpeg_and_a_batch_npy_are_accepted(server, digits):
+    jpeg = picture_bytes(digits[6], "JPEG")
+    status, _, answer = server.request("POST", "/v1/predict?n=50", jpeg, {"Content-Type": "image/jpeg"})
+    assert status == 200 and answer["results"][0]["n"] == 50
+    stack = npy_bytes(digits[7:10].numpy())
+    status, _, answer = server.request("POST", "/v1/predict", stack, {"Content-Type": "application/x-npy"})
+    assert status == 200 and [r["n"] for r in answer["results"]] == [100] * 3  # the server's default n
+
+
+# --------------------------------------------------------------------------- hostile and malformed requests
+
+
+def _cases(digit: torch.Tensor) -> list[tuple[str, str, str, bytes | None, dict, int, str, str | None]]:
+    """(name, method, path, body, headers, status, fragment of the error, token)."""
+    good = npy_bytes(digit.numpy())
+    npy = {"Content-Type": "application/x-npy"}
+    js = {"Content-Type": "application/json"}
+    one = {"image": b64(good)}
+
+    def document(**fields) -> bytes:
+        return json.dumps({**one, **fields}).encode()
+
+    truncated = good[:-10]
+    object_array = npy_bytes(np.array([{"a": 1}, None], dtype=object))
+    return [
+        ("no token", "POST", "/v1/predict", good, npy, 401, "missing bearer token", None),
+        ("wrong token", "POST", "/v1/predict", good, npy, 403, "wrong bearer token", "nope"),
+        ("basic auth", "POST", "/v1/predict", good, {**npy, "Authorization": "Basic dXNlcjpwYXNz"}, 401,
+         "malformed Authorization", None),
+        ("metrics need the token", "GET", "/metrics", None, {}, 401, "missing bearer token", None),
+        ("GET on predict", "GET", "/v1/predict", None, {}, 405, "not allowed", TOKEN),
+        ("POST on healthz", "POST", "/healthz", b"", {}, 405, "not allowed", TOKEN),
+        ("unknown route", "GET", "/v1/train", None, {}, 404, "no route", TOKEN),
+        ("path traversal", "GET", "/../../etc/passwd", None, {}, 404, "no route", TOKEN),
+        ("no content type", "POST", "/v1/predict", good, {}, 415, "missing Content-Type", TOKEN),
+        ("text/plain", "POST", "/v1/predict", good, {"Content-Type": "text/plain"}, 415, "unsupported", TOKEN),
+        ("not JSON", "POST", "/v1/predict", b"{'image': 1", js, 400, "not valid JSON", TOKEN),
+        ("JSON list", "POST", "/v1/predict", b"[1, 2]", js, 400, "must be an object", TOKEN),
+        ("JSON too deep", "POST", "/v1/predict", b"[" * 30000 + b"]" * 30000, js, 400, "JSON", TOKEN),
+        ("unknown field", "POST", "/v1/predict", document(command="rm -rf /"), js, 400, "unknown field 'command'",
+         TOKEN),
+        ("both image and images", "POST", "/v1/predict", document(images=[b64(good)]), js, 400, "exactly one",
+         TOKEN),
+        ("no image", "POST", "/v1/predict", b'{"n": 10}', js, 400, "exactly one", TOKEN),
+        ("empty images", "POST", "/v1/predict", b'{"images": []}', js, 400, "non-empty list", TOKEN),
+        ("images not a list", "POST", "/v1/predict", b'{"images": "abc"}', js, 400, "non-empty list", TOKEN),
+        ("bad base64", "POST", "/v1/predict", b'{"image": "not base64!!"}', js, 400, "not valid base64", TOKEN),
+        ("image is a number", "POST", "/v1/predict", b'{"image": 42}', js, 400, "must be a base64 string", TOKEN),
+        ("not an image file", "POST", "/v1/predict", json.dumps({"image": b64(b"#!/bin/sh\nreboot\n")}).encode(), js,
+         415, "not a PNG, JPEG or .npy", TOKEN),
+        ("GIF body", "POST", "/v1/predict", b"GIF89a" + bytes(30), npy, 415, "not a PNG, JPEG or .npy", TOKEN),
+        ("truncated PNG", "POST", "/v1/predict", picture_bytes(digit)[:40], {"Content-Type": "image/png"}, 400,
+         "cannot decode", TOKEN),
+        ("PNG of the wrong size", "POST", "/v1/predict", picture_bytes(digit, size=(16, 16)),
+         {"Content-Type": "image/png"}, 422, "is 16x16", TOKEN),
+        ("PNG header of 5000x5000", "POST", "/v1/predict", png_claiming(5000, 5000), {"Content-Type": "image/png"},
+         413, "pixels", TOKEN),
+        ("decompression bomb", "POST", "/v1/predict", png_claiming(100000, 100000), {"Content-Type": "image/png"},
+         413, "pixels", TOKEN),
+        ("pickled npy", "POST", "/v1/predict", object_array, npy, 400, "dtype object", TOKEN),
+        ("truncated npy", "POST", "/v1/predict", truncated, npy, 400, "bytes follow", TOKEN),
+        ("npy wrong shape", "POST", "/v1/predict", npy_bytes(np.zeros((3, 16, 16), np.float32)), npy, 422,
+         "shape [3, 16, 16]", TOKEN),
+        ("npy 2-D", "POST", "/v1/predict", npy_bytes(np.zeros((8, 8), np.float32)), npy, 422, "shape", TOKEN),
+        ("npy NaN", "POST", "/v1/predict", npy_bytes(np.full((3, 8, 8), np.nan, np.float32)), npy, 422,
+         "NaN or infinite", TOKEN),
+        ("npy out of range", "POST", "/v1/predict", npy_bytes(np.full((3, 8, 8), 2.0)), npy, 422, "[0, 1]", TOKEN),
+        ("npy int64", "POST", "/v1/predict", npy_bytes(np.zeros((3, 8, 8), np.int64)), npy, 400, "dtype int64",
+         TOKEN),
+        ("npy bad header", "POST", "/v1/predict", b"\x93NUMPY\x01\x00\x10\x00{'descr': os.system}", npy, 400,
+         "not a valid .npy", TOKEN),
+        ("array of strings", "POST", "/v1/predict", b'{"image": {"array": [["a"]]}}', js, 400, "numbers only", TOKEN),
+        ("ragged array", "POST", "/v1/predict", b'{"image": {"array": [[1], [1, 2]]}}', js, 400, "rectangular",
+         TOKEN),
+        ("n = 0", "POST", "/v1/predict", document(n=0), js, 400, "n must be in", TOKEN),
+        ("n above the limit", "POST", "/v1/predict", document(n=5001), js, 400, "n must be in", TOKEN),
+        ("n as a string", "POST", "/v1/predict", document(n="100"), js, 400, "whole number", TOKEN),
+        ("n as a boolean", "POST", "/v1/predict", document(n=True), js, 400, "whole number", TOKEN),
+        ("n fractional", "POST", "/v1/predict", document(n=1.5), js, 400, "whole number", TOKEN),
+        ("n huge", "POST", "/v1/predict", document(n=10**30), js, 400, "n must be in", TOKEN),
+        ("alpha = 0", "POST", "/v1/predict", document(alpha=0), js, 400, "alpha must be in", TOKEN),
+        ("alpha NaN", "POST", "/v1/predict", json.dumps({**one, "alpha": float("nan")}).encode(), js, 400,
+         "not valid JSON", TOKEN),
+        ("alpha above the limit", "POST", "/v1/predict", document(alpha=0.9), js, 400, "alpha must be in", TOKEN),
+        ("query n not a number", "POST", "/v1/predict?n=1e3", good, npy, 400, "whole number", TOKEN),
+        ("query alpha inf", "POST", "/v1/predict?alpha=inf", good, npy, 400, "alpha must be in", TOKEN),
+        ("unknown query parameter", "POST", "/v1/predict?exec=1", good, npy, 400, "unknown query parameter", TOKEN),
+        ("duplicate query parameter", "POST", "/v1/predict?n=10&n=20", good, npy, 400, "twice", TOKEN),
+        ("query with JSON", "POST", "/v1/predict?n=10", document(), js, 400, "not the query string", TOKEN),
+        ("n0 on predict", "POST", "/v1/predict", document(n0=10), js, 400, "unknown field 'n0'", TOKEN),
+        ("n0 above the limit", "POST", "/v1/certify", document(n0=10**6), js, 400, "n0 must be in", TOKEN),
+        ("sequential not a boolean", "POST", "/v1/certify", document(sequential="yes"), js, 400, "true or false",
+         TOKEN),
+        ("too many images", "POST", "/v1/predict", json.dumps({"images": [b64(good)] * 9}).encode(), js, 413,
+         "limit is 8", TOKEN),
+        ("too many samples", "POST", "/v1/certify", json.dumps({"images": [b64(good)] * 8, "n": 5000}).encode(), js,
+         413, "noisy samples", TOKEN),
+        ("body too large", "POST", "/v1/predict", b"x" * 70000, js, 413, "limit is 65,536", TOKEN),
+    ]
+
+
+def test_hostile_and_malformed_requests_get_the_right_4xx_and_the_server_keeps_serving(server, digits):
+    cases = _cases(digits[0])
+    assert len(cases) >= 30
+    failures = []
+    for name, method, path, body, headers, status, fragment, token in cases:
+        got, _, payload = server.request(method, path, body, headers, token=token)
+        ok = got == status and isinstance(payload, dict) and payload.get("status") == status \
+            and fragment in payload.get("error", "")
+        if not ok:
+            failures.append(f"{name}: expected {status} '{fragment}', got {got} {payload!r:.300}")
+    assert not failures, "\n".join(failures)
+    # raw garbage on the socket: answered by the HTTP layer, the server stays up
+    with socket.create_connection((server.host, server.port), timeout=10) as raw:
+        raw.sendall(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + os.urandom(64) + b"\r\n\r\n")
+        raw.recv(1024)
+    status, _, answer = server.request("POST", "/v1/predict?n=20", npy_bytes(digits[1].numpy()),
+                                       {"Content-Type": "application/x-npy"})
+    assert status == 200 and answer["results"][0]["n"] == 20
+    assert server.request("GET", "/healthz", token=None)[0] == 200
+    assert server.process.poll() is None
+
+
+def test_401_says_how_to_authenticate(server):
+    status, headers, _ = server.request("GET", "/v1/model", token=None)
+    assert status == 401 and headers.get("www-authenticate", headers.get("WWW-Authenticate")) == "Bearer"
+
+
+# --------------------------------------------------------------------------- load
+
+
+def test_concurrent_clients_lose_duplicate_and_mix_up_no_answer(server, engine, digits):
+    clients, per_client = 16, 10
+    answers: dict[tuple[int, int], dict] = {}
+    errors: list[str] = []
+
+    def client(c: int) -> None:
+        connection = http.client.HTTPConnection(server.host, server.port, timeout=120)  # keep-alive
+        for k in range(per_client):
+            image = digits[40 + c * per_client + k]
+            certify = (c + k) % 2 == 1
+            path = "/v1/certify?n0=20&n=100" if certify else "/v1/predict?n=100"
+            try:
+                connection.request("POST", path, body=npy_bytes(image.numpy()),
+                                   headers={"Content-Type": "application/x-npy", "Authorization": f"Bearer {TOKEN}"})
+                response = connection.getresponse()
+                payload = json.loads(response.read())
+            except Exception as error:  # noqa: BLE001
+                errors.append(f"client {c} request {k} at {time.monotonic() - start:.1f} s: {error!r}")
+                return
+            if response.status != 200:
+                errors.append(f"client {c} request {k}: {response.status} {payload}")
+            answers[(c, k)] = payload
+        connection.close()
+
+    start = time.monotonic()
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(180)
+    elapsed = time.monotonic() - start
+    assert not errors, errors[:5]
+    assert len(answers) == clients * per_client and elapsed < 180
+    indices = [a["results"][0]["index"] for a in answers.values()]
+    assert len(set(indices)) == len(indices)  # no index served twice
+    by_plan: dict[str, tuple[dict, list]] = {}
+    for (c, k), answer in answers.items():
+        image = digits[40 + c * per_client + k]
+        (result,) = answer["results"]
+        assert result["input_sha256"] == sha(image), "an answer for another client's image"
+        assert answer["receipt"]["indices"] == [result["index"]]
+        by_plan.setdefault(answer["procedure"], (answer["receipt"], []))[1].append((result["index"], image, result))
+    assert set(by_plan) == {"predict", "cohen-fixed-n"}
+    for receipt, items in by_plan.values():
+        offline = offline_counts(engine, receipt, [(index, image) for index, image, _ in items], batch=500)
+        for index, _, result in items:
+            assert np.array_equal(served_counts(result, receipt), offline[index]), index
+    status, _, metrics = server.request("GET", "/metrics")
+    fill = re.search(r"dmae_serve_batch_fill_ratio_count ([0-9.e+]+)", metrics)
+    assert fill and float(fill.group(1)) > 0
+
+
+# --------------------------------------------------------------------------- timeouts, queue bound, SIGTERM
+
+
+@pytest.fixture(scope="module")
+def small_server():
+    server = start_server("--seed", "5", "--batch", "500", "--max-queue", "4", "--timeout", "5", "--max-n", "100000",
+                          "--noise", "reference")
+    yield server
+    stop_server(server)
+
+
+def _in_thread(server: Server, path: str, body: bytes, out: list) -> threading.Thread:
+    thread = threading.Thread(target=lambda: out.append(server.request("POST", path, body, {
+        "Content-Type": "application/x-npy"}, token=None)))
+    thread.start()
+    return thread
+
+
+def _wait_for_queue(server: Server, images: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.request("GET", "/healthz", token=None)[2]["queue_images"] >= images:
+            return
+        time.sleep(0.05)
+    raise AssertionError("the requests were never admitted")
+
+
+def test_timeout_answers_504_and_a_full_queue_429(small_server, digits):
+    image = npy_bytes(digits[0].numpy())
+    slow: list = []
+    thread = _in_thread(small_server, "/v1/predict?n=100000", image, slow)  # ~15 s of work, timeout 5 s
+    _wait_for_queue(small_server, 1)
+    four = npy_bytes(digits[0:4].numpy())
+    status, headers, payload = small_server.request("POST", "/v1/predict?n=10", four,
+                                                    {"Content-Type": "application/x-npy"}, token=None)
+    assert status == 429 and "queue is full" in payload["error"] and headers.get("retry-after") == "1"
+    thread.join(30)
+    ((status, _, payload),) = slow
+    assert status == 504 and "timeout" in payload["error"]
+    status, _, payload = small_server.request("POST", "/v1/predict?n=10", four, {"Content-Type": "application/x-npy"},
+                                              token=None)
+    assert status == 200 and len(payload["results"]) == 4  # the timed-out image's rows were dropped
+
+
+def test_a_client_that_disconnects_frees_its_samples(small_server, digits):
+    body = npy_bytes(digits[0].numpy())
+    with socket.create_connection((small_server.host, small_server.port), timeout=10) as raw:
+        raw.sendall(b"POST /v1/predict?n=100000 HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-npy\r\n"
+                    + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        _wait_for_queue(small_server, 1)
+    closed = time.monotonic()
+    while small_server.request("GET", "/healthz", token=None)[2]["queue_images"]:
+        assert time.monotonic() - closed < 3, "the abandoned request kept its place (timeout is 5 s)"
+        time.sleep(0.05)
+    status, _, metrics = small_server.request("GET", "/metrics", token=None)
+    assert 'dmae_serve_requests_total{endpoint="predict",status="499"} 1.0' in metrics
+
+
+def test_sigterm_finishes_the_requests_in_flight_then_stops(small_server, digits):
+    answers: list = []
+    threads = [_in_thread(small_server, "/v1/predict?n=1000", npy_bytes(digits[i].numpy()), answers)
+               for i in range(3)]
+    _wait_for_queue(small_server, 2)
+    small_server.process.send_signal(signal.SIGTERM)
+    for thread in threads:
+        thread.join(60)
+    assert len(answers) == 3  # every request is answered: with its result if admitted before SIGTERM, else 503
+    statuses = [status for status, _, _ in answers]
+    assert statuses.count(200) >= 2 and set(statuses) <= {200, 503}, answers
+    for status, _, payload in answers:
+        if status == 200:
+            assert sum(payload["results"][0]["counts"]["prediction"]) == 1000
+        else:
+            assert "shutting down" in payload["error"]
+    assert small_server.process.wait(60) == 0
+    assert any("stopped by SIGTERM after answering" in line for line in small_server.stderr)
+    with pytest.raises(OSError):
+        request(small_server.host, small_server.port, "GET", "/healthz", token=None, timeout=5)
+
+
+# --------------------------------------------------------------------------- the command line
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--ckpt", "demo", "--batch", "0"], "--batch must be in"),
+    (["--ckpt", "demo", "--port", "70000"], "--port must be in"),
+    (["--ckpt", "demo", "--max-wait-ms", "-1"], "--max-wait-ms must be in"),
+    (["--ckpt", "demo", "--seed", "-1"], "--seed must be in"),
+    (["--ckpt", "demo", "--first-index", str(2**32)], "--first-index must be in"),
+    (["--ckpt", "demo", "--max-alpha", "2"], "--min-alpha <= --max-alpha < 1"),
+    (["--ckpt", "demo", "--n", "0"], "--n must be in"),
+    (["--ckpt", "demo", "--sigma", "0"], "sigma must be"),
+    (["--ckpt", "demo", "--timeout", "nan"], "--timeout must be"),
+    (["--port", "0"], "one of the arguments --ckpt --engine is required"),
+    (["--ckpt", "demo", "--batch", "many"], "invalid int value"),
+    (["--ckpt", "demo", "--port", "0", "--token-file", "/nonexistent/token"], "cannot read --token-file"),
+    (["--ckpt", "/nonexistent/model.safetensors", "--port", "0"], "/nonexistent/model.safetensors"),
+    (["--ckpt", "demo", "--host", "no-such-host.invalid"], "cannot listen on no-such-host.invalid"),
+])
+def test_bad_command_lines_are_one_line_errors(args, message, capsys):
+    assert serve_cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dmae-serve: error:") and len(err.strip().splitlines()) == 1, err
+    assert message in err
+
+
+def test_a_taken_port_is_a_one_line_error(capsys):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        assert serve_cli.main(["--ckpt", "demo", "--port", str(taken.getsockname()[1])]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dmae-serve: error: cannot listen on 127.0.0.1:") and len(err.strip().splitlines()) == 1
+
+
+def test_console_script_is_installed():
+    script = Path(sys.executable).parent / "dmae-serve"
+    done = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "--max-wait-ms" in done.stdout

@@ -1,0 +1,150 @@
+"""The server's continuous-batching scheduler, without HTTP: per-image plans share batches and give
+the offline streaming certifier's counts; the clock, cancellation, the queue bound and the index range."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from dmae_fast.certification.bodies import BodyOptions, batch_body
+from dmae_fast.certification.stream import SamplingPlan, StreamingCertifier
+from dmae_fast.engines import TorchEngine
+from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier
+from dmae_fast.serve.procedures import sequential_certifier
+from dmae_fast.serve.scheduler import IndicesExhausted, Job, QueueFull, Scheduler
+
+SIGMA, SEED = 0.5, 99
+SHAPE = (3, 8, 8)
+
+
+@pytest.fixture(scope="module")
+def engine(one_torch_thread):
+    torch.manual_seed(0)
+    spec = ClassifierSpec(EncoderConfig(32, 2, 2, patch_size=4, img_size=16), num_classes=10, input_size=8)
+    return TorchEngine(SmoothingClassifier(spec), torch.device("cpu"))
+
+
+@pytest.fixture(scope="module")
+def images():
+    generator = torch.Generator().manual_seed(3)
+    return [torch.rand(SHAPE, generator=generator) for _ in range(9)]
+
+
+def _scheduler(engine, batch=64, max_wait_s=0.0, max_queue=64, first_index=500, slots=None, on_batch=None):
+    body = batch_body(engine, SIGMA, SEED, batch, BodyOptions(noise="reference"))
+    scheduler = Scheduler(body, engine.device, SHAPE, batch, max_wait_s, slots or batch + 2, max_queue, first_index,
+                          on_batch)
+    scheduler.start()
+    return scheduler
+
+
+class Collector:
+    """``done`` callbacks that record results and signal when all have arrived."""
+
+    def __init__(self, expected: int) -> None:
+        self.results: dict[int, object] = {}
+        self.expected = expected
+        self.event = threading.Event()
+
+    def done_for(self, key: int):
+        def done(result):
+            self.results[key] = result
+            if len(self.results) == self.expected:
+                self.event.set()
+        return done
+
+
+def _offline(engine, plan, items, decide=None, batch=7):
+    body = batch_body(engine, SIGMA, SEED, batch, BodyOptions(noise="reference"))
+    return {d.index: d.counts for d in StreamingCertifier(engine, plan, SIGMA, SEED, batch, body).run(items, decide)}
+
+
+def test_mixed_plans_share_batches_and_match_the_offline_streamer(engine, images):
+    sequential = sequential_certifier(30, 400, 0.001, SIGMA)
+    plans = [(SamplingPlan.predict(150), None), (SamplingPlan.certify(30, 120), None),
+             (SamplingPlan.sequential(30, sequential.looks), sequential.decide)]
+    rows = []
+    scheduler = _scheduler(engine, batch=64, on_batch=lambda r, s: rows.append(r))
+    collector = Collector(len(images))
+    jobs = [Job(image, *plans[i % 3], collector.done_for(i)) for i, image in enumerate(images)]
+    scheduler.submit(jobs[:4])
+    scheduler.submit(jobs[4:])
+    assert collector.event.wait(120)
+    scheduler.close(10)
+    assert [job.index for job in jobs] == list(range(500, 509))  # consecutive, in admission order
+    for k, (plan, decide) in enumerate(plans):
+        mine = [i for i in range(len(images)) if i % 3 == k]
+        offline = _offline(engine, plan, [(jobs[i].index, images[i], 0) for i in mine], decide)
+        for i in mine:
+            assert np.array_equal(collector.results[i], offline[jobs[i].index]), (i, plan)
+    per_image = [int(np.sum(c)) for c in collector.results.values()]
+    assert sum(rows) == sum(per_image)
+    # images share batches: fewer batches than one image per batch would take, most of them full (partial ones
+    # only where every image left waits at a sequential look, or at the end)
+    assert len(rows) < sum(math.ceil(r / 64) for r in per_image) and rows.count(64) >= 0.7 * len(rows)
+
+
+def test_a_partial_batch_waits_for_max_wait_then_runs(engine, images):
+    scheduler = _scheduler(engine, batch=1000, max_wait_s=0.3)
+    collector = Collector(1)
+    start = time.monotonic()
+    scheduler.submit([Job(images[0], SamplingPlan.predict(50), None, collector.done_for(0))])
+    assert collector.event.wait(60)
+    assert time.monotonic() - start >= 0.28  # nothing else came: the 50 rows ran after the wait
+    scheduler.close(10)
+
+
+def test_cancelled_images_free_their_slot_and_are_not_answered(engine, images):
+    scheduler = _scheduler(engine, batch=32, slots=2)
+    collector = Collector(2)
+    long = Job(images[0], SamplingPlan.predict(2_000_000), None, collector.done_for(0))
+    scheduler.submit([long])
+    time.sleep(0.2)
+    scheduler.cancel([long])
+    quick = [Job(images[i], SamplingPlan.predict(40), None, collector.done_for(i)) for i in (1, 2)]
+    scheduler.submit(quick)
+    assert collector.event.wait(60)
+    assert set(collector.results) == {1, 2}
+    assert scheduler.stats().admitted == 0 and scheduler.stats().on_device == 0
+    scheduler.close(10)
+
+
+def test_queue_bound_and_index_range(engine, images):
+    scheduler = _scheduler(engine, max_queue=3, first_index=2**32 - 4)
+    plan = SamplingPlan.predict(10)
+    collector = Collector(3)
+    with pytest.raises(QueueFull):
+        scheduler.submit([Job(images[i], plan, None, collector.done_for(i)) for i in range(4)])
+    scheduler.submit([Job(images[i], plan, None, collector.done_for(i)) for i in range(3)])
+    assert collector.event.wait(60)
+    with pytest.raises(IndicesExhausted):  # 2**32 - 1 is left: two images do not fit
+        scheduler.submit([Job(images[i], plan, None, lambda r: None) for i in range(2)])
+    scheduler.close(10)
+
+
+def test_non_finite_logits_fail_that_image_only(engine, images):
+    class NaNForBrightImages:
+        def __init__(self, inner):
+            self.inner, self.spec, self.device = inner, inner.spec, inner.device
+            self.precision, self.description, self.input = inner.precision, "nan", "image"
+
+        def classify(self, x):
+            classes = self.inner.classify(x)
+            return torch.where(x.flatten(1).mean(1) > 0.8, self.spec.num_classes, classes)
+
+    bad = NaNForBrightImages(engine)
+    body = batch_body(bad, SIGMA, SEED, 32, BodyOptions(noise="reference"))
+    scheduler = Scheduler(body, engine.device, SHAPE, 32, 0.0, 8, 8, 0)
+    scheduler.start()
+    collector = Collector(2)
+    scheduler.submit([Job(torch.ones(SHAPE), SamplingPlan.predict(20), None, collector.done_for(0))])
+    scheduler.submit([Job(images[0], SamplingPlan.predict(20), None, collector.done_for(1))])
+    assert collector.event.wait(60)
+    scheduler.close(10)
+    assert isinstance(collector.results[0], Exception)
+    assert not isinstance(collector.results[1], Exception) and int(np.sum(collector.results[1])) == 20
