@@ -65,8 +65,9 @@ def certify_ranks(config: CertifyConfig, on_row: Callable[[Row], None]) -> RunRe
     try:
         return _certify(config, ranks, device, device_error, on_row)
     except Interrupted as stop:
-        if not ranks.primary or ranks.failed() is not None:
-            raise AlreadyReported(2 if ranks.failed() is not None else stop.exit_status) from None
+        failed = ranks.failed() is not None
+        if failed or not ranks.primary:  # the failing rank, or rank 0, says what happened
+            raise AlreadyReported(2 if failed else stop.exit_status) from None
         raise
     finally:
         ranks.close()

@@ -65,8 +65,9 @@ class SampleShardedCertifier:
             self._count_rows(index, *share(start, end, self.ranks.rank, self.ranks.world))
             total += self._all_reduced(counts[0])
             counts.zero_()
-            if stage == last or decide(index, finite_counts(index, total), stage):
-                return ImageCounts(index, label, finite_counts(index, total))
+            counts_so_far = finite_counts(index, total)
+            if stage == last or decide(index, counts_so_far, stage):
+                return ImageCounts(index, label, counts_so_far)
             start = end
         raise AssertionError("unreachable: the last stage always finishes an image")
 
