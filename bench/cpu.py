@@ -12,8 +12,10 @@ the median is kept: other jobs on a shared machine slow all methods alike instea
   ``--fast --precision bf16`` where the CPU has bf16 instructions (opt-in).
 
 The fp32 methods of ours must give counts identical to the plain body (checked and
-recorded). The noise table compares Gaussians/s of torch.randn, the compiled noise and the
-reference at the same thread count. Writes ``<stem>.json`` and ``<stem>.md``.
+recorded). MFU is samples/s x the model's forward FLOPs over the fp32 matmul peak measured at
+the same thread count in the same run: how far from the CPU's limit each method is. The noise
+table compares Gaussians/s of torch.randn, the compiled noise and the reference at the same
+thread count. Writes ``<stem>.json`` and ``<stem>.md``.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ import torch
 from tqdm import tqdm
 
 from dmae_fast import __version__
+from dmae_fast.bench.flops import vit_forward_flops
+from dmae_fast.bench.peak import matmul_peak
 from dmae_fast.bench.reference_loops import COHEN, DMAE, ReferenceLoop
 from dmae_fast.bench.report import result_stem
 from dmae_fast.bench.throughput import build_model
@@ -95,6 +99,7 @@ class MethodRow:
     samples_per_s: float = 0.0
     vs_cohen: float = 0.0
     vs_dmae: float = 0.0
+    mfu: float = 0.0  # against the fp32 matmul peak at this thread count
     counts_equal_plain: bool | None = None  # fp32 methods of ours: identical counts to the plain body
     description: str = ""
 
@@ -162,7 +167,7 @@ def _time(run: Callable[[], np.ndarray]) -> tuple[float, np.ndarray]:
     return time.perf_counter() - start, counts
 
 
-def measure_model(load: Workload, threads: int, rounds: int, progress: tqdm) -> list[MethodRow]:
+def measure_model(load: Workload, threads: int, rounds: int, progress: tqdm, peak_flops: float) -> list[MethodRow]:
     """Every method on one model at one thread count, interleaved ``rounds`` times; medians."""
     torch.set_num_threads(threads)
     model = build_model(load.model, CPU)
@@ -195,6 +200,7 @@ def measure_model(load: Workload, threads: int, rounds: int, progress: tqdm) -> 
     cohen, dmae = (rows[n].samples_per_s for n in list(methods)[:2])
     for row in rows.values():
         row.vs_cohen, row.vs_dmae = row.samples_per_s / cohen, row.samples_per_s / dmae
+        row.mfu = row.samples_per_s * vit_forward_flops(model.spec) / peak_flops
     return list(rows.values())
 
 
@@ -240,16 +246,18 @@ def run_cpu_bench(config: CpuBenchConfig) -> tuple[dict, list[Path]]:
     saved_threads = torch.get_num_threads()
     rows: list[MethodRow] = []
     noise: list[NoiseRow] = []
+    peaks: dict[int, float] = {}
     steps = len(config.threads) * len(loads) * config.rounds * (7 if bf16_supported() else 6)
     try:
         with tqdm(total=steps, desc="dmae-bench cpu", unit="run") as progress:
             for threads in config.threads:
                 torch._dynamo.reset()  # Inductor bakes the thread count into a kernel: compile anew
                 torch.set_num_threads(threads)
+                peaks[threads] = matmul_peak(CPU, torch.float32, seconds=0.2 if config.quick else 2.0)
                 for shape in NOISE_SHAPES:
                     noise.append(measure_noise(shape, threads, 0.2 if config.quick else 2.0))
                 for load in loads:
-                    rows += measure_model(load, threads, config.rounds, progress)
+                    rows += measure_model(load, threads, config.rounds, progress, peaks[threads])
     finally:
         torch.set_num_threads(saved_threads)
     record = {
@@ -258,6 +266,7 @@ def run_cpu_bench(config: CpuBenchConfig) -> tuple[dict, list[Path]]:
                      "onnxruntime": _version("onnxruntime")},
         "config": asdict(config),
         "workloads": {load.model: asdict(load) for load in loads},
+        "matmul_peak_flops": {str(threads): peak for threads, peak in peaks.items()},
         "methods": [asdict(row) for row in rows],
         "noise": [asdict(row) for row in noise],
     }
@@ -278,16 +287,19 @@ def _version(module: str) -> str | None:
 def markdown(record: dict) -> str:
     """The two tables of a record."""
     loads = ", ".join(f"{m}: {w['images']} x ({w['n0']} + {w['n']})" for m, w in record["workloads"].items())
+    peaks = ", ".join(f"{peak / 1e9:,.0f} GFLOP/s on {threads} thread(s)"
+                      for threads, peak in record["matmul_peak_flops"].items())
     lines = [f"# dmae-bench cpu: {record['device']}", "",
              f"torch {record['versions']['torch']}, ONNX Runtime {record['versions']['onnxruntime']}; "
              f"medians of {record['config']['rounds']} interleaved rounds; CERTIFY images x (n0 + n) samples: "
              f"{loads}.",
-             "", "| threads | model | method | samples/s | vs Cohen | vs DMAE | counts = plain |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+             "", f"fp32 matmul peak (1024 x 1024, torch): {peaks}; MFU = samples/s x forward FLOPs / that peak.",
+             "", "| threads | model | method | samples/s | vs Cohen | vs DMAE | MFU | counts = plain |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for row in record["methods"]:
         same = {True: "yes", False: "**no**", None: ""}[row["counts_equal_plain"]]
         lines.append(f"| {row['threads']} | {row['model']} | {row['method']} | {row['samples_per_s']:,.0f} | "
-                     f"{row['vs_cohen']:.2f}x | {row['vs_dmae']:.2f}x | {same} |")
+                     f"{row['vs_cohen']:.2f}x | {row['vs_dmae']:.2f}x | {row['mfu']:.0%} | {same} |")
     lines += ["", "Noise: Gaussians per second (M/s) at the same thread count", "",
               "| threads | image | torch.randn | compiled eta | compiled (x + sigma * eta) | torch-op reference "
               "| compiled eta / randn |",

@@ -530,6 +530,13 @@ def _to_rgb(image: Image.Image, tiles: list[Any], path: str | os.PathLike) -> Im
     return image.convert("RGB")
 
 
+def decoded_image_tensor(image: Image.Image, tiles: list[Any], where: str | os.PathLike) -> torch.Tensor:
+    """A loaded PIL image as float32 [C, H, W] in [0, 1] under the rules image files follow
+    (bit depths, modes, grey to RGB; UserError naming ``where`` otherwise); ``tiles`` is its
+    tile list before loading. The server decodes request images with it."""
+    return _to_tensor(_to_rgb(image, tiles, where))
+
+
 def _grey_tensor(values: np.ndarray, path: str | os.PathLike, kind: str) -> torch.Tensor:
     """A grey image [H, W] in [0, 1] as float32 RGB [3, H, W]; UserError for NaN/inf or values outside [0, 1]."""
     if not np.isfinite(values).all():

@@ -7,6 +7,10 @@ C++ on a CPU, one Triton kernel on a GPU. The Philox words are the same bit for 
 Gaussians agree with the reference to float32 rounding (the compiled log/sin/cos may round
 differently in the last bit).
 
+With ``serial=True`` (the CPU fast path) the kernel is compiled for one thread and with
+Inductor's C++ wrapper, which releases the GIL: several worker threads then each make their own
+rows' noise at once, one core each, instead of waiting on one multi-threaded call.
+
 Where compiling is impossible (no C++ compiler, no Triton) or the compiled kernel does not
 reproduce the reference on a check batch, :class:`NoiseSource` says so in one line and runs
 the reference instead.
@@ -26,6 +30,8 @@ from dmae_fast.noise import check_seed, gaussian_noise, gaussian_rows, key_words
 COMPILED, REFERENCE = "compiled", "torch ops"
 # The compiled Gaussians differ from the reference by a few float32 ulps (|eta| < 6).
 CHECK_TOLERANCE = 1e-5
+# Inductor options of a kernel that runs on its caller's thread alone and frees the GIL meanwhile.
+SERIAL_OPTIONS = {"cpp.threads": 1, "cpp_wrapper": True}
 
 
 def noisy_rows(clean: torch.Tensor, slot: torch.Tensor, sigma: torch.Tensor, key: torch.Tensor,
@@ -62,12 +68,15 @@ class NoiseSource:
     """Builds the noisy inputs of a batch of rows, compiled when possible (see the module doc).
 
     ``implementation`` says which runs: ``"compiled"`` or ``"torch ops"`` (the reference).
+    ``serial``: a one-thread kernel that releases the GIL, for calls from several threads at once
+    once :attr:`ready` (the first call compiles and checks it, and must not be made concurrently).
     """
 
-    def __init__(self, device: torch.device, compiled: bool = True) -> None:
+    def __init__(self, device: torch.device, compiled: bool = True, serial: bool = False) -> None:
         self.device = device
         self.implementation = COMPILED if compiled else REFERENCE
-        self._compiled = torch.compile(noisy_rows, dynamic=None) if compiled else None
+        options = SERIAL_OPTIONS if serial else None
+        self._compiled = torch.compile(noisy_rows, dynamic=None, options=options) if compiled else None
         self._checked = False
         self._key: tuple[int, torch.Tensor] | None = None
         self._sigma: tuple[float, torch.Tensor] | None = None
@@ -87,6 +96,11 @@ class NoiseSource:
                 if self._checked or self._agrees(noisy, clean, sigma, seed, rows):
                     return noisy
         return _reference(clean, sigma, seed, rows)
+
+    @property
+    def ready(self) -> bool:
+        """Whether the kernel is settled (compiled and checked, or fallen back to the reference)."""
+        return self._checked or self._compiled is None
 
     def _run_compiled(self, clean: torch.Tensor, sigma: float, seed: int,
                       rows: tuple[torch.Tensor, ...]) -> torch.Tensor:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,7 @@ from dmae_fast.certification.cpu_batches import (
     ChunkedCpuBatches,
     TorchChunks,
     chunk_rows,
+    even_parts,
 )
 from dmae_fast.certification.stream import (
     ImageBatches,
@@ -117,6 +119,23 @@ def test_a_miscompiled_kernel_is_never_used(capsys):
     assert torch.equal(got, clean[rows[0]] + 0.25 * gaussian_noise(11, rows[1], rows[2], rows[3], (3, 4, 4)))
 
 
+def test_serial_noise_from_several_threads_at_once_is_the_contract():
+    """The CPU fast path's kernel (one thread, GIL released) run by four threads at once on
+    chunks gives bit for bit what one call on all rows gives, and the reference to rounding."""
+    source, shape = NoiseSource(CPU, serial=True), (3, 6, 6)
+    clean = torch.rand((5, *shape), generator=torch.Generator().manual_seed(8))
+    slot, image, phase, sample = _rows(range(203))
+    assert not source.ready
+    whole = source(clean, slot, 0.5, 13, image, phase, sample)
+    assert source.ready and source.implementation == COMPILED
+    chunks = list(zip(*(column.tensor_split(24) for column in (slot, image, phase, sample))))
+    with ThreadPoolExecutor(4) as pool:
+        parts = list(pool.map(lambda rows: source(clean, rows[0], 0.5, 13, *rows[1:]), chunks * 3))
+    assert all(torch.equal(torch.cat(parts[i:i + 24]), whole) for i in (0, 24, 48))
+    torch.testing.assert_close(whole, clean[slot] + 0.5 * gaussian_noise(13, image, phase, sample, shape),
+                               rtol=0, atol=2e-6)
+
+
 def test_reference_noise_is_available_on_request():
     assert NoiseSource(CPU, compiled=False).implementation == REFERENCE
 
@@ -146,7 +165,8 @@ def test_cpu_body_counts_equal_the_plain_body(demo, backend):
     engine = TorchEngine(model, CPU, "fp32")
     classifier = cpu_batches.ort_from_checkpoint(model, 0.25) if backend == "onnxruntime" \
         else TorchChunks(model, "fp32")
-    body = ChunkedCpuBatches(classifier, model.spec, 0.25, 5, 300, workers=2, chunk=16, noise=NoiseSource(CPU))
+    body = ChunkedCpuBatches(classifier, model.spec, 0.25, 5, 300, workers=2, chunk=16,
+                             noise=NoiseSource(CPU, serial=True))
     reference = _counts(engine, _plain(engine), items)
     assert (reference[:, 1].max(1) < 460).any()  # some votes are split: the comparison means something
     assert np.array_equal(_counts(engine, body, items), reference)
@@ -191,6 +211,20 @@ def test_chunks_stay_within_four_l2_caches(encoder, rows):
     assert chunk_rows(spec, l2_bytes=1 << 20) == rows
 
 
+@pytest.mark.parametrize("rows,chunk,workers,parts", [
+    (1000, 128, 2, 8),  # 8 chunks of 125 rows, 4 per worker
+    (100, 16, 2, 8),  # 7 chunks of up to 16 would leave one worker a chunk behind: 8 of 12-13
+    (1000, 128, 3, 9),
+    (5, 16, 4, 4),
+    (3, 16, 4, 3),  # never an empty chunk
+    (1, 1, 1, 1),
+])
+def test_a_batch_is_cut_into_as_many_chunks_per_worker(rows, chunk, workers, parts):
+    assert even_parts(rows, chunk, workers) == parts
+    sizes = [len(c) for c in torch.arange(rows).tensor_split(parts)]
+    assert max(sizes) <= chunk and min(sizes) >= 1 and max(sizes) - min(sizes) <= 1
+
+
 # --------------------------------------------------------------------------- the command line
 
 
@@ -233,6 +267,10 @@ def test_bench_cpu_quick_writes_both_tables(tmp_path):
     assert {tuple(row["shape"]) for row in record["noise"]} == {(3, 8, 8), (3, 32, 32), (3, 224, 224)}
     assert all(rates["compiled eta"] > 0 for rates in (row["gaussians_per_s"] for row in record["noise"]))
     assert "| threads | model | method |" in next(tmp_path.glob("*-cpu.md")).read_text()
+    # MFU: samples/s x 7.0 MFLOP (the demo ViT) over the matmul peak measured at 1 thread
+    peak = record["matmul_peak_flops"]["1"]
+    fast = methods["ours: --fast (fp32)"]
+    assert peak > 0 and fast["mfu"] == pytest.approx(fast["samples_per_s"] * 7.006464e6 / peak, rel=1e-3)
 
 
 def test_cli_fast_on_cpu_runs_an_onnx_engine_file_like_the_plain_path(tmp_path):

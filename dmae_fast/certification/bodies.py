@@ -56,12 +56,14 @@ def _notice(message: str) -> None:
 def batch_body(engine: Engine, sigma: float, seed: int, batch: int, options: BodyOptions,
                timer: StageTimer | None = None) -> BatchBody:
     """The batch body for ``engine`` and ``options`` (see the module doc)."""
-    noise = NoiseSource(engine.device, compiled=options.noise == "compiled")
+    compiled = options.noise == "compiled"
     if options.fast and engine.device.type == "cpu" and timer is None and engine.input == "image":
+        noise = NoiseSource(engine.device, compiled, serial=True)  # made by each worker for its own chunks
         classifier = cpu_classifier(engine, engine.precision, sigma, _notice)
         workers = options.workers or cpu_workers()
         chunk = options.chunk or chunk_rows(engine.spec)
         return ChunkedCpuBatches(classifier, engine.spec, sigma, seed, batch, workers, chunk, noise)
+    noise = NoiseSource(engine.device, compiled)
     path = options.gpu_path(engine.device.type, timer is not None)
     if path is not None or engine.input == "tokens":
         return FastBatches(engine, sigma, seed, batch, path or FastPath(), timer, noise)

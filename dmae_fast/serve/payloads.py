@@ -31,10 +31,8 @@ import numpy as np
 import torch
 from PIL import Image
 
-from dmae_fast.data import (  # the file decoder's rules (bit depths, modes), shared
-    _to_rgb,
-    _to_tensor,
-)
+# the file decoder's rules (bit depths, modes), shared
+from dmae_fast.data import decoded_image_tensor
 from dmae_fast.errors import UserError
 from dmae_fast.serve.config import Defaults, Limits
 from dmae_fast.serve.procedures import CERTIFY, PREDICT, Params
@@ -224,7 +222,7 @@ def _picture(data: bytes, where: str, shape: tuple[int, ...], limits: Limits) ->
                                    "images (resize and crop it first)")
             tiles = list(getattr(image, "tile", None) or [])
             image.load()
-            return _to_tensor(_to_rgb(image, tiles, where))
+            return decoded_image_tensor(image, tiles, where)
     except PayloadError:
         raise
     except Image.DecompressionBombError as error:  # PIL's own limit, above ours, checked while opening
