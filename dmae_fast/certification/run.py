@@ -198,9 +198,10 @@ def _check_out_directory(out: Path) -> None:
 def kept_after_interrupt(config: CertifyConfig, mode: str, finished: int) -> str:
     """What an interrupted run leaves on disk, and how to continue."""
     if mode == "overwrite":
-        return (f"{config.out} is unchanged; the {finished} rows of this run are in {config.out}.partial "
+        return (f"{config.out} is unchanged; this run's rows ({finished}) are in {config.out}.partial "
                 "(not resumable: run again with --overwrite)")
-    return (f"{finished} new rows are in {config.out} (run record marked interrupted); continue with the same "
+    kept = "1 new row is" if finished == 1 else f"{finished} new rows are"
+    return (f"{kept} in {config.out} (run record marked interrupted); continue with the same "
             "command and --resume")
 
 
