@@ -13,7 +13,9 @@ the median is kept: other jobs on a shared machine slow all methods alike instea
 
 The fp32 methods of ours must give counts identical to the plain body (checked and
 recorded). MFU is samples/s x the model's forward FLOPs over the fp32 matmul peak measured at
-the same thread count in the same run: how far from the CPU's limit each method is. The noise
+the same thread count in the same run: how far from the CPU's limit each method is. Every
+method runs with the process keeping freed memory (:mod:`dmae_fast.memory`), set before the
+first one: the reference loops' large per-batch tensors are not page-faulted in anew each batch. The noise
 table compares Gaussians/s of torch.randn, the compiled noise and the reference at the same
 thread count. Writes ``<stem>.json`` and ``<stem>.md``.
 """
@@ -46,6 +48,7 @@ from dmae_fast.certification.stream import SamplingPlan, StreamingCertifier
 from dmae_fast.engines import TorchEngine
 from dmae_fast.errors import UserError
 from dmae_fast.fast_noise import NoiseSource
+from dmae_fast.memory import keep_freed_memory
 from dmae_fast.noise import gaussian_noise, gaussian_rows, key_words
 
 SIGMA, SEED = 0.25, 0
@@ -243,6 +246,7 @@ def run_cpu_bench(config: CpuBenchConfig) -> tuple[dict, list[Path]]:
     loads = [WORKLOADS[m] for m in config.models]
     if config.quick:
         loads = [Workload(load.model, 1, 10, 200, load.batch) for load in loads]
+    allocator = keep_freed_memory()  # before any method: the reference loops run with it too
     saved_threads = torch.get_num_threads()
     rows: list[MethodRow] = []
     noise: list[NoiseRow] = []
@@ -265,6 +269,7 @@ def run_cpu_bench(config: CpuBenchConfig) -> tuple[dict, list[Path]]:
         "versions": {"dmae_fast": __version__, "torch": torch.__version__, "python": platform.python_version(),
                      "onnxruntime": _version("onnxruntime")},
         "config": asdict(config),
+        "host_allocator": allocator,
         "workloads": {load.model: asdict(load) for load in loads},
         "matmul_peak_flops": {str(threads): peak for threads, peak in peaks.items()},
         "methods": [asdict(row) for row in rows],
@@ -293,6 +298,7 @@ def markdown(record: dict) -> str:
              f"torch {record['versions']['torch']}, ONNX Runtime {record['versions']['onnxruntime']}; "
              f"medians of {record['config']['rounds']} interleaved rounds; CERTIFY images x (n0 + n) samples: "
              f"{loads}.",
+             "", f"Host allocator (every method): {record.get('host_allocator', 'not recorded')}.",
              "", f"fp32 matmul peak (1024 x 1024, torch): {peaks}; MFU = samples/s x forward FLOPs / that peak.",
              "", "| threads | model | method | samples/s | vs Cohen | vs DMAE | MFU | counts = plain |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]

@@ -30,6 +30,7 @@ from dmae_fast.data import demo_digits
 from dmae_fast.demo import DEMO_CHECKPOINT
 from dmae_fast.engines import TorchEngine
 from dmae_fast.fast_noise import COMPILED, REFERENCE, NoiseSource
+from dmae_fast.memory import keep_freed_memory
 from dmae_fast.model import ClassifierSpec, EncoderConfig
 from dmae_fast.noise import MASK32, gaussian_noise, key_words, philox4x32
 
@@ -244,6 +245,7 @@ def test_cli_fast_on_cpu_writes_the_plain_rows_and_records_threads(tmp_path):
     assert "worker(s) x 1 thread" in record["engine"] and "compiled noise" in record["engine"]
     assert record["threads"]["body_workers"] >= 1 and record["threads"]["dataloader_workers"] == 0
     assert record["config"]["fast"] is True
+    assert record["host_allocator"] == keep_freed_memory()
 
 
 def test_cli_reference_noise_gives_the_same_certificates(tmp_path):
@@ -267,6 +269,7 @@ def test_bench_cpu_quick_writes_both_tables(tmp_path):
     assert {tuple(row["shape"]) for row in record["noise"]} == {(3, 8, 8), (3, 32, 32), (3, 224, 224)}
     assert all(rates["compiled eta"] > 0 for rates in (row["gaussians_per_s"] for row in record["noise"]))
     assert "| threads | model | method |" in next(tmp_path.glob("*-cpu.md")).read_text()
+    assert record["host_allocator"] == keep_freed_memory()  # set before the reference loops ran
     # MFU: samples/s x 7.0 MFLOP (the demo ViT) over the matmul peak measured at 1 thread
     peak = record["matmul_peak_flops"]["1"]
     fast = methods["ours: --fast (fp32)"]

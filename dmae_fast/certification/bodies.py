@@ -6,6 +6,8 @@
 * ``--fast`` on CUDA, or any of ``--fused/--compile/--cuda-graphs/--profile``:
   :class:`~dmae_fast.certification.fast_stream.FastBatches`.
 
+A body on the CPU makes the process keep freed memory (:mod:`dmae_fast.memory`).
+
 Every body gives the same counts up to the classifier's floating-point rounding.
 """
 
@@ -24,6 +26,7 @@ from dmae_fast.certification.fast_stream import FastBatches, FastPath, StageTime
 from dmae_fast.certification.stream import BatchBody, ImageBatches
 from dmae_fast.engines.base import Engine
 from dmae_fast.fast_noise import NoiseSource
+from dmae_fast.memory import keep_freed_memory
 
 NOISE_CHOICES = ("compiled", "reference")
 
@@ -57,6 +60,8 @@ def batch_body(engine: Engine, sigma: float, seed: int, batch: int, options: Bod
                timer: StageTimer | None = None) -> BatchBody:
     """The batch body for ``engine`` and ``options`` (see the module doc)."""
     compiled = options.noise == "compiled"
+    if engine.device.type == "cpu":
+        keep_freed_memory()
     if options.fast and engine.device.type == "cpu" and timer is None and engine.input == "image":
         noise = NoiseSource(engine.device, compiled, serial=True)  # made by each worker for its own chunks
         classifier = cpu_classifier(engine, engine.precision, sigma, _notice)

@@ -49,6 +49,7 @@ from dmae_fast.engines import Engine, EngineOptions, open_engine
 from dmae_fast.engines.sidecar import KIND_BY_SUFFIX, read_sidecar
 from dmae_fast.errors import Interrupted, UserError
 from dmae_fast.locking import OutputLock
+from dmae_fast.memory import keep_freed_memory
 from dmae_fast.model.config import parse_normalization, sigma_problem
 from dmae_fast.results import Mode, ResultsWriter, read_kept_rows
 from dmae_fast.resume import check_kept_rows, dataset_labels
@@ -393,6 +394,7 @@ class RunRecord:
             "classifier": opened.engine.spec.to_json_dict(),
             "versions": {"dmae_fast": __version__, "torch": torch.__version__, "python": platform.python_version()},
             "device_name": device_name(opened.engine.device),
+            "host_allocator": keep_freed_memory() if opened.engine.device.type == "cpu" else "unchanged",
             **self.extra,
             **summary,
         }

@@ -1,0 +1,40 @@
+"""The process's allocator: keep freed host memory instead of handing large blocks back to the OS.
+
+glibc's malloc serves a request above a threshold (dynamic, at most 32 MiB) with a fresh
+``mmap`` and unmaps it on ``free``. A CPU forward pass whose activations take megabytes then
+page-faults all of its memory in again on every batch. On the 2-core development machine this
+cost Cohen et al.'s loop 25-45% of its speed and our plain body 15-35%
+(bench/results/2026-11-25-cpu-fast/allocator/), and the cost depended on what the process had
+allocated before, which made the reference loops' figures drift between runs.
+
+:func:`keep_freed_memory` sets glibc's mmap and trim thresholds to 1 GiB (``mallopt``): freed
+blocks below that stay in the process and are reused. CPU certification bodies and
+``dmae-bench cpu`` (for the reference loops as well as ours) apply it; the price is that the
+process keeps its peak heap size until it exits. Nothing is changed when the allocator is not
+glibc's or when the user set ``MALLOC_MMAP_THRESHOLD_`` or ``MALLOC_TRIM_THRESHOLD_`` themselves.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import platform
+
+KEEP_BELOW = 1 << 30
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's <malloc.h>
+USER_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
+
+
+@functools.cache
+def keep_freed_memory() -> str:
+    """Apply the setting once per process; returns what the allocator does, for run records."""
+    chosen = [name for name in USER_SETTINGS if name in os.environ]
+    if chosen:
+        return f"glibc malloc as set by {', '.join(chosen)}"
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return "the platform's allocator, unchanged"
+    libc = ctypes.CDLL(None)
+    if libc.mallopt(M_MMAP_THRESHOLD, KEEP_BELOW) != 1 or libc.mallopt(M_TRIM_THRESHOLD, KEEP_BELOW) != 1:
+        return "glibc malloc, default thresholds (mallopt refused 1 GiB)"
+    return "glibc malloc keeps freed blocks below 1 GiB (mmap and trim thresholds)"
