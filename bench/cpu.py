@@ -15,7 +15,7 @@ The fp32 methods of ours must give counts identical to the plain body (checked a
 recorded). MFU is samples/s x the model's forward FLOPs over the fp32 matmul peak measured at
 the same thread count in the same run: how far from the CPU's limit each method is. Every
 method runs with the process keeping freed memory (:mod:`dmae_fast.memory`), set before the
-first one: the reference loops' large per-batch tensors are not page-faulted in anew each batch. The noise
+first one, so that no method page-faults its per-batch tensors in anew each batch. The noise
 table compares Gaussians/s of torch.randn, the compiled noise and the reference at the same
 thread count. Writes ``<stem>.json`` and ``<stem>.md``.
 """

@@ -2,10 +2,10 @@
 
 glibc's malloc serves a request above a threshold (dynamic, at most 32 MiB) with a fresh
 ``mmap`` and unmaps it on ``free``. A CPU forward pass whose activations take megabytes then
-page-faults all of its memory in again on every batch. On the 2-core development machine this
-cost Cohen et al.'s loop 25-45% of its speed and our plain body 15-35%
-(bench/results/2026-11-25-cpu-fast/allocator/), and the cost depended on what the process had
-allocated before, which made the reference loops' figures drift between runs.
+page-faults all of its memory in again on every batch. On the 2-core development machine,
+keeping freed memory made Cohen et al.'s loop 1.07-1.42x faster and our plain body 1.21-1.46x
+(bench/results/2026-11-25-cpu-fast/allocator/); without it the cost depended on what the
+process had allocated before, which made the reference loops' figures drift between runs.
 
 :func:`keep_freed_memory` sets glibc's mmap and trim thresholds to 1 GiB (``mallopt``): freed
 blocks below that stay in the process and are reused. CPU certification bodies and
@@ -29,11 +29,11 @@ USER_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
 @functools.cache
 def keep_freed_memory() -> str:
     """Apply the setting once per process; returns what the allocator does, for run records."""
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return "the platform's allocator, unchanged"
     chosen = [name for name in USER_SETTINGS if name in os.environ]
     if chosen:
         return f"glibc malloc as set by {', '.join(chosen)}"
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
-        return "the platform's allocator, unchanged"
     libc = ctypes.CDLL(None)
     if libc.mallopt(M_MMAP_THRESHOLD, KEEP_BELOW) != 1 or libc.mallopt(M_TRIM_THRESHOLD, KEEP_BELOW) != 1:
         return "glibc malloc, default thresholds (mallopt refused 1 GiB)"
