@@ -26,10 +26,15 @@ M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's <malloc.h>
 USER_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
 
 
+def glibc() -> bool:
+    """Whether this process allocates with glibc's malloc (Linux with glibc)."""
+    return platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
+
+
 @functools.cache
 def keep_freed_memory() -> str:
     """Apply the setting once per process; returns what the allocator does, for run records."""
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+    if not glibc():
         return "the platform's allocator, unchanged"
     chosen = [name for name in USER_SETTINGS if name in os.environ]
     if chosen:

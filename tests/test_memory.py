@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import os
-import platform
 import subprocess
 import sys
 
 import pytest
 
-pytestmark = pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",
-                                reason="the setting is glibc's")
+from dmae_fast.memory import glibc
+
+pytestmark = pytest.mark.skipif(not glibc(), reason="the setting is glibc's")
 
 # Whether a 64 MiB malloc is served by mmap (glibc's mallinfo2: bytes in mmapped blocks) after
 # keep_freed_memory(), in a fresh process; prints the returned description on the first line.

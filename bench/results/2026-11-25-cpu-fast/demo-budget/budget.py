@@ -97,7 +97,6 @@ def ort_kind(node: str, op: str) -> str:
 
 with torch.inference_mode():
     reference = model(chunk)
-    check = {}
     assert torch.allclose(eager(chunk, untimed), reference, atol=1e-4), "op-by-op forward differs from timm's"
     session_options = ort.SessionOptions()
     session_options.intra_op_num_threads = session_options.inter_op_num_threads = 1
