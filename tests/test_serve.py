@@ -201,8 +201,10 @@ def test_model_health_and_metrics(server):
     assert model["sigma"] == 0.25 and model["input_shape"] == [3, 8, 8] and model["num_classes"] == 10
     assert model["seed"] == SEED and model["class_names"][3] == "3" and len(model["model_sha256"]) == 64
     assert model["engine"].startswith("torch eager fp32 on cpu")
+    assert model["image_indices"] == f"consecutive from {FIRST_INDEX}"
     status, _, health = server.request("GET", "/healthz", token=None)
-    assert status == 200 and health["status"] == "ok"
+    assert status == 200 and health["status"] == "ok" and health["next_index"] >= FIRST_INDEX
+    assert any(f"consecutive image indices from {FIRST_INDEX}: clients can predict" in line for line in server.stderr)
     status, _, metrics = server.request("GET", "/metrics")
     assert status == 200
     for name in ("dmae_serve_requests_total", "dmae_serve_queue_images", "dmae_serve_batch_fill_ratio_bucket",
@@ -476,6 +478,24 @@ def _wait_for_queue(server: Server, images: int, timeout: float = 30) -> None:
             return
         time.sleep(0.05)
     raise AssertionError("the requests were never admitted")
+
+
+def test_by_default_no_client_can_know_its_next_index(small_server, digits):
+    """Without --first-index the index (so the noise) is drawn at admission: nothing announces the
+    next one, and one client's consecutive requests do not get consecutive indices."""
+    status, _, model = small_server.request("GET", "/v1/model", token=None)
+    assert status == 200 and model["image_indices"] == "random"
+    status, _, health = small_server.request("GET", "/healthz", token=None)
+    assert status == 200 and health["next_index"] is None
+    indices = []
+    for i in range(4):
+        status, _, payload = small_server.request("POST", "/v1/predict?n=10", npy_bytes(digits[i].numpy()),
+                                                  {"Content-Type": "application/x-npy"}, token=None)
+        assert status == 200
+        indices.append(payload["results"][0]["index"])
+    assert all(0 <= i < 2**32 for i in indices)
+    assert all(abs(b - a) > 1 for a, b in zip(indices, indices[1:])), indices  # chance of failing ~ 2**-30
+    assert not any("clients can predict" in line for line in small_server.stderr)
 
 
 def test_timeout_answers_504_and_a_full_queue_429(small_server, digits):

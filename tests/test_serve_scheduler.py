@@ -127,6 +127,31 @@ def test_queue_bound_and_index_range(engine, images):
     scheduler.close(10)
 
 
+def test_default_indices_are_drawn_at_random_on_admission(engine, images):
+    """Without a first index, a client cannot know its image's index (so its noise) before admission:
+    indices are not consecutive, differ between servers with the same settings, and the counts still
+    equal the offline streamer's for the index the image was given."""
+    plan = SamplingPlan.predict(40)
+    given = []
+    for _ in range(2):
+        scheduler = _scheduler(engine, first_index=None)
+        collector = Collector(len(images))
+        jobs = [Job(image, plan, None, collector.done_for(i)) for i, image in enumerate(images)]
+        for job in jobs:
+            scheduler.submit([job])
+        assert collector.event.wait(60)
+        assert scheduler.stats().next_index is None
+        scheduler.close(10)
+        indices = [job.index for job in jobs]
+        assert all(0 <= i < 2**32 for i in indices)
+        # consecutive (or repeated) indices from a 2**32 draw: chance about 9 * 2**-31
+        assert all(abs(b - a) > 1 for a, b in zip(indices, indices[1:])), indices
+        offline = _offline(engine, plan, [(job.index, image, 0) for job, image in zip(jobs, images)])
+        assert all(np.array_equal(collector.results[i], offline[job.index]) for i, job in enumerate(jobs))
+        given.append(indices)
+    assert given[0] != given[1]
+
+
 def test_non_finite_logits_fail_that_image_only(engine, images):
     class NaNForBrightImages:
         def __init__(self, inner):

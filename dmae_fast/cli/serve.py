@@ -60,7 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "image size)")
     noise = parser.add_argument_group("noise key")
     noise.add_argument("--seed", type=int, help="64-bit noise seed (default: random at start; every answer names it)")
-    noise.add_argument("--first-index", type=int, default=0, help="image index of the first image served (default 0)")
+    noise.add_argument("--first-index", type=int, help="give images consecutive image indices from this one, as an "
+                       "offline run over a dataset does; clients can then predict their noise, so only for trusted "
+                       "clients (default: each image gets a random index when it is admitted)")
     defaults = parser.add_argument_group("request defaults")
     defaults.add_argument("--n0", type=int, default=Defaults.n0, help=f"CERTIFY selection samples (default {Defaults.n0})")
     defaults.add_argument("--n", type=int, default=Defaults.n, help=f"samples (default {Defaults.n:,})")

@@ -66,7 +66,7 @@ class ServeConfig:
     slots: int | None = None  # images on the device at once (default: from the batch and the image size)
     token_file: str | None = None  # bearer token for /v1/* and /metrics
     seed: int | None = None  # None: a random 64-bit seed, drawn at start (every answer names it)
-    first_index: int = 0  # the image index (noise key) of the first image served
+    first_index: int | None = None  # None: random indices; else consecutive from here (Scheduler.submit)
     sigma: float | None = None  # None: the sigma the checkpoint records
     device: str = "auto"
     precision: str = "auto"
@@ -89,7 +89,7 @@ class ServeConfig:
             (self.max_queue >= 1, f"--max-queue must be >= 1, got {self.max_queue}"),
             (self.slots is None or self.slots >= 1, f"--slots must be >= 1, got {self.slots}"),
             (self.seed is None or 0 <= self.seed < 2**64, f"--seed must be in [0, 2**64), got {self.seed}"),
-            (0 <= self.first_index <= MASK32, f"--first-index must be in [0, 2**32), got {self.first_index}"),
+            (self.first_index is None or 0 <= self.first_index <= MASK32, f"--first-index must be in [0, 2**32), got {self.first_index}"),
             (self.sigma is None or sigma_problem(self.sigma) is None, f"--{sigma_problem(self.sigma)}"),
             (self.input_size is None or self.input_size >= 1, f"--input-size must be >= 1, got {self.input_size}"),
             (self.noise in NOISE_CHOICES, f"--noise must be one of {', '.join(NOISE_CHOICES)}, got {self.noise!r}"),

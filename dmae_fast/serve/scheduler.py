@@ -22,6 +22,7 @@ requests) free their slot at once and the next batch is filled from the queue.
 from __future__ import annotations
 
 import itertools
+import secrets
 import threading
 import time
 from collections import deque
@@ -54,7 +55,7 @@ class Closed(Exception):
 
 
 class IndicesExhausted(Exception):
-    """The noise contract's image indices [0, 2**32) are used up for this seed (restart with another)."""
+    """Consecutive indices only: the noise contract's image indices [0, 2**32) are used up for this seed."""
 
 
 class Job:
@@ -102,14 +103,14 @@ class SchedulerStats:
 
     admitted: int  # images admitted, not yet answered
     on_device: int  # images holding a slot
-    next_index: int
+    next_index: int | None  # None: indices are drawn at random (see Scheduler.submit)
 
 
 class Scheduler:
     """The device-owning thread (see the module doc). ``submit`` and ``cancel`` are thread-safe."""
 
     def __init__(self, body: BatchBody, device: torch.device, image_shape: tuple[int, ...], batch: int,
-                 max_wait_s: float, num_slots: int, max_queue: int, first_index: int,
+                 max_wait_s: float, num_slots: int, max_queue: int, first_index: int | None,
                  on_batch: Callable[[int, float], None] | None = None) -> None:
         self.body, self.device, self.image_shape, self.batch = body, device, tuple(image_shape), batch
         self.max_wait_s, self.num_slots, self.max_queue = max_wait_s, num_slots, max_queue
@@ -137,20 +138,35 @@ class Scheduler:
             raise self._startup_error
 
     def submit(self, jobs: list[Job]) -> None:
-        """Admit a request's images, giving them consecutive image indices; all or none."""
+        """Admit a request's images, all or none, giving each its image index (the noise key).
+
+        With ``first_index`` None (the default), each index is drawn uniformly from [0, 2**32) by
+        the operating system's CSPRNG at admission, after the image has arrived: a client cannot
+        know the noise its image will meet, even though the seed is public (a client that could
+        would be able to pick an input fitted to those particular noise draws, and the certificate's
+        guarantee, which is over noise independent of the input, would not hold). Two images may
+        draw the same index (probability about m**2 / 2**33 among m images); that costs nothing,
+        since each image's noise is still independent of its content. With a ``first_index``, the
+        images get consecutive indices, as in an offline run over a dataset: predictable, for
+        trusted clients only.
+        """
         with self._cond:
             if self._closing:
                 raise Closed("the server is shutting down")
             if self._admitted + len(jobs) > self.max_queue:
                 raise QueueFull(f"the queue is full ({self._admitted} of {self.max_queue} images in flight); "
                                 "retry later")
-            if self._next_index + len(jobs) > MASK32 + 1:
+            if self._next_index is None:
+                indices = [secrets.randbits(32) for _ in jobs]
+            elif self._next_index + len(jobs) > MASK32 + 1:
                 raise IndicesExhausted("this server has used every image index of the noise contract for its "
                                        "seed; restart it with another --seed")
+            else:
+                indices = list(range(self._next_index, self._next_index + len(jobs)))
+                self._next_index += len(jobs)
             now = time.monotonic()
-            for job in jobs:
-                job.index, job.since, job.queued = self._next_index, now, True
-                self._next_index += 1
+            for job, index in zip(jobs, indices):
+                job.index, job.since, job.queued = index, now, True
             self._admitted += len(jobs)
             self._inbox.extend(jobs)
             self._cond.notify()

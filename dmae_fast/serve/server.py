@@ -84,7 +84,9 @@ def serve(config: ServeConfig, announce=lambda line: print(line, file=sys.stderr
             limit_concurrency=config.max_connections, timeout_graceful_shutdown=config.limits.timeout_s + 5,
             timeout_keep_alive=config.keep_alive_s, server_header=False)
         server = _Server(uv_config, service)
-        announce(f"{PROG}: {service.body.description}, sigma {service.sigma}, seed {service.seed}, batch "
+        indices = "" if config.first_index is None else \
+            f" (consecutive image indices from {config.first_index}: clients can predict their noise)"
+        announce(f"{PROG}: {service.body.description}, sigma {service.sigma}, seed {service.seed}{indices}, batch "
                  f"{config.batch}, max wait {config.max_wait_ms:g} ms; listening on {address}")
         server.run(sockets=[sock])
     finally:

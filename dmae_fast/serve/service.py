@@ -120,6 +120,7 @@ class Service:
             "num_classes": spec.num_classes,
             "class_names": list(spec.class_names) if spec.class_names else None,
             "seed": self.seed,
+            "image_indices": "random" if config.first_index is None else f"consecutive from {config.first_index}",
             "batch": config.batch,
             "max_wait_ms": config.max_wait_ms,
             "defaults": {"n0": config.defaults.n0, "n": config.defaults.n, "alpha": config.defaults.alpha},
