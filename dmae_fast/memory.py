@@ -8,10 +8,17 @@ keeping freed memory made Cohen et al.'s loop 1.07-1.42x faster and our plain bo
 process had allocated before, which made the reference loops' figures drift between runs.
 
 :func:`keep_freed_memory` sets glibc's mmap and trim thresholds to 1 GiB (``mallopt``): freed
-blocks below that stay in the process and are reused. CPU certification bodies and
-``dmae-bench cpu`` (for the reference loops as well as ours) apply it; the price is that the
-process keeps its peak heap size until it exits. Nothing is changed when the allocator is not
-glibc's or when the user set ``MALLOC_MMAP_THRESHOLD_`` or ``MALLOC_TRIM_THRESHOLD_`` themselves.
+blocks below that stay in the process and are reused. It also makes every thread allocate from
+the one main arena (``M_ARENA_MAX`` 1): glibc gives other threads arenas of 64 MiB heaps that are
+unmapped once empty, whatever the thresholds, so a batch body on a thread of its own
+page-faulted its activations in again on every batch (``dmae-serve``'s device thread: 12,317
+minor faults per 1,000 demo samples, 27 with one arena; the ``--fast`` workers on 224x224
+inputs: 1,500-4,100, 11-530 with one arena, at the same speed within the variation). CPU
+certification bodies and ``dmae-bench cpu`` (for the reference loops as well as ours) apply it;
+the price is that the process keeps its peak heap size until it exits. It must run before the
+threads that allocate start (a thread keeps the arena it first got). Nothing is changed when the
+allocator is not glibc's or when the user set ``MALLOC_MMAP_THRESHOLD_``,
+``MALLOC_TRIM_THRESHOLD_`` or ``MALLOC_ARENA_MAX`` themselves.
 """
 
 from __future__ import annotations
@@ -22,8 +29,8 @@ import os
 import platform
 
 KEEP_BELOW = 1 << 30
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's <malloc.h>
-USER_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_ARENA_MAX = -1, -3, -8  # glibc's <malloc.h>
+USER_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_ARENA_MAX")
 
 
 def glibc() -> bool:
@@ -40,6 +47,7 @@ def keep_freed_memory() -> str:
     if chosen:
         return f"glibc malloc as set by {', '.join(chosen)}"
     libc = ctypes.CDLL(None)
-    if libc.mallopt(M_MMAP_THRESHOLD, KEEP_BELOW) != 1 or libc.mallopt(M_TRIM_THRESHOLD, KEEP_BELOW) != 1:
-        return "glibc malloc, default thresholds (mallopt refused 1 GiB)"
-    return "glibc malloc keeps freed blocks below 1 GiB (mmap and trim thresholds)"
+    if libc.mallopt(M_MMAP_THRESHOLD, KEEP_BELOW) != 1 or libc.mallopt(M_TRIM_THRESHOLD, KEEP_BELOW) != 1 \
+            or libc.mallopt(M_ARENA_MAX, 1) != 1:
+        return "glibc malloc, default settings (mallopt refused them)"
+    return "glibc malloc keeps freed blocks below 1 GiB (mmap and trim thresholds, one arena)"

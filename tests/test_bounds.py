@@ -67,6 +67,19 @@ def test_predict_matches_binomial_test(counts, alpha):
     assert result.prediction == (int(np.argmax(counts)) if pvalue <= alpha else ABSTAIN)
 
 
+def test_top_two_pvalue_is_scipys_binomial_test():
+    """The closed form at p = 1/2 gives binomtest's two-sided p-value (down to the denormal range,
+    where binomtest's own tail sum rounds differently), ties and empty counts included."""
+    rng = np.random.default_rng(0)
+    ns = np.concatenate([np.arange(0, 60), rng.integers(60, 20_001, 300)])
+    for n in ns:
+        for k in {0, 1, n // 2, (n + 1) // 2, n - 1, n, *rng.integers(0, n + 1, 4)}:
+            if not 0 <= k <= n:
+                continue
+            want = binomtest(int(k), int(n), 0.5).pvalue if n else 1.0
+            assert top_two_pvalue(int(k), int(n - k)) == pytest.approx(want, rel=1e-12, abs=1e-300), (k, n)
+
+
 def test_predict_hand_values():
     assert predict_from_counts(np.array([0, 30, 70]), 0.05).prediction == 2  # p = 7.85e-5
     assert predict_from_counts(np.array([52, 48, 0]), 0.05).prediction == ABSTAIN  # p = 0.76

@@ -283,9 +283,9 @@ def _checked(image: torch.Tensor, where: str, shape: tuple[int, ...]) -> torch.T
     if tuple(image.shape) != tuple(shape):
         raise PayloadError(422, f"{where} has shape {list(image.shape)}; the classifier takes {list(shape)} "
                            "([C, H, W])")
-    if not bool(torch.isfinite(image).all()):
+    low, high = (float(value) for value in torch.aminmax(image))  # NaN and infinities show in these
+    if not (math.isfinite(low) and math.isfinite(high)):
         raise PayloadError(422, f"{where} contains NaN or infinite pixel values")
-    low, high = float(image.min()), float(image.max())
     if low < 0 or high > 1:
         raise PayloadError(422, f"{where} has pixel values in [{low:g}, {high:g}]; they must be in [0, 1]")
     return image.contiguous()
