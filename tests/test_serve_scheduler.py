@@ -144,7 +144,7 @@ def test_default_indices_are_drawn_at_random_on_admission(engine, images):
         scheduler.close(10)
         indices = [job.index for job in jobs]
         assert all(0 <= i < 2**32 for i in indices)
-        # consecutive (or repeated) indices from a 2**32 draw: chance about 9 * 2**-31
+        # neighbours within 1 of each other by chance: 8 pairs x 3 / 2**32, about 6e-9
         assert all(abs(b - a) > 1 for a, b in zip(indices, indices[1:])), indices
         offline = _offline(engine, plan, [(job.index, image, 0) for job, image in zip(jobs, images)])
         assert all(np.array_equal(collector.results[i], offline[job.index]) for i, job in enumerate(jobs))
