@@ -3,14 +3,19 @@
 Record of the fifth 2026-11-25 session (issue 12); run from the repository root:
     python bench/results/2026-11-25-cpu-fast/bf16/bf16.py demo; python ... small-224
 """
-import time, statistics, copy, sys, torch
+import copy
+import statistics
+import sys
+import time
+
+import torch
 import torch._inductor.config as icfg
-from dmae_fast.checkpoints import load_classifier
-from dmae_fast.demo import DEMO_CHECKPOINT
-from dmae_fast.data import demo_digits
-from dmae_fast.memory import keep_freed_memory
+
 from dmae_fast.bench.throughput import build_model
 from dmae_fast.certification.cpu_batches import OrtChunks, onnx_bytes
+from dmae_fast.data import demo_digits
+from dmae_fast.memory import keep_freed_memory
+
 keep_freed_memory(); torch.set_num_threads(1)
 name = sys.argv[1] if len(sys.argv) > 1 else "demo"
 CH = 128 if name == "demo" else 16
