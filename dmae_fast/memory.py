@@ -49,5 +49,5 @@ def keep_freed_memory() -> str:
     libc = ctypes.CDLL(None)
     if libc.mallopt(M_MMAP_THRESHOLD, KEEP_BELOW) != 1 or libc.mallopt(M_TRIM_THRESHOLD, KEEP_BELOW) != 1 \
             or libc.mallopt(M_ARENA_MAX, 1) != 1:
-        return "glibc malloc, default settings (mallopt refused them)"
+        return "glibc malloc; mallopt refused part of the setting (thresholds 1 GiB, one arena)"
     return "glibc malloc keeps freed blocks below 1 GiB (mmap and trim thresholds, one arena)"

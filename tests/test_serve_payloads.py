@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 
 import numpy as np
 import pytest
@@ -26,7 +27,7 @@ def _npy(array: np.ndarray) -> bytes:
 def test_one_bad_pixel_refuses_the_image(position, value, message):
     image = np.random.default_rng(position).random(SHAPE, dtype=np.float32)
     image.flat[position] = value
-    with pytest.raises(PayloadError, match=message.replace("[", r"\[").replace("]", r"\]")) as refused:
+    with pytest.raises(PayloadError, match=re.escape(message)) as refused:
         decode_image(_npy(image), "image 0", SHAPE, Limits())
     assert refused.value.status == 422
 
