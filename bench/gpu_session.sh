@@ -5,7 +5,7 @@
 #
 # Steps, in order, each under `timeout` (a failed or timed-out step is recorded and the next
 # one runs): versions; install (pip install --no-deps --no-build-isolation -e ., else a
-# PYTHONPATH shim); gpu-tests (pytest -m gpu + the Triton kernel tests); tests (stream,
+# PYTHONPATH shim); gpu-tests (pytest -m gpu on the files with GPU tests); tests (stream,
 # fast stream, engine and export tests on this machine); demo (dmae-certify fp32 on the
 # demo digits: CUDA counts must equal this machine's CPU counts); train (DMAE ViT-B
 # pre-training images/s in bf16, bench/train_throughput.py); bench (dmae-bench --all, its
@@ -14,15 +14,20 @@
 #   demo/*.tsv, train/<date>-<gpu>-pretrain.json/.md, bench/<date>-<gpu>.json/.md/.png,
 #   bench/engines/*.json (engine sidecars).
 # Exit status: 0 if every step passed, else 1 (the failed steps are listed at the end).
+# PACK=<folder> (e.g. the device tool's $OUT, which brings back 8 files at most): on exit, even
+# after a failed step or a TERM/INT, everything under $OUT is packed into PACK/gpu-session.tar.gz,
+# and session.log and steps.tsv are copied beside it (3 files).
 #
-# Environment: SESSION_SECONDS (default 550: the whole script), PYTHON (default python),
+# Environment: STEPS (default all: "versions install gpu-tests tests demo train bench"; e.g. one
+# device call for the checks and one for the bench), SESSION_SECONDS (default 550: the whole
+# script), PYTHON (default python3),
 # BENCH_ARGS (default below), SCRATCH (default a temporary folder: exported engines, which
 # are too large to bring back), GPU_SESSION_SMOKE=1 (CPU smoke sizes, no install: the test
 # that keeps this script working, tests/test_bench.py).
 set -u
 
 : "${OUT:?set OUT to the folder for the results}"
-PY=${PYTHON:-python}
+PY=${PYTHON:-python3}
 SMOKE=${GPU_SESSION_SMOKE:-0}
 TOTAL=${SESSION_SECONDS:-550}
 SCRATCH=${SCRATCH:-$(mktemp -d)}
@@ -31,6 +36,28 @@ FAILED=""
 SECONDS=0
 
 log() { echo "$*" | tee -a "$OUT/session.log"; }
+
+# pack: $OUT -> $PACK/gpu-session.tar.gz (+ session.log, steps.tsv), once, on any exit
+pack() {
+    [ -n "${PACK:-}" ] && [ -z "${PACKED:-}" ] || return 0
+    PACKED=1
+    mkdir -p "$PACK" && tar -czf "$PACK/gpu-session.tar.gz" -C "$OUT" . &&
+        cp "$OUT/session.log" "$OUT/steps.tsv" "$PACK/" 2>/dev/null
+    echo "gpu_session: packed $OUT into $PACK/gpu-session.tar.gz ($(du -h "$PACK/gpu-session.tar.gz" | cut -f1))"
+}
+if [ -n "${PACK:-}" ]; then
+    case "$(realpath -m "$PACK")/" in "$(realpath -m "$OUT")"/*)
+        echo "gpu_session: PACK ($PACK) must not be inside OUT ($OUT)" >&2; exit 2 ;;
+    esac
+fi
+trap pack EXIT
+stopped() {  # TERM/INT: stop the step that was running and record it, then exit (and pack)
+    [ -n "${CURRENT:-}" ] && [ -n "${STEP_PID:-}" ] && kill -TERM "$STEP_PID" 2>/dev/null  # timeout passes it on
+    log "gpu_session: stopped by a signal during ${CURRENT:-no step}"
+    [ -n "${CURRENT:-}" ] && printf '%s\t%s\t%s\n' "$CURRENT" "signal" "$((SECONDS - STEP_START))" >> "$OUT/steps.tsv"
+    exit 1
+}
+trap stopped TERM INT
 
 # run_step NAME LIMIT_SECONDS COMMAND...: output to logs/NAME.log, status to steps.tsv
 run_step() {
@@ -42,10 +69,14 @@ run_step() {
         FAILED="$FAILED $name"
         return 0
     fi
+    CURRENT=$name STEP_START=$start STEP_PID=""
     log "== $name (limit ${limit}s): $*"
     if [ "$(type -t "$1")" = function ]; then set -- bash -c '"$@"' "$name" "$@"; fi  # timeout runs programs
-    timeout --kill-after=10 "$limit" "$@" > "$OUT/logs/$name.log" 2>&1
+    timeout --kill-after=10 "$limit" "$@" > "$OUT/logs/$name.log" 2>&1 &
+    STEP_PID=$!
+    wait $STEP_PID  # in the background, so that a TERM reaches the trap (and the packing) at once
     rc=$?
+    CURRENT=""
     printf '%s\t%s\t%s\n' "$name" "$rc" "$((SECONDS - start))" >> "$OUT/steps.tsv"
     tail -n 4 "$OUT/logs/$name.log" | sed 's/^/   /' | tee -a "$OUT/session.log"
     log "   -> exit $rc after $((SECONDS - start)) s$([ $rc -eq 124 ] && echo ' (timed out)')"
@@ -55,6 +86,17 @@ run_step() {
 
 # Seconds left for a step: its own cap, or what remains of the session minus RESERVE.
 left() { local cap=$1 rest=$((TOTAL - SECONDS - ${2:-0})); echo $((rest < cap ? rest : cap)); }
+
+# STEPS: the steps to run (all by default); one device call cannot hold all of them at full size.
+ALL_STEPS="versions install gpu-tests tests demo train bench"
+STEPS=${STEPS:-$ALL_STEPS}
+for step in $STEPS; do
+    case " $ALL_STEPS " in *" $step "*) ;; *) echo "gpu_session: unknown step '$step' in STEPS (steps: $ALL_STEPS)" >&2; exit 2 ;; esac
+done
+wanted() { case " $STEPS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+# kept STEP...: the seconds an earlier step leaves for these later steps, those wanted
+declare -A SHARE=([tests]=100 [demo]=60 [train]=60 [bench]=200)
+kept() { local sum=0 step; for step in "$@"; do wanted "$step" && sum=$((sum + SHARE[$step])); done; echo $sum; }
 
 versions() {
     "$PY" - <<'EOF'
@@ -77,6 +119,9 @@ except ImportError:
     pass
 EOF
     if command -v nvidia-smi > /dev/null; then nvidia-smi; else echo "nvidia-smi: not found"; fi
+    # AOTInductor builds CUDA packages with the CUDA toolkit's headers (CUDA_HOME, or nvcc's folder)
+    "$PY" -c "import torch.utils.cpp_extension as e; print('CUDA_HOME', e.CUDA_HOME)" 2>&1 | tail -n 1
+    echo "nvcc $(command -v nvcc || echo 'not found'); gcc $(command -v gcc || echo 'not found')"
 }
 
 install() {
@@ -118,43 +163,48 @@ demo_check() {  # fp32 counts on CUDA must equal this machine's CPU counts (same
 
 export OUT PY SMOKE SCRATCH
 export -f versions install demo_check
-log "gpu_session: OUT=$OUT SCRATCH=$SCRATCH SESSION_SECONDS=$TOTAL smoke=$SMOKE $(date -u +%FT%TZ)"
-run_step versions 30 versions
+log "gpu_session: OUT=$OUT SCRATCH=$SCRATCH SESSION_SECONDS=$TOTAL smoke=$SMOKE steps=$STEPS $(date -u +%FT%TZ)"
+wanted versions && run_step versions 30 versions
 
 if [ "$SMOKE" = 1 ]; then
     shim
-else
+elif wanted install; then
     run_step install "$(left 60)" install
     case "$FAILED" in *install*) shim ;; esac
 fi
 
+# The test files that hold GPU tests (tests/test_bench.py checks that none is missing).
+GPU_TEST_FILES=(tests/test_stream.py tests/test_fast_stream.py)
 if [ "$SMOKE" = 1 ]; then  # one quick module: its GPU test is collected and skipped
-    pytest_step gpu-tests "$(left 60)" -m gpu tests/test_stream.py
+    wanted gpu-tests && pytest_step gpu-tests "$(left 60)" -m gpu tests/test_stream.py
 else
-    pytest_step gpu-tests "$(left 100 330)" -m gpu --continue-on-collection-errors tests/
-    pytest_step tests "$(left 70 300)" -m "not gpu" tests/test_kernels.py tests/test_stream.py \
-        tests/test_fast_stream.py tests/test_engines.py tests/test_export.py
+    wanted gpu-tests && pytest_step gpu-tests "$(left 200 "$(kept tests demo train bench)")" -m gpu "${GPU_TEST_FILES[@]}"
+    wanted tests && pytest_step tests "$(left 150 "$(kept demo train bench)")" -m "not gpu" tests/test_kernels.py \
+        tests/test_stream.py tests/test_fast_stream.py tests/test_engines.py tests/test_export.py
 fi
-run_step demo "$(left 45 260)" demo_check
+wanted demo && run_step demo "$(left 90 "$(kept train bench)")" demo_check  # three processes, each compiling
 
 if [ "$SMOKE" = 1 ]; then
     TRAIN=(--preset demo-pretrain --batch 16 --seconds 0.5 --device cpu)
 else
     TRAIN=(--preset dmae-vitb-pretrain --batch 256 --precision bf16 --seconds 20)
 fi
-run_step train "$(left 75 200)" "$PY" -m dmae_fast.bench.train_throughput "${TRAIN[@]}" --out "$OUT/train"
+wanted train && run_step train "$(left 75 "$(kept bench)")" "$PY" -m dmae_fast.bench.train_throughput "${TRAIN[@]}" \
+    --out "$OUT/train"
 
 if [ "$SMOKE" = 1 ]; then
     BENCH=(--smoke --models tiny-cpu --batches 16 --seconds 0.1)
 else
     read -r -a BENCH <<< "${BENCH_ARGS:---all --models vit-b16 --export-models demo vit-b16 --batches 256 1024 --seconds 2 --reference-budget 8 --images 10}"
 fi
-BENCH_LIMIT=$(left 900 15)
-BUDGET=$((BENCH_LIMIT - 45 > 30 ? BENCH_LIMIT - 45 : 30))  # margin for a row or export that overruns
-[ "$SMOKE" = 1 ] && BUDGET=120
-run_step bench "$BENCH_LIMIT" "$PY" -m dmae_fast.cli.bench "${BENCH[@]}" --out "$OUT/bench" --budget "$BUDGET" \
-    --engine-dir "$SCRATCH"
-find "$SCRATCH" -maxdepth 2 -name '*.json' -path '*-engines/*' -exec cp {} "$OUT/bench/engines/" \; 2>/dev/null
+if wanted bench; then
+    BENCH_LIMIT=$(left 900 15)
+    BUDGET=$((BENCH_LIMIT - 45 > 30 ? BENCH_LIMIT - 45 : 30))  # margin for a row or export that overruns
+    [ "$SMOKE" = 1 ] && BUDGET=120
+    run_step bench "$BENCH_LIMIT" "$PY" -m dmae_fast.cli.bench "${BENCH[@]}" --out "$OUT/bench" --budget "$BUDGET" \
+        --engine-dir "$SCRATCH"
+    find "$SCRATCH" -maxdepth 2 -name '*.json' -path '*-engines/*' -exec cp {} "$OUT/bench/engines/" \; 2>/dev/null
+fi
 
 log "gpu_session: done in ${SECONDS}s; failed steps:${FAILED:- none}"
 cp "$OUT/steps.tsv" "$OUT/logs/" 2>/dev/null

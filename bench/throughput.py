@@ -6,6 +6,7 @@ repeats full batches for a fixed time and synchronizes; the rate is batch * step
 
 from __future__ import annotations
 
+import gc
 import math
 import time
 from collections.abc import Callable
@@ -20,7 +21,12 @@ from dmae_fast.certification.stream import ImageBatches
 from dmae_fast.checkpoints import load_classifier
 from dmae_fast.demo import DEMO_CHECKPOINT
 from dmae_fast.engines import Engine, TorchEngine
-from dmae_fast.model import ENCODER_PRESETS, ClassifierSpec, EncoderConfig, SmoothingClassifier
+from dmae_fast.model import (
+    ENCODER_PRESETS,
+    ClassifierSpec,
+    EncoderConfig,
+    SmoothingClassifier,
+)
 
 SIGMA, SEED, SLOTS = 0.25, 0, 8
 MODEL_SPECS = {  # random weights: speed does not depend on them
@@ -112,6 +118,7 @@ def measure(model_name: str, model: SmoothingClassifier, variant: Variant, batch
         row.status = "skipped: needs CUDA"
         return row
     if device.type == "cuda":
+        gc.collect()  # earlier rows' bodies hold themselves (bound methods): free their buffers first
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
     shape = model.spec.input_shape

@@ -18,6 +18,7 @@ the reference instead.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import sys
@@ -52,6 +53,14 @@ def _reference(clean: torch.Tensor, sigma: float, seed: int, rows: tuple[torch.T
     return clean[slot] + sigma * gaussian_noise(seed, image, phase, sample, tuple(clean.shape[1:]))
 
 
+@functools.cache
+def _compiled_noisy_rows(serial: bool):
+    """One ``torch.compile`` wrapper per kind, shared by every :class:`NoiseSource` of the process,
+    so that they share Dynamo's cache entries (each new wrapper adds its own, up to Dynamo's
+    recompile limit, after which it silently runs the function uncompiled)."""
+    return torch.compile(noisy_rows, dynamic=None, options=SERIAL_OPTIONS if serial else None)
+
+
 @contextmanager
 def _quiet_compiler():
     """Inductor logs a CUDA_HOME warning on CPU-only machines; it is not the user's concern."""
@@ -70,13 +79,15 @@ class NoiseSource:
     ``implementation`` says which runs: ``"compiled"`` or ``"torch ops"`` (the reference).
     ``serial``: a one-thread kernel that releases the GIL, for calls from several threads at once
     once :attr:`ready` (the first call compiles and checks it, and must not be made concurrently).
+    Dynamo guards on the calling thread's torch thread count and grad mode, so the first call
+    must be made in the state of the later ones (as :class:`ChunkedCpuBatches` does), or each
+    thread recompiles an unchecked kernel, concurrently (an error in torch 2.11).
     """
 
     def __init__(self, device: torch.device, compiled: bool = True, serial: bool = False) -> None:
         self.device = device
         self.implementation = COMPILED if compiled else REFERENCE
-        options = SERIAL_OPTIONS if serial else None
-        self._compiled = torch.compile(noisy_rows, dynamic=None, options=options) if compiled else None
+        self._compiled = _compiled_noisy_rows(serial) if compiled else None
         self._checked = False
         self._key: tuple[int, torch.Tensor] | None = None
         self._sigma: tuple[float, torch.Tensor] | None = None
@@ -104,11 +115,11 @@ class NoiseSource:
 
     def _run_compiled(self, clean: torch.Tensor, sigma: float, seed: int,
                       rows: tuple[torch.Tensor, ...]) -> torch.Tensor:
-        """One compiled program for every batch size: the row axis is marked dynamic (a lone
-        row is run twice, since Inductor specializes sizes 0 and 1)."""
+        """One compiled program for every batch size: the row axis is marked dynamic."""
         count = len(rows[0])
-        if count == 1:
-            rows = tuple(torch.cat((r, r)) for r in rows)
+        # Fresh columns (a lone row twice, since Inductor specializes sizes 0 and 1): a chunk cut
+        # from a batch is a view at some storage offset, which Dynamo would guard on and recompile.
+        rows = tuple(torch.cat((r, r)) if count == 1 else r.clone() for r in rows)
         for column in rows:
             torch._dynamo.mark_dynamic(column, 0)
         slot, image, phase, sample = rows

@@ -51,7 +51,9 @@ from dmae_fast.noise import MASK32, check_seed  # noqa: E402
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"
 if not INTERPRETED:
     from triton.language.extra import libdevice
-TWO_PI = 6.283185307179586  # rounded to float32 in the kernel, as torch rounds 2 * math.pi
+TWO_PI = tl.constexpr(6.283185307179586)  # rounded to float32 in the kernel, as torch rounds 2 * math.pi
+# Triton turns an integer argument equal to 1 into a constant; a key word may be 1 (seed 1, 2**32).
+SEED_WORDS = ["seed_lo", "seed_hi"]
 TORCH_TO_TL = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}
 
 
@@ -100,7 +102,7 @@ def _contract_gaussians(seed_lo, seed_hi, element, sample, image, phase, PRECISE
     return own, radius * tl.where(lane % 2 == 0, cos, sin)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=SEED_WORDS)
 def _noise_kernel(words_ptr, noise_ptr, image_ptr, phase_ptr, sample_ptr, seed_lo, seed_hi, numel,
                   BLOCK: tl.constexpr, PRECISE: tl.constexpr):
     """Words and Gaussians [B, numel] of B rows: the contract as the fused kernel computes it."""
@@ -117,7 +119,7 @@ def _noise_kernel(words_ptr, noise_ptr, image_ptr, phase_ptr, sample_ptr, seed_l
     tl.store(noise_ptr + offset, eta, mask=ok)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=SEED_WORDS)
 def _fused_tokens_kernel(out_ptr, emb_ptr, weight_ptr, cls_ptr, pos_ptr,
                          slot_ptr, image_ptr, phase_ptr, sample_ptr, seed_lo, seed_hi, M,
                          L: tl.constexpr, D: tl.constexpr, K: tl.constexpr, P: tl.constexpr,
@@ -170,13 +172,20 @@ def _rows(*columns: torch.Tensor) -> list[torch.Tensor]:
 def contract_noise(seed: int, image: torch.Tensor, phase: torch.Tensor, sample: torch.Tensor,
                    numel: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(words int64 [B, numel], Gaussians float32 [B, numel]) computed by the kernels' noise code."""
+    grid, args, options = noise_launch(seed, image, phase, sample, numel)
+    _noise_kernel[grid](*args, **options)
+    return args[0], args[1]
+
+
+def noise_launch(seed: int, image: torch.Tensor, phase: torch.Tensor, sample: torch.Tensor,
+                 numel: int) -> tuple[tuple[int, ...], list, dict]:
+    """(grid, positional arguments, constexprs and launch options) of ``_noise_kernel``."""
     image, phase, sample = _rows(image, phase, sample)
     words = torch.empty((len(image), numel), dtype=torch.int64, device=image.device)
     noise = torch.empty((len(image), numel), dtype=torch.float32, device=image.device)
     block = 1024
-    _noise_kernel[(len(image), triton.cdiv(numel, block))](words, noise, image, phase, sample, *_key(seed), numel,
-                                                           BLOCK=block, PRECISE=not INTERPRETED)
-    return words, noise
+    grid = (len(image), triton.cdiv(numel, block))
+    return grid, [words, noise, image, phase, sample, *_key(seed), numel], dict(BLOCK=block, PRECISE=not INTERPRETED)
 
 
 def _blocks(front: FrontEnd) -> tuple[int, int, int, int]:
@@ -195,6 +204,16 @@ def fused_tokens(front: FrontEnd, embeddings: torch.Tensor, slot: torch.Tensor, 
     ``front.weight`` is the GEMM's input type (``front.cast(dtype)`` once per run: fp16/bf16
     for tensor cores, fp32 for IEEE products); ``embeddings`` are E [S, L, D].
     """
+    grid, args, options = tokens_launch(front, embeddings, slot, image, phase, sample, seed, dtype, out)
+    _fused_tokens_kernel[grid](*args, **options)
+    return args[0]
+
+
+def tokens_launch(front: FrontEnd, embeddings: torch.Tensor, slot: torch.Tensor, image: torch.Tensor,
+                  phase: torch.Tensor, sample: torch.Tensor, seed: int, dtype: torch.dtype,
+                  out: torch.Tensor | None = None) -> tuple[tuple[int, ...], list, dict]:
+    """(grid, positional arguments, constexprs and launch options) of ``_fused_tokens_kernel``
+    for :func:`fused_tokens` (also what tests compile for Hopper on a machine without a GPU)."""
     slot, image, phase, sample = _rows(slot, image, phase, sample)
     if INTERPRETED and front.weight.dtype == torch.bfloat16:  # the interpreter mis-reads bf16 operands
         front = front.cast(torch.float32)
@@ -205,9 +224,9 @@ def fused_tokens(front: FrontEnd, embeddings: torch.Tensor, slot: torch.Tensor, 
     block_m, block_n, block_k, warps = _blocks(front)
     rows = len(slot) * length
     grid = (triton.cdiv(rows, block_m), triton.cdiv(dim, block_n))
-    _fused_tokens_kernel[grid](
-        out, embeddings.contiguous(), front.weight, front.cls_row, front.pos, slot, image, phase, sample, *_key(seed),
-        rows, L=length, D=dim, K=c * front.patch**2, P=front.patch, H=h, W=w,
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, PRECISE=not INTERPRETED,
-        DOT_PRECISION="ieee" if front.weight.dtype == torch.float32 else "tf32", num_warps=warps)
-    return out
+    args = [out, embeddings.contiguous(), front.weight, front.cls_row, front.pos, slot, image, phase, sample,
+            *_key(seed), rows]
+    options = dict(L=length, D=dim, K=c * front.patch**2, P=front.patch, H=h, W=w,
+                   BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, PRECISE=not INTERPRETED,
+                   DOT_PRECISION="ieee" if front.weight.dtype == torch.float32 else "tf32", num_warps=warps)
+    return grid, args, options

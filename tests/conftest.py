@@ -7,6 +7,11 @@ from collections.abc import Iterator
 import pytest
 import torch
 
+from dmae_fast.engines.torch_engine import ieee_fp32_convolutions
+
+if torch.cuda.is_available():  # fp32 comparisons with the CPU (tests/test_kernels.py) need IEEE convolutions
+    ieee_fp32_convolutions()
+
 
 def _with_torch_threads(count: int) -> Iterator[None]:
     threads = torch.get_num_threads()

@@ -3,8 +3,10 @@
 import json
 import math
 import os
+import re
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import torch
@@ -94,7 +96,7 @@ def _session(tmp_path, **env):
 
 
 def test_gpu_session_script_runs_every_step_in_smoke_mode(tmp_path):
-    done, steps = _session(tmp_path)
+    done, steps = _session(tmp_path, PACK=str(tmp_path / "pack"))
     assert done.returncode == 0, done.stdout[-2000:]
     assert steps == {"versions": "0", "gpu-tests": "0", "demo": "0", "train": "0", "bench": "0"}
     out = tmp_path / "out"
@@ -108,6 +110,13 @@ def test_gpu_session_script_runs_every_step_in_smoke_mode(tmp_path):
     [trained] = [json.loads(p.read_text()) for p in (out / "train").glob("*.json")]
     assert trained["result"]["preset"] == "demo-pretrain" and trained["result"]["images_per_s"] > 0
     assert "failed steps: none" in (out / "session.log").read_text()
+    # PACK: what the device tool brings back (8 files at most) holds everything under OUT
+    pack = tmp_path / "pack"
+    assert sorted(p.name for p in pack.iterdir()) == ["gpu-session.tar.gz", "session.log", "steps.tsv"]
+    with tarfile.open(pack / "gpu-session.tar.gz") as archive:
+        packed = {name.removeprefix("./") for name in archive.getnames()}
+    assert {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()} <= packed
+    assert (pack / "session.log").read_text() == (out / "session.log").read_text()
 
 
 def test_pretraining_throughput_writes_numbered_results_and_refuses_bad_input(tmp_path, capsys):
@@ -125,7 +134,61 @@ def test_pretraining_throughput_writes_numbered_results_and_refuses_bad_input(tm
 
 
 def test_gpu_session_script_records_steps_it_could_not_run(tmp_path):
-    done, steps = _session(tmp_path, SESSION_SECONDS="0")
-    assert done.returncode == 1
+    done, steps = _session(tmp_path, SESSION_SECONDS="0", PACK=str(tmp_path / "pack"))
+    assert done.returncode == 1  # packing on exit keeps the script's status
+    assert (tmp_path / "pack" / "gpu-session.tar.gz").stat().st_size > 0
     assert steps["versions"] == "0" and steps["gpu-tests"] == steps["train"] == steps["bench"] == "skipped"
     assert "failed steps: gpu-tests demo train bench" in (tmp_path / "out" / "session.log").read_text()
+
+
+def test_gpu_session_script_refuses_to_pack_into_its_own_output(tmp_path):
+    root = Path(__file__).resolve().parents[1]
+    variables = {**os.environ, "OUT": str(tmp_path / "out"), "PACK": str(tmp_path / "out" / "pack"),
+                 "GPU_SESSION_SMOKE": "1", "PYTHON": sys.executable}
+    done = subprocess.run(["bash", str(root / "bench" / "gpu_session.sh")], cwd=root, env=variables,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "must not be inside OUT" in done.stderr
+    assert not (tmp_path / "out" / "pack").exists()
+
+
+def test_gpu_session_script_packs_what_it_has_when_terminated(tmp_path):
+    """The device tool ends a call that outruns its limit with a signal: the step then running is
+    recorded and everything so far is packed at once."""
+    import signal
+    import time
+
+    root = Path(__file__).resolve().parents[1]
+    out, pack = tmp_path / "out", tmp_path / "pack"
+    variables = {**os.environ, "OUT": str(out), "PACK": str(pack), "SCRATCH": str(tmp_path / "scratch"),
+                 "GPU_SESSION_SMOKE": "1", "PYTHON": sys.executable}
+    script = subprocess.Popen(["bash", str(root / "bench" / "gpu_session.sh")], cwd=root, env=variables,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    steps, log = out / "steps.tsv", out / "session.log"
+    deadline = time.monotonic() + 120
+    while not (log.exists() and "== gpu-tests" in log.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    script.send_signal(signal.SIGTERM)
+    assert script.wait(timeout=30) == 1
+    assert "gpu-tests\tsignal\t" in steps.read_text()
+    assert "stopped by a signal during gpu-tests" in log.read_text()
+    with tarfile.open(pack / "gpu-session.tar.gz") as archive:
+        assert "./steps.tsv" in archive.getnames()
+
+
+def test_gpu_session_script_runs_the_gpu_tests_of_every_file_that_has_them():
+    root = Path(__file__).resolve().parents[1]
+    script = (root / "bench" / "gpu_session.sh").read_text()
+    [listed] = [line for line in script.splitlines() if line.startswith("GPU_TEST_FILES=")]
+    with_gpu_tests = {f"tests/{p.name}" for p in (root / "tests").glob("test_*.py")
+                      if re.search(r"^@pytest\.mark\.gpu", p.read_text(), re.MULTILINE)}
+    assert with_gpu_tests and with_gpu_tests <= set(listed.split("=(")[1].rstrip(")").split())
+
+
+def test_gpu_session_script_runs_only_the_steps_asked_for(tmp_path):
+    done, steps = _session(tmp_path, STEPS="versions demo")
+    assert done.returncode == 0, done.stdout[-2000:]
+    assert steps == {"versions": "0", "demo": "0"}
+    done = subprocess.run(["bash", "bench/gpu_session.sh"], cwd=Path(__file__).resolve().parents[1],
+                          env={**os.environ, "OUT": str(tmp_path / "other"), "STEPS": "versions benhc"},
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "unknown step 'benhc'" in done.stderr

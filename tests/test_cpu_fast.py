@@ -92,6 +92,23 @@ def test_compiled_noise_does_not_depend_on_the_packing_of_rows():
         assert torch.equal(torch.cat(parts), whole), size
 
 
+def test_rows_cut_from_a_batch_at_any_offset_reuse_the_compiled_kernel():
+    """Chunks are views at storage offsets 0, 1, 2, ...: Dynamo must not recompile (an unchecked
+    kernel) for them, whichever offset the first call had."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    source, clean = NoiseSource(CPU), torch.rand((5, 1, 8, 8))
+    slot, image, phase, sample = _rows(range(40))
+    for start, stop in ((5, 21), (0, 16), (1, 9), (20, 40), (3, 4)):
+        got = source(clean, slot[start:stop], 0.5, 7, image[start:stop], phase[start:stop], sample[start:stop])
+        want = clean[slot[start:stop]] + 0.5 * gaussian_noise(7, image[start:stop], phase[start:stop],
+                                                              sample[start:stop], (1, 8, 8))
+        torch.testing.assert_close(got, want, rtol=0, atol=2e-6)
+    assert source.implementation == COMPILED and counters["stats"]["unique_graphs"] == 1
+
+
 def test_failing_compiler_falls_back_to_the_reference_with_one_notice(capsys):
     source = NoiseSource(CPU)
 
@@ -180,6 +197,24 @@ def test_cpu_body_restores_the_thread_setting(demo):
     body = ChunkedCpuBatches(TorchChunks(model, "fp32"), model.spec, 0.25, 5, 100, 2, 8, NoiseSource(CPU))
     _counts(engine, body, items[:1], n0=10, n=90, batch=100)
     assert torch.get_num_threads() == before
+
+
+@pytest.mark.parametrize("serial", [True, False])
+def test_the_noise_kernel_is_compiled_once_for_every_worker_and_chunk(demo, serial):
+    """Workers run with one torch thread and get chunks at every storage offset: neither may make
+    Dynamo recompile the checked kernel (concurrently, unchecked; an error in torch 2.11)."""
+    from torch._dynamo.utils import counters
+
+    model, items = demo
+    engine = TorchEngine(model, CPU, "fp32")
+    reference = _counts(engine, _plain(engine), items)
+    torch._dynamo.reset()
+    counters.clear()
+    body = ChunkedCpuBatches(TorchChunks(model, "fp32"), model.spec, 0.25, 5, 300, workers=2, chunk=16,
+                             noise=NoiseSource(CPU, serial=serial))
+    assert np.array_equal(_counts(engine, body, items), reference)
+    assert body.noise.implementation == COMPILED
+    assert counters["stats"]["unique_graphs"] == 1, dict(counters["recompiles"])
 
 
 def test_fast_on_cpu_picks_the_chunked_body_and_falls_back_without_onnxruntime(demo, monkeypatch, capsys):

@@ -240,3 +240,19 @@ def test_tensorrt_missing_is_one_line(capsys, engine_copy, monkeypatch):
         assert read_sidecar(plan).kind == "tensorrt"
         line = one_line(certify(capsys, *CERTIFY, "--engine", plan))
         assert line == f"dmae-certify: error: {TENSORRT_MISSING}"
+
+
+def test_fp32_convolutions_are_made_ieee_for_cuda():
+    """cuDNN's default TF32 would make "fp32" on a GPU differ from fp32 on the CPU."""
+    from dmae_fast.engines.torch_engine import ieee_fp32_convolutions
+
+    conv = getattr(torch.backends.cudnn, "conv", None)
+    owner, name, ieee = (conv, "fp32_precision", "ieee") if conv is not None and hasattr(conv, "fp32_precision") \
+        else (torch.backends.cudnn, "allow_tf32", False)
+    before = getattr(owner, name)
+    try:
+        setattr(owner, name, "tf32" if name == "fp32_precision" else True)
+        ieee_fp32_convolutions()
+        assert getattr(owner, name) == ieee
+    finally:
+        setattr(owner, name, before)

@@ -24,6 +24,10 @@ from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier  
 CPU = torch.device("cpu")
 
 
+# On a GPU machine the Triton kernels are compiled for CUDA in this process, so the fused front
+# end is refused on the CPU (see the last test of this group); CI runs these with the interpreter.
+cpu_fused = pytest.mark.skipif(torch.cuda.is_available(), reason="fused on the CPU needs the interpreter (CI)")
+
 def _engine(input_size=16, device=CPU, precision="fp32"):
     torch.manual_seed(0)
     spec = ClassifierSpec(EncoderConfig(32, 2, 2, patch_size=4, img_size=16), num_classes=10,
@@ -41,7 +45,7 @@ def _counts(engine, images, plan, batch, body=None, decide=None, seed=11):
     return {o.index: o.counts for o in out}
 
 
-@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("fused", [False, pytest.param(True, marks=cpu_fused)])
 def test_fast_body_gives_identical_counts(fused):
     engine, images = _engine(), _images(16)
     plan = SamplingPlan.certify(n0=12, n=40)  # 52 rows per image, batch 48: images straddle batches
@@ -68,6 +72,7 @@ def test_resizing_classifier_falls_back_to_the_unfused_front_end(capsys):
     assert all(np.array_equal(plain[i], fast[i]) for i in plain)
 
 
+@cpu_fused
 def test_sequential_plan_with_the_fused_body():
     engine, images = _engine(), _images(16, count=4)
     plan = SamplingPlan.sequential(n0=8, estimation_looks=(16, 40))
@@ -76,6 +81,21 @@ def test_sequential_plan_with_the_fused_body():
     plain, fast = _counts(engine, images, plan, 24, decide=decide), _counts(engine, images, plan, 24, body, decide)
     assert all(np.array_equal(plain[i], fast[i]) for i in plain)
     assert {i: int(c[1].sum()) for i, c in fast.items()} == {i: 16 if i % 2 == 0 else 40 for i, _, _ in images}
+
+
+
+def test_fused_on_the_cpu_with_kernels_compiled_for_the_gpu_falls_back_with_a_notice(monkeypatch, capsys):
+    """What a GPU machine does with --device cpu --fused: the unfused front end, never a crash."""
+    from dmae_fast.kernels import fused_frontend
+
+    monkeypatch.setattr(fused_frontend, "INTERPRETED", False)
+    engine, images = _engine(), _images(16, count=2)
+    body = FastBatches(engine, 0.5, 11, 32, FastPath(fused=True))
+    assert not body.options.fused
+    assert "compiled for the GPU in this process, not for cpu" in capsys.readouterr().err
+    plan = SamplingPlan.predict(n=30)
+    plain, fast = _counts(engine, images, plan, 32), _counts(engine, images, plan, 32, body)
+    assert all(np.array_equal(plain[i], fast[i]) for i in plain)
 
 
 def test_non_torch_engines_are_refused():
@@ -105,6 +125,7 @@ def _rows(path):
     return [line.split("\t")[:5] + line.split("\t")[6:] for line in path.read_text().splitlines()]
 
 
+@cpu_fused
 def test_cli_fused_profile_rows_equal_the_plain_run(tmp_path, capsys):
     checkpoint = save_classifier(_engine().model, tmp_path / "model.safetensors")
     common = ["--ckpt", checkpoint] + _image_folder(tmp_path)
@@ -134,7 +155,7 @@ def token_engines(tmp_path_factory):
 
 
 @pytest.mark.parametrize("fmt", ["onnx", "torch"])
-@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("fused", [pytest.param(True, marks=cpu_fused), False])
 def test_token_engine_behind_the_front_end_gives_identical_counts(token_engines, fmt, fused):
     _, engines = token_engines
     engine = open_engine(engines[fmt], EngineOptions(device="cpu", input="tokens"))
@@ -161,6 +182,7 @@ def test_token_engine_needs_its_front_end_file(token_engines, tmp_path):
         FastBatches(engine, 0.5, 0, 8, FastPath(fused=True))
 
 
+@cpu_fused
 def test_cli_fused_token_engine_rows_equal_the_checkpoint_run(token_engines, tmp_path, capsys):
     checkpoint, engines = token_engines
     common = _image_folder(tmp_path)
@@ -180,7 +202,7 @@ gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA dev
 @pytest.mark.gpu
 @gpu
 @pytest.mark.parametrize("options", [FastPath(cuda_graphs=True), FastPath(fused=True, cuda_graphs=True),
-                                     FastPath(fused=True, compile=True, cuda_graphs=True)])
+                                     FastPath(fused=True, compile=True, cuda_graphs=True, compile_mode="default")])
 def test_cuda_fast_paths_agree_with_the_plain_body(options):
     engine = _engine(device=torch.device("cuda"), precision="fp16")
     images = _images(16, count=6)

@@ -1,6 +1,8 @@
 """The fused front end (Triton; interpreter on CPU) against its plain-torch reference."""
 
 import os
+import subprocess
+import sys
 
 import torch
 
@@ -84,3 +86,70 @@ def test_resizing_classifiers_are_not_fused():
     assert "resizes" in fused_unsupported_reason(spec)
     with pytest.raises(ValueError, match="resizes"):
         FrontEnd.from_model(SmoothingClassifier(spec), 0.25)
+
+
+# Compiles both kernels as the GPU path launches them (tokens_launch / noise_launch), for Hopper
+# (sm_90), with Triton's bundled ptxas: catches what the interpreter accepts and the compiler
+# refuses (non-constexpr globals, libdevice names, tl.dot operand types) without a GPU.
+HOPPER_COMPILE = r"""
+import sys
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from dmae_fast.kernels import fused_frontend as ff
+from dmae_fast.kernels.frontend_reference import FrontEnd
+
+assert not ff.INTERPRETED, "the kernels must be compiled, not interpreted"
+POINTER = {torch.float32: "*fp32", torch.float16: "*fp16", torch.bfloat16: "*bf16", torch.int64: "*i64"}
+
+
+def arg_type(value):  # Triton's type of an argument (tensors by dtype; ints by range)
+    if isinstance(value, torch.Tensor):
+        return POINTER[value.dtype]
+    return "i32" if -2**31 <= value < 2**31 else ("u64" if value >= 2**63 else "i64")
+
+
+def compile_for_hopper(kernel, args, options):
+    signature = {name: arg_type(value) for name, value in zip(kernel.arg_names, args)}
+    constexprs = {name: value for name, value in options.items() if name in kernel.arg_names}
+    # as Triton launches: an int equal to 1 becomes a constant unless the kernel says otherwise
+    constexprs.update({param.name: 1 for param, value in zip(kernel.params, args)
+                       if not isinstance(value, torch.Tensor) and value == 1 and not param.do_not_specialize})
+    signature.update({name: "constexpr" for name in constexprs})
+    launch = {name: value for name, value in options.items() if name not in kernel.arg_names}
+    source = triton.compiler.ASTSource(fn=kernel, signature=signature, constexprs=constexprs)
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=launch)
+    assert len(compiled.asm["cubin"]) > 0
+    return compiled
+
+
+rows = torch.arange(3)
+SEEDS = (0, 1, 2**32, 2**63 + 2**40 + 12345)  # key words 0, 1 (a constant unless told) and above 2**31
+for seed in SEEDS:
+    compile_for_hopper(ff._noise_kernel, *ff.noise_launch(seed, rows, rows, rows, 3 * 224 * 224)[1:])
+# ViT-B/16 at 224 in each precision; the shipped demo (8x8 grey digits, 2x2 patches) in fp32
+for (channels, size, patch, width), dtypes in (((3, 224, 16, 768), (torch.float16, torch.bfloat16, torch.float32)),
+                                               ((1, 8, 2, 64), (torch.float32,))):
+    length, k = (size // patch) ** 2, channels * patch * patch
+    front = FrontEnd(torch.zeros(k, width), torch.zeros(width), torch.zeros(length, width), patch,
+                     (channels, size, size))
+    embeddings = torch.zeros(2, length, width)  # float32, as FastBatches keeps them
+    for dtype in dtypes:
+        for seed in SEEDS:
+            grid, args, options = ff.tokens_launch(front.cast(dtype), embeddings, rows % 2, rows, rows, rows,
+                                                   seed, dtype)
+            compiled = compile_for_hopper(ff._fused_tokens_kernel, args, options)
+        print(width, dtype, "shared", compiled.metadata.shared, file=sys.stderr)
+print("compiled")
+"""
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU the kernels are compiled and run by the tests above")
+def test_kernels_compile_for_hopper_without_a_gpu(tmp_path):
+    triton = pytest.importorskip("triton")
+    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    if not os.path.exists(ptxas):
+        pytest.skip("this triton has no bundled ptxas (no CUDA backend)")
+    env = dict(os.environ, TRITON_INTERPRET="0", TRITON_CACHE_DIR=str(tmp_path))
+    done = subprocess.run([sys.executable, "-c", HOPPER_COMPILE], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and done.stdout.strip() == "compiled", done.stderr[-3000:]

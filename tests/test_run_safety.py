@@ -123,14 +123,17 @@ def _wait_for_rows(path: Path, rows: int, process: subprocess.Popen) -> int:
 def _signal_mid_run(out: Path, signum: int) -> tuple[subprocess.Popen, str]:
     """Start the 12-image run and signal it once 2 rows are on disk. If this test process was
     held up until every row was written (a loaded machine), the signal cannot land mid-run:
-    start again (twice at most). A run that ends normally although rows were missing when
-    the signal was sent fails the test."""
+    start again (twice at most). A run that ends normally although rows were still missing
+    just after the signal was sent fails the test. (The rows are counted after the signal:
+    counted before it, a test process held up between the count and the signal would blame
+    the run for a signal that came after its last row.)"""
     for _ in range(3):
         for leftover in out.parent.glob(out.name + "*"):
             leftover.unlink()
         process = _start(out)
-        held = _wait_for_rows(out, 2, process)
+        _wait_for_rows(out, 2, process)
         process.send_signal(signum)
+        held = out.read_text().count("\n") - 1
         _, err = process.communicate(timeout=120)
         if process.returncode == 128 + signum or held < 12:
             return process, err

@@ -188,8 +188,8 @@ class ChunkedCpuBatches:
         parts = even_parts(len(slot), self.chunk, self.workers)
         columns = (slot, index, self._phase_ids[position], sample)
         chunks = list(zip(*(column.tensor_split(parts) for column in columns)))
-        if not self.noise.ready:
-            self._noisy(chunks[0])  # the first call compiles and checks the kernel: once, on this thread
+        if not self.noise.ready:  # the first call compiles and checks the kernel: once, as a worker calls it
+            self._pool.submit(self._noisy_on_worker, chunks[0]).result()
         predicted = list(self._pool.map(self._classify_chunk, chunks))
         count(self._counts, slot, position, torch.cat(predicted), self._ones)
 
@@ -198,10 +198,15 @@ class ChunkedCpuBatches:
         return self.noise(self._slots, slot, self.sigma, self.seed, index, phase, sample)
 
     @torch.inference_mode()
+    def _noisy_on_worker(self, rows: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """On a worker: this chunk's noisy images, on one core."""
+        torch.set_num_threads(1)  # this worker's own intra-op threads (torch-op noise, PyTorch classifier)
+        return self._noisy(rows)
+
+    @torch.inference_mode()
     def _classify_chunk(self, rows: tuple[torch.Tensor, ...]) -> torch.Tensor:
         """On a worker: this chunk's noisy images, then their classes, on one core."""
-        torch.set_num_threads(1)  # this worker's own intra-op threads (torch-op noise, PyTorch classifier)
-        return self.classifier.classify(self._noisy(rows))
+        return self.classifier.classify(self._noisy_on_worker(rows))
 
     def finish(self) -> None:
         """After a run: restore the process's intra-op thread count (the workers set their own)."""

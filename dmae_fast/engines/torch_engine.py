@@ -13,6 +13,16 @@ from dmae_fast.model import SmoothingClassifier
 PRECISIONS = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
+def ieee_fp32_convolutions() -> None:
+    """cuDNN runs float32 convolutions (the patch embedding) in TF32 by default: make them IEEE
+    float32 for this process, so that fp32 on a GPU means what it means on the CPU."""
+    conv = getattr(torch.backends.cudnn, "conv", None)
+    if conv is not None and hasattr(conv, "fp32_precision"):  # torch >= 2.9 (the two APIs must not be mixed)
+        conv.fp32_precision = "ieee"
+    else:
+        torch.backends.cudnn.allow_tf32 = False
+
+
 class TorchEngine:
     """Runs a :class:`SmoothingClassifier` in inference mode; fp16/bf16 via autocast.
 
@@ -23,6 +33,8 @@ class TorchEngine:
                  input: str = "image") -> None:
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {sorted(PRECISIONS)}, got {precision!r}")
+        if device.type == "cuda" and precision == "fp32":
+            ieee_fp32_convolutions()
         self.model = model.eval().to(device)
         self.spec = model.spec
         self.device = device
