@@ -18,7 +18,6 @@ the reference instead.
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 import sys
@@ -53,14 +52,6 @@ def _reference(clean: torch.Tensor, sigma: float, seed: int, rows: tuple[torch.T
     return clean[slot] + sigma * gaussian_noise(seed, image, phase, sample, tuple(clean.shape[1:]))
 
 
-@functools.cache
-def _compiled_noisy_rows(serial: bool):
-    """One ``torch.compile`` wrapper per kind, shared by every :class:`NoiseSource` of the process,
-    so that they share Dynamo's cache entries (each new wrapper adds its own, up to Dynamo's
-    recompile limit, after which it silently runs the function uncompiled)."""
-    return torch.compile(noisy_rows, dynamic=None, options=SERIAL_OPTIONS if serial else None)
-
-
 @contextmanager
 def _quiet_compiler():
     """Inductor logs a CUDA_HOME warning on CPU-only machines; it is not the user's concern."""
@@ -87,7 +78,8 @@ class NoiseSource:
     def __init__(self, device: torch.device, compiled: bool = True, serial: bool = False) -> None:
         self.device = device
         self.implementation = COMPILED if compiled else REFERENCE
-        self._compiled = _compiled_noisy_rows(serial) if compiled else None
+        options = SERIAL_OPTIONS if serial else None
+        self._compiled = torch.compile(noisy_rows, dynamic=None, options=options) if compiled else None
         self._checked = False
         self._key: tuple[int, torch.Tensor] | None = None
         self._sigma: tuple[float, torch.Tensor] | None = None

@@ -170,7 +170,7 @@ class FastBatches:
                 else:
                     if self.device.type != "cuda" and not fused_frontend.INTERPRETED:
                         reason = (f"its Triton kernels are compiled for the GPU in this process, not for {self.device}; "
-                                  f"TRITON_INTERPRET=1 before the start runs them on the CPU, slowly")
+                                  "TRITON_INTERPRET=1 before the start runs them on the CPU, slowly")
             if reason is not None:
                 _notice(f"fused front end unavailable ({reason}); using the unfused front end")
                 options = dataclasses.replace(options, fused=False)
