@@ -30,7 +30,7 @@ import torch
 from dmae_fast.certification.core import finite_counts, zero_counts
 from dmae_fast.data import check_finite
 from dmae_fast.engines.base import Engine
-from dmae_fast.errors import UserError
+from dmae_fast.errors import UserError, raise_if_interrupted
 from dmae_fast.fast_noise import NoiseSource
 from dmae_fast.noise import MASK32, Phase
 
@@ -274,6 +274,7 @@ class StreamingCertifier:
                     reached.append(self._ready.popleft())
             if segments:
                 self._run_batch(segments)
+                raise_if_interrupted()
             if reached:
                 self._snapshot(reached)
             self._resolve(wait=not segments)

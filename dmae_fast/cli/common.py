@@ -11,6 +11,7 @@ from dmae_fast.errors import (
     AlreadyReported,
     Interrupted,
     UserError,
+    forget_signal,
     interrupt_on_signals,
 )
 from dmae_fast.model.config import parse_normalization  # noqa: F401 (the commands' import)
@@ -37,6 +38,7 @@ def run_reporting_errors(prog: str, body: Callable[[], int]) -> int:
     except AlreadyReported as reported:
         return reported.exit_status
     except Interrupted as stop:
+        forget_signal()
         print(f"{prog}: interrupted by {stop.name}; {stop.kept or 'what was written so far is left as it is'}", file=sys.stderr)
         return stop.exit_status
     except UserError as error:
