@@ -192,3 +192,17 @@ def test_gpu_session_script_runs_only_the_steps_asked_for(tmp_path):
                           env={**os.environ, "OUT": str(tmp_path / "other"), "STEPS": "versions benhc"},
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "unknown step 'benhc'" in done.stderr
+
+
+def test_a_signal_swallowed_by_compiled_code_stops_the_bench_at_the_next_row(monkeypatch):
+    """torch.compile's guards can swallow the exception a signal handler raises; the handler also
+    records the signal, and every bench row checks it before it starts."""
+    import signal
+
+    from dmae_fast import errors
+    from dmae_fast.cli import bench
+
+    monkeypatch.setattr(errors, "_received", signal.SIGTERM)
+    with pytest.raises(errors.Interrupted) as stop:
+        bench._measure(None, "demo", None, None, 1, 1.0, None)
+    assert stop.value.signum == signal.SIGTERM

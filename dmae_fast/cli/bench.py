@@ -40,7 +40,7 @@ from dmae_fast.certification.run import MAX_BATCH, device_name
 from dmae_fast.cli.common import Parser, run_reporting_errors
 from dmae_fast.engines import EngineOptions, open_engine, resolve_device
 from dmae_fast.engines.sidecar import KIND_BY_SUFFIX, BatchRange, read_sidecar
-from dmae_fast.errors import UserError
+from dmae_fast.errors import UserError, raise_if_interrupted
 from dmae_fast.export.config import device_problem
 from dmae_fast.export.pipeline import writable_directory
 
@@ -174,6 +174,7 @@ def _skipped(model: str, variant: Variant, batch: int, why: str) -> Row:
 
 def _measure(config: BenchConfig, model_name: str, model, variant: Variant, batch: int, peak: float,
              budget: _Budget) -> Row:
+    raise_if_interrupted()  # a signal the previous row's compiled code swallowed ends the run here
     compiled = variant.fast is not None and variant.fast.compile
     if compiled and not config.smoke and next(model.parameters()).device.type != "cuda":
         return _skipped(model_name, variant, batch, "torch.compile is only timed on CUDA")
