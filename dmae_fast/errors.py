@@ -46,8 +46,8 @@ class Interrupted(BaseException):
 
 # The last signal received since interrupt_on_signals(): kept, because the exception the
 # handler raises can be swallowed where it lands. torch.compile's guards evaluate Python lambdas
-# and treat any exception in them as a failed guard (measured on torch 2.15: 15 of 1,500 SIGINTs
-# sent during compiled-noise calls vanished in torch/_dynamo/guards.py).
+# and take an exception in one for a failed guard (torch 2.15: a few SIGINTs in 1,500 sent during
+# compiled-noise calls vanished there; bench/results/2026-11-25-signal-loss/).
 _received: int | None = None
 
 

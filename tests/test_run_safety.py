@@ -157,7 +157,7 @@ def test_a_signal_whose_exception_a_library_swallows_still_stops_the_run(tmp_pat
     """torch.compile's guards run Python lambdas and take any exception in them for a failed guard:
     a SIGINT landing there vanished (1 run in ~40 of the subprocess test above ended normally).
     Here the second noise call receives SIGINT inside code that swallows every exception; the run
-    must still stop after that batch, keep its rows and say how to resume."""
+    must still stop after that batch, mark its record interrupted and say how to resume."""
     from dmae_fast.fast_noise import NoiseSource
 
     original, calls = NoiseSource.__call__, []
