@@ -36,39 +36,31 @@ D = enc.embed_dim
 chunk = torch.rand((CHUNK, *model.spec.input_shape), generator=torch.Generator().manual_seed(0)) 
 chunk = chunk + 0.25 * torch.randn(chunk.shape, generator=torch.Generator().manual_seed(1))
 
-def explicit(x):
+def forward(x, attention):
+    """timm's forward op by op, with ``attention(q, k, v)`` [R, H, T, Dh] -> [R, H, T, Dh]."""
     t = model.tokens(x)
     R = t.shape[0]
     for blk in model.blocks:
-        a = blk.attn; H = a.num_heads; Dh = D // H
+        a = blk.attn
         h = F.layer_norm(t, (D,), blk.norm1.weight, blk.norm1.bias, blk.norm1.eps)
-        qkv = F.linear(h, a.qkv.weight, a.qkv.bias).view(R, T, 3, H, Dh)
-        q = qkv[:, :, 0].permute(0, 2, 1, 3) * a.scale
-        k = qkv[:, :, 1].permute(0, 2, 1, 3)
-        v = qkv[:, :, 2].permute(0, 2, 1, 3)
-        s = (q.unsqueeze(3) * k.unsqueeze(2)).sum(-1)
-        p = s.softmax(-1)
-        o = (p.unsqueeze(-1) * v.unsqueeze(2)).sum(3)
-        o = o.permute(0, 2, 1, 3).reshape(R, T, D)
+        qkv = F.linear(h, a.qkv.weight, a.qkv.bias).view(R, T, 3, a.num_heads, D // a.num_heads).permute(2, 0, 3, 1, 4)
+        o = attention(qkv[0] * a.scale, qkv[1], qkv[2]).permute(0, 2, 1, 3).reshape(R, T, D)
         t = t + F.linear(o, a.proj.weight, a.proj.bias)
         h = F.layer_norm(t, (D,), blk.norm2.weight, blk.norm2.bias, blk.norm2.eps)
         t = t + F.linear(F.gelu(F.linear(h, blk.mlp.fc1.weight, blk.mlp.fc1.bias)), blk.mlp.fc2.weight, blk.mlp.fc2.bias)
     return model.forward_head(model.norm(t))
 
+
+def explicit(x):
+    """Attention as broadcast products and sums, for Inductor to fuse."""
+    return forward(x, lambda q, k, v: ((q.unsqueeze(3) * k.unsqueeze(2)).sum(-1).softmax(-1).unsqueeze(-1)
+                                       * v.unsqueeze(2)).sum(3))
+
+
 def bmm_attn(x):
-    t = model.tokens(x)
-    R = t.shape[0]
-    for blk in model.blocks:
-        a = blk.attn; H = a.num_heads; Dh = D // H
-        h = F.layer_norm(t, (D,), blk.norm1.weight, blk.norm1.bias, blk.norm1.eps)
-        qkv = F.linear(h, a.qkv.weight, a.qkv.bias).view(R, T, 3, H, Dh).permute(2, 0, 3, 1, 4)
-        q, k, v = qkv[0] * a.scale, qkv[1], qkv[2]
-        p = (q @ k.transpose(-1, -2)).softmax(-1)
-        o = (p @ v).permute(0, 2, 1, 3).reshape(R, T, D)
-        t = t + F.linear(o, a.proj.weight, a.proj.bias)
-        h = F.layer_norm(t, (D,), blk.norm2.weight, blk.norm2.bias, blk.norm2.eps)
-        t = t + F.linear(F.gelu(F.linear(h, blk.mlp.fc1.weight, blk.mlp.fc1.bias)), blk.mlp.fc2.weight, blk.mlp.fc2.bias)
-    return model.forward_head(model.norm(t))
+    """Attention as two batched matrix products."""
+    return forward(x, lambda q, k, v: (q @ k.transpose(-1, -2)).softmax(-1) @ v)
+
 
 with torch.inference_mode():
     want = model(chunk)
