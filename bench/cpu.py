@@ -8,8 +8,9 @@ the median is kept: other jobs on a shared machine slow all methods alike instea
 * Cohen et al.'s loop and DMAE's loop (:mod:`.reference_loops`; DMAE's fp16 autocast is a
   CUDA autocast, a no-op for CPU tensors, so it runs in fp32 here);
 * ours: plain body with the torch-op reference noise (the previous default), plain body with
-  compiled noise (the default), ``--fast`` (ONNX Runtime), a torch.compile'd body, and
-  ``--fast --precision bf16`` where the CPU has bf16 instructions (opt-in).
+  compiled noise (the default), ``--fast`` (its default runtime: OpenVINO where installed),
+  ``--fast --cpu-runtime onnxruntime``, a torch.compile'd body, and ``--fast --precision bf16``
+  where the CPU has bf16 instructions (opt-in).
 
 The fp32 methods of ours must give counts identical to the plain body (checked and
 recorded). MFU is samples/s x the model's forward FLOPs over the fp32 matmul peak measured at
@@ -146,6 +147,7 @@ def _methods(model, images, load: Workload, threads: int) -> dict[str, tuple[Cal
     plain_reference = batch_body(engine, SIGMA, SEED, batch, BodyOptions(noise="reference"))
     plain = batch_body(engine, SIGMA, SEED, batch, BodyOptions())
     fast = batch_body(engine, SIGMA, SEED, batch, BodyOptions(fast=True, workers=threads))
+    fast_ort = batch_body(engine, SIGMA, SEED, batch, BodyOptions(fast=True, workers=threads, cpu_runtime="onnxruntime"))
     compiled = FastBatches(engine, SIGMA, SEED, batch, FastPath(compile=True, compile_mode="default"))
     methods = {
         "reference: Cohen et al. (fp32, batch 400)": (_reference(COHEN, model, images, load), COHEN.name, False),
@@ -156,6 +158,7 @@ def _methods(model, images, load: Workload, threads: int) -> dict[str, tuple[Cal
                                          True),
         "ours: plain (compiled noise)": (_ours(engine, plain, images, load), plain.description, True),
         "ours: --fast (fp32)": (_ours(engine, fast, images, load), fast.description, True),
+        "ours: --fast --cpu-runtime onnxruntime": (_ours(engine, fast_ort, images, load), fast_ort.description, True),
         "ours: compiled body": (_ours(engine, compiled, images, load), compiled.description, True),
     }
     if bf16_supported():
@@ -251,7 +254,7 @@ def run_cpu_bench(config: CpuBenchConfig) -> tuple[dict, list[Path]]:
     rows: list[MethodRow] = []
     noise: list[NoiseRow] = []
     peaks: dict[int, float] = {}
-    steps = len(config.threads) * len(loads) * config.rounds * (7 if bf16_supported() else 6)
+    steps = len(config.threads) * len(loads) * config.rounds * (8 if bf16_supported() else 7)
     try:
         with tqdm(total=steps, desc="dmae-bench cpu", unit="run") as progress:
             for threads in config.threads:
@@ -267,7 +270,7 @@ def run_cpu_bench(config: CpuBenchConfig) -> tuple[dict, list[Path]]:
     record = {
         "device": device_name(CPU).split(",")[0],
         "versions": {"dmae_fast": __version__, "torch": torch.__version__, "python": platform.python_version(),
-                     "onnxruntime": _version("onnxruntime")},
+                     "onnxruntime": _version("onnxruntime"), "openvino": _version("openvino")},
         "config": asdict(config),
         "host_allocator": allocator,
         "workloads": {load.model: asdict(load) for load in loads},
@@ -295,7 +298,8 @@ def markdown(record: dict) -> str:
     peaks = ", ".join(f"{peak / 1e9:,.0f} GFLOP/s on {threads} thread(s)"
                       for threads, peak in record["matmul_peak_flops"].items())
     lines = [f"# dmae-bench cpu: {record['device']}", "",
-             f"torch {record['versions']['torch']}, ONNX Runtime {record['versions']['onnxruntime']}; "
+             f"torch {record['versions']['torch']}, ONNX Runtime {record['versions']['onnxruntime']}, "
+             f"OpenVINO {record['versions'].get('openvino')}; "
              f"medians of {record['config']['rounds']} interleaved rounds; CERTIFY images x (n0 + n) samples: "
              f"{loads}.",
              "", f"Host allocator (every method): {record.get('host_allocator', 'not recorded')}.",

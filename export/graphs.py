@@ -6,6 +6,11 @@ Every graph takes float32 and returns float32 logits; an fp16/bf16 graph casts i
   size, if any (fp32) -> cast -> ViT -> logits.
 * :class:`TokenGraph`: ``SmoothingClassifier.tokens(x)`` -> cast -> transformer body -> logits.
 
+The CPU fast path exports an :class:`ImageGraph` with ``pooled_tail``: the last block's second
+MLP layer applied once to the average of the patch tokens' hidden activations instead of to
+every token before the average pool. Both maps are affine, so the logits are the same up to
+float rounding; it saves that layer's work for all but one row (5% of the demo's time).
+
 The bicubic resize (e.g. CIFAR-10's 32 -> 224) is written as two matrix products with
 fixed interpolation matrices instead of a Resize operator. Bicubic interpolation is linear
 in the image and separable, so this is the same map up to float rounding, and it needs
@@ -19,7 +24,8 @@ import copy
 
 import torch
 import torch.nn.functional as F
-from timm.models.vision_transformer import VisionTransformer
+from timm.layers import Mlp
+from timm.models.vision_transformer import Block, VisionTransformer
 from torch import nn
 
 from dmae_fast.model import SmoothingClassifier
@@ -44,8 +50,11 @@ class _Graph(nn.Module):
 class ImageGraph(_Graph):
     """images [B, C, H, W] float32 in [0, 1] -> logits [B, num_classes] float32."""
 
-    def __init__(self, model: SmoothingClassifier, precision: str = "fp32") -> None:
+    def __init__(self, model: SmoothingClassifier, precision: str = "fp32", pooled_tail: bool = False) -> None:
         super().__init__(model, precision)
+        if pooled_tail and not pooled_tail_applies(model):
+            raise ValueError("pooled_tail needs average pooling and a plain timm Block/Mlp last block")
+        self.pooled_tail = pooled_tail
         spec = model.spec
         channels = (1, spec.encoder.in_chans, 1, 1)
         self.register_buffer("mean", torch.tensor(spec.mean, dtype=torch.float32).view(channels))
@@ -59,7 +68,31 @@ class ImageGraph(_Graph):
         x = (images - self.mean) / self.std
         if self.resize:
             x = self.rows @ x @ self.cols
-        return VisionTransformer.forward(self.vit, x.to(self.dtype)).float()
+        x = x.to(self.dtype)
+        logits = pooled_tail_forward(self.vit, x) if self.pooled_tail else VisionTransformer.forward(self.vit, x)
+        return logits.float()
+
+
+def pooled_tail_applies(model: VisionTransformer) -> bool:
+    """Whether :func:`pooled_tail_forward` computes ``model``'s forward: average pooling of the
+    last block's output, and a last block of timm's plain kind."""
+    last = model.blocks[-1]
+    return (model.global_pool == "avg" and isinstance(model.norm, nn.Identity) and model.attn_pool is None
+            and type(last) is Block and type(last.mlp) is Mlp)
+
+
+def pooled_tail_forward(vit: VisionTransformer, x: torch.Tensor) -> torch.Tensor:
+    """timm's eval forward, with the last block's fc2 moved after the average pool (module doc)."""
+    x = vit.norm_pre(vit.patch_drop(vit._pos_embed(vit.patch_embed(x))))
+    *body, last = vit.blocks
+    for block in body:
+        x = block(x)
+    x = x + last.drop_path1(last.ls1(last.attn(last.norm1(x))))
+    x = x[:, vit.num_prefix_tokens:]
+    mlp = last.mlp
+    hidden = mlp.norm(mlp.drop1(mlp.act(mlp.fc1(last.norm2(x)))))
+    pooled = x.mean(1) + last.drop_path2(last.ls2(mlp.drop2(mlp.fc2(hidden.mean(1)))))
+    return vit.head(vit.head_drop(vit.fc_norm(pooled)))
 
 
 class TokenGraph(_Graph):

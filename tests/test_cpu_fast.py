@@ -15,9 +15,14 @@ from dmae_fast.certification import cpu_batches
 from dmae_fast.certification.bodies import BodyOptions, batch_body
 from dmae_fast.certification.cpu_batches import (
     ChunkedCpuBatches,
+    OpenVinoChunks,
+    OrtChunks,
     TorchChunks,
     chunk_rows,
+    chunk_sizes,
+    cpu_classifier,
     even_parts,
+    onnx_bytes,
 )
 from dmae_fast.certification.stream import (
     ImageBatches,
@@ -177,17 +182,53 @@ def _plain(engine, batch=300):
     return ImageBatches(engine, 0.25, 5, batch)
 
 
-@pytest.mark.parametrize("backend", ["onnxruntime", "torch"])
-def test_cpu_body_counts_equal_the_plain_body(demo, backend):
+@pytest.mark.parametrize("runtime", ["openvino", "onnxruntime", "torch"])
+def test_cpu_body_counts_equal_the_plain_body(demo, runtime):
     model, items = demo
     engine = TorchEngine(model, CPU, "fp32")
-    classifier = cpu_batches.ort_from_checkpoint(model, 0.25) if backend == "onnxruntime" \
-        else TorchChunks(model, "fp32")
+    classifier = cpu_classifier(engine, "fp32", 0.25, print, 2, runtime, chunk_sizes(300, 16, 2))
+    assert classifier.description.split()[0] == {"openvino": "OpenVINO", "onnxruntime": "ONNX", "torch": "torch"}[runtime]
     body = ChunkedCpuBatches(classifier, model.spec, 0.25, 5, 300, workers=2, chunk=16,
                              noise=NoiseSource(CPU, serial=True))
     reference = _counts(engine, _plain(engine), items)
     assert (reference[:, 1].max(1) < 460).any()  # some votes are split: the comparison means something
     assert np.array_equal(_counts(engine, body, items), reference)
+
+
+def test_openvino_compiles_the_full_batch_sizes_and_one_model_for_the_rest(demo):
+    """Chunks of a full batch run on models compiled for their size; other sizes on one model
+    for any size; all give the PyTorch logits, from any worker thread."""
+    model, _ = demo
+    assert chunk_sizes(100, 16, 2) == {12, 13} and chunk_sizes(1000, 128, 2) == {125}
+    chunks = OpenVinoChunks(onnx_bytes(model), "test", workers=2, static_rows=chunk_sizes(100, 16, 2))
+    assert set(chunks._compiled) == {12, 13}
+    noisy = torch.rand((16, 3, 8, 8)) + 0.25 * torch.randn((16, 3, 8, 8))
+    with torch.inference_mode():
+        want = model(noisy)
+    with ThreadPoolExecutor(2) as pool:
+        got = list(pool.map(lambda rows: chunks.logits(noisy[:rows]), [13, 12, 7, 13, 7, 1, 16]))
+    for logits in got:
+        assert torch.allclose(logits, want[:len(logits)], atol=1e-4)
+    assert set(chunks._compiled) == {12, 13, None}
+
+
+def test_the_pooled_tail_graph_is_the_classifier(demo):
+    """The exported graph applies the last fc2 after the pool: the same logits to float rounding;
+    a class-token classifier keeps timm's forward (the rewrite does not apply to it)."""
+    from dmae_fast.export.graphs import ImageGraph, pooled_tail_applies
+    from dmae_fast.model import SmoothingClassifier
+
+    model, _ = demo
+    noisy = torch.rand((32, 3, 8, 8)) + 0.25 * torch.randn((32, 3, 8, 8))
+    with torch.inference_mode():
+        assert pooled_tail_applies(model)
+        assert torch.allclose(ImageGraph(model, pooled_tail=True).eval()(noisy), model(noisy), atol=1e-5)
+        token = SmoothingClassifier(ClassifierSpec(EncoderConfig(32, 2, 2, patch_size=2, img_size=8), num_classes=10,
+                                                   input_size=8, pool="token")).eval()
+        assert not pooled_tail_applies(token)
+        with pytest.raises(ValueError, match="pooled_tail"):
+            ImageGraph(token, pooled_tail=True)
+        assert torch.allclose(OrtChunks(onnx_bytes(token), "t").logits(noisy), token(noisy), atol=1e-5)
 
 
 def test_cpu_body_restores_the_thread_setting(demo):
@@ -217,23 +258,52 @@ def test_the_noise_kernel_is_compiled_once_for_every_worker_and_chunk(demo, seri
     assert counters["stats"]["unique_graphs"] == 1, dict(counters["recompiles"])
 
 
-def test_fast_on_cpu_picks_the_chunked_body_and_falls_back_without_onnxruntime(demo, monkeypatch, capsys):
+def test_fast_on_cpu_picks_openvino_then_onnxruntime_then_pytorch(demo, monkeypatch, capsys):
     model, _ = demo
     engine = TorchEngine(model, CPU, "fp32")
     body = batch_body(engine, 0.25, 0, 100, BodyOptions(fast=True))
-    assert isinstance(body, ChunkedCpuBatches) and "ONNX Runtime" in body.description
-    monkeypatch.setitem(__import__("sys").modules, "onnxruntime", None)  # import fails
+    assert isinstance(body, ChunkedCpuBatches) and isinstance(body.classifier, OpenVinoChunks)
+    assert capsys.readouterr().err == ""
+    monkeypatch.setitem(__import__("sys").modules, "openvino", None)  # import fails
+    body = batch_body(engine, 0.25, 0, 100, BodyOptions(fast=True))
+    assert isinstance(body.classifier, OrtChunks)
+    assert "OpenVINO is not installed (pip install openvino); the CPU fast path runs ONNX Runtime" \
+        in capsys.readouterr().err
+    monkeypatch.setitem(__import__("sys").modules, "onnxruntime", None)
     body = batch_body(engine, 0.25, 0, 100, BodyOptions(fast=True))
     assert isinstance(body.classifier, TorchChunks)
-    assert "ONNX Runtime is not installed" in capsys.readouterr().err
+    assert "runs PyTorch" in capsys.readouterr().err
     assert isinstance(batch_body(engine, 0.25, 0, 100, BodyOptions()), ImageBatches)
 
 
-def test_an_onnx_runtime_that_disagrees_with_pytorch_is_refused(demo, monkeypatch):
+@pytest.mark.parametrize("precision,runtime,modules,message", [
+    ("fp32", "openvino", ("openvino",), "--cpu-runtime openvino: OpenVINO is not installed (pip install openvino)"),
+    ("bf16", "onnxruntime", (), "--cpu-runtime onnxruntime does not run --precision bf16; choose from auto, torch"),
+])
+def test_a_cpu_runtime_that_cannot_run_is_one_clear_error(demo, monkeypatch, precision, runtime, modules, message):
     model, _ = demo
-    monkeypatch.setattr(cpu_batches.OrtChunks, "logits", lambda self, chunk: torch.zeros(len(chunk), 10))
-    with pytest.raises(cpu_batches.UserError, match="ONNX Runtime differs from PyTorch"):
-        cpu_batches.ort_from_checkpoint(model, 0.25)
+    for module in modules:
+        monkeypatch.setitem(__import__("sys").modules, module, None)
+    with pytest.raises(cpu_batches.UserError) as error:
+        batch_body(TorchEngine(model, CPU, precision), 0.25, 0, 100, BodyOptions(fast=True, cpu_runtime=runtime))
+    assert str(error.value) == message
+
+
+@pytest.mark.parametrize("runtime,name", [("onnxruntime", "ONNX Runtime"), ("openvino", "OpenVINO")])
+def test_a_runtime_that_disagrees_with_pytorch_is_refused(demo, monkeypatch, runtime, name):
+    model, _ = demo
+    kind = OrtChunks if runtime == "onnxruntime" else OpenVinoChunks
+    monkeypatch.setattr(kind, "logits", lambda self, chunk: torch.zeros(len(chunk), 10))
+    with pytest.raises(cpu_batches.UserError, match=f"{name} differs from PyTorch"):
+        cpu_classifier(TorchEngine(model, CPU, "fp32"), "fp32", 0.25, print, 1, runtime)
+
+
+def test_cli_cpu_runtime_needs_fast(tmp_path, capsys):
+    out = tmp_path / "unused.tsv"
+    assert certify_main(["--data", "demo", "--max", "1", "--cpu-runtime", "onnxruntime", "--quiet",
+                         "--out", str(out)]) == 2
+    assert capsys.readouterr().err.strip() == "dmae-certify: error: --cpu-runtime applies to --fast (on a CPU); add --fast"
+    assert not out.exists()
 
 
 @pytest.mark.parametrize("encoder,rows", [
@@ -322,4 +392,4 @@ def test_cli_fast_on_cpu_runs_an_onnx_engine_file_like_the_plain_path(tmp_path):
     assert certify_main([*common, "--out", str(tmp_path / "plain.tsv")]) == 0
     assert certify_main([*common, "--fast", "--out", str(tmp_path / "fast.tsv")]) == 0
     assert _rows_without_time(tmp_path / "fast.tsv") == _rows_without_time(tmp_path / "plain.tsv")
-    assert "ONNX Runtime" in json.loads((tmp_path / "fast.tsv.json").read_text())["engine"]
+    assert "OpenVINO" in json.loads((tmp_path / "fast.tsv.json").read_text())["engine"]

@@ -2,7 +2,7 @@
 
 * plain (default): :class:`~dmae_fast.certification.stream.ImageBatches`, any engine;
 * ``--fast`` on a CPU: :class:`~dmae_fast.certification.cpu_batches.ChunkedCpuBatches`
-  (compiled noise, one worker per core on cache-sized chunks, ONNX Runtime body);
+  (compiled noise, one worker per core on cache-sized chunks; OpenVINO, ONNX Runtime or PyTorch body);
 * ``--fast`` on CUDA, or any of ``--fused/--compile/--cuda-graphs/--profile``:
   :class:`~dmae_fast.certification.fast_stream.FastBatches`.
 
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from dmae_fast.certification.cpu_batches import (
     ChunkedCpuBatches,
     chunk_rows,
+    chunk_sizes,
     cpu_classifier,
     cpu_workers,
 )
@@ -42,6 +43,7 @@ class BodyOptions:
     noise: str = "compiled"  # "reference": the torch-op noise (slow; for checking)
     workers: int | None = None  # CPU fast path: worker threads (default: one per core)
     chunk: int | None = None  # CPU fast path: rows per chunk (default: fits the L2 cache)
+    cpu_runtime: str = "auto"  # CPU fast path: "openvino", "onnxruntime", "torch" (auto: the first installed)
 
     def gpu_path(self, device_type: str, profiling: bool) -> FastPath | None:
         """The GPU-style fast body's options, or None when it is not the body to use."""
@@ -64,9 +66,10 @@ def batch_body(engine: Engine, sigma: float, seed: int, batch: int, options: Bod
         keep_freed_memory()
     if options.fast and engine.device.type == "cpu" and timer is None and engine.input == "image":
         noise = NoiseSource(engine.device, compiled, serial=True)  # made by each worker for its own chunks
-        classifier = cpu_classifier(engine, engine.precision, sigma, _notice)
         workers = options.workers or cpu_workers()
         chunk = options.chunk or chunk_rows(engine.spec)
+        classifier = cpu_classifier(engine, engine.precision, sigma, _notice, workers, options.cpu_runtime,
+                                    chunk_sizes(batch, chunk, workers))
         return ChunkedCpuBatches(classifier, engine.spec, sigma, seed, batch, workers, chunk, noise)
     noise = NoiseSource(engine.device, compiled)
     path = options.gpu_path(engine.device.type, timer is not None)

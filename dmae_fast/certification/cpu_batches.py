@@ -16,19 +16,29 @@ large forward pass on all cores because:
   a multi-threaded call before them removed a barrier per few chunks that cost a third of
   the time on 32x32 inputs.
 
-The classifier runs in ONNX Runtime (exported in memory from the checkpoint, or an ``.onnx``
-engine file) with one thread per session call; without ONNX Runtime, or for bf16, it runs in
-PyTorch eager mode with one intra-op thread per worker.
+The classifier (fp32) is the checkpoint exported to ONNX in memory, or an fp32 ``.onnx`` engine
+file, run by the first runtime installed of (``--cpu-runtime auto``):
+
+* OpenVINO: one inference stream of one thread per worker, a model compiled for each of the
+  first few chunk sizes (fused attention, GELU folded into its matrix product; 1.09-1.19x
+  ONNX Runtime's rate on the benchmark's models, bench/results/2026-11-25-cpu-fast/openvino/);
+* ONNX Runtime: one intra-op thread per session call;
+* PyTorch eager mode with one intra-op thread per worker (also for bf16, and for fp16/bf16
+  ``.onnx`` files with ONNX Runtime).
+
+An ONNX graph exported here is checked against PyTorch on noisy inputs before it is used.
 """
 
 from __future__ import annotations
 
 import io
+import threading
 import warnings
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -42,8 +52,10 @@ from dmae_fast.model import SmoothingClassifier
 
 DEFAULT_L2_BYTES = 1 << 20
 MAX_CHUNK = 128
-# An ONNX Runtime classifier built from a checkpoint must give the checkpoint's logits.
+# A runtime's classifier built from a checkpoint must give the checkpoint's logits.
 PARITY_TOLERANCE = 1e-3
+CPU_RUNTIMES = ("auto", "openvino", "onnxruntime", "torch")
+RUNTIME_NAMES = {"openvino": "OpenVINO", "onnxruntime": "ONNX Runtime", "torch": "PyTorch"}
 
 
 class ChunkClassifier(Protocol):
@@ -77,6 +89,55 @@ class OrtChunks:
         return predicted_classes(self.logits(chunk))
 
 
+class OpenVinoChunks:
+    """OpenVINO's CPU runtime: ``workers`` inference streams of one thread; each worker thread
+    has its own infer requests, and ``infer`` frees the GIL.
+
+    A model compiled for one batch size ran 13% faster than one compiled for any (demo, one
+    thread), so the chunk sizes of a full batch (``static_rows``: the bulk of a run's rows) get
+    models of their own, compiled here; other sizes (a run's last batch, a server's partial
+    batches) share one compiled for any size, on first use.
+    """
+
+    def __init__(self, model: bytes | Path, label: str, workers: int, static_rows: Iterable[int] = ()) -> None:
+        import openvino as ov
+
+        self._core = ov.Core()
+        self._graph = self._core.read_model(model if isinstance(model, bytes) else str(model))
+        self._config = {"INFERENCE_NUM_THREADS": workers, "NUM_STREAMS": workers, "INFERENCE_PRECISION_HINT": "f32"}
+        self._compiled: dict[int | None, Any] = {rows: self._compile(rows) for rows in set(static_rows)}
+        self._lock, self._local = threading.Lock(), threading.local()
+        self.description = f"OpenVINO {ov.__version__.split('-')[0]} fp32 ({label})"
+
+    def _compile(self, rows: int | None) -> Any:
+        """The graph compiled for ``rows`` rows, or for any number (None)."""
+        graph = self._graph.clone()
+        if rows is not None:
+            shape = graph.input(0).get_partial_shape()
+            shape[0] = rows
+            graph.reshape({0: shape})
+        return self._core.compile_model(graph, "CPU", self._config)
+
+    def _request(self, rows: int) -> Any:
+        """This thread's infer request for a chunk of ``rows`` rows."""
+        key = rows if rows in self._compiled else None
+        requests = self._local.__dict__.setdefault("requests", {})
+        if key not in requests:
+            if key is None:
+                with self._lock:
+                    if None not in self._compiled:
+                        self._compiled[None] = self._compile(None)
+            requests[key] = self._compiled[key].create_infer_request()
+        return requests[key]
+
+    def logits(self, chunk: torch.Tensor) -> torch.Tensor:
+        result = self._request(len(chunk)).infer([chunk.numpy()], share_inputs=True)
+        return torch.from_numpy(result[0])
+
+    def classify(self, chunk: torch.Tensor) -> torch.Tensor:
+        return predicted_classes(self.logits(chunk))
+
+
 class TorchChunks:
     """The PyTorch classifier in eager mode (fp32, or bf16 under autocast) on one thread."""
 
@@ -92,11 +153,12 @@ class TorchChunks:
 
 
 def onnx_bytes(model: SmoothingClassifier) -> bytes:
-    """The checkpoint's classifier as an in-memory fp32 ONNX graph (the exporter's image graph)."""
-    from dmae_fast.export.graphs import build_graph
+    """The checkpoint's classifier as an in-memory fp32 ONNX graph: the exporter's image graph,
+    with the last MLP layer after the pool where that applies (:mod:`dmae_fast.export.graphs`)."""
+    from dmae_fast.export.graphs import ImageGraph, pooled_tail_applies
     from dmae_fast.export.onnx_export import OPSET
 
-    graph = build_graph(model, "image", "fp32")
+    graph = ImageGraph(model, "fp32", pooled_tail=pooled_tail_applies(model)).eval()
     example = torch.rand((2, *model.spec.input_shape), generator=torch.Generator().manual_seed(0))
     buffer = io.BytesIO()
     with warnings.catch_warnings(), torch.no_grad():
@@ -107,17 +169,22 @@ def onnx_bytes(model: SmoothingClassifier) -> bytes:
     return buffer.getvalue()
 
 
-def ort_from_checkpoint(model: SmoothingClassifier, sigma: float) -> OrtChunks:
-    """ONNX Runtime running the checkpoint's classifier, checked against PyTorch on noisy inputs."""
-    chunks = OrtChunks(onnx_bytes(model), "exported in memory")
+def checked(chunks: OrtChunks | OpenVinoChunks, model: SmoothingClassifier, sigma: float, runtime: str):
+    """``chunks`` if its logits match the PyTorch model's on noisy inputs, else a UserError."""
     images = torch.rand((64, *model.spec.input_shape), generator=torch.Generator().manual_seed(1))
     noisy = images + sigma * torch.randn(images.shape, generator=torch.Generator().manual_seed(2))
     with torch.inference_mode():
         want = model.eval()(noisy)
     difference = float((chunks.logits(noisy) - want).abs().max())
     if not difference <= PARITY_TOLERANCE:
-        raise UserError(f"ONNX Runtime differs from PyTorch by {difference:.2g} on this classifier's logits")
+        raise UserError(f"{RUNTIME_NAMES[runtime]} differs from PyTorch by {difference:.2g} on this classifier's "
+                        f"logits (try --cpu-runtime torch)")
     return chunks
+
+
+def ort_from_checkpoint(model: SmoothingClassifier, sigma: float) -> OrtChunks:
+    """ONNX Runtime running the checkpoint's classifier, checked against PyTorch on noisy inputs."""
+    return checked(OrtChunks(onnx_bytes(model), "exported in memory"), model, sigma, "onnxruntime")
 
 
 def l2_cache_bytes() -> int:
@@ -153,6 +220,12 @@ def even_parts(rows: int, chunk: int, workers: int) -> int:
     worker (so that no worker waits for another's extra chunk at the end of a batch)."""
     parts = -(-rows // chunk)
     return min(rows, -(-parts // workers) * workers)
+
+
+def chunk_sizes(rows: int, chunk: int, workers: int) -> set[int]:
+    """The sizes of the chunks ``rows`` rows are cut into (``tensor_split`` into even parts)."""
+    parts = even_parts(rows, chunk, workers)
+    return {rows // parts, -(-rows // parts)}
 
 
 class ChunkedCpuBatches:
@@ -213,21 +286,55 @@ class ChunkedCpuBatches:
         torch.set_num_threads(self._main_threads)
 
 
-def cpu_classifier(engine, precision: str, sigma: float, notice) -> ChunkClassifier:
-    """The fastest chunk classifier for an engine on a CPU (see the module doc)."""
+def _installed(runtime: str) -> bool:
+    try:
+        __import__(runtime)
+    except ImportError:
+        return False
+    return True
+
+
+def _runtime(requested: str, candidates: tuple[str, ...], what: str, notice) -> str:
+    """The requested runtime, or for "auto" the first installed of ``candidates`` (the runtimes
+    that can run ``what``, fastest first), with a notice when a faster one is missing."""
+    if requested != "auto":
+        if requested not in candidates:
+            raise UserError(f"--cpu-runtime {requested} does not run {what}; choose from auto, {', '.join(candidates)}")
+        if requested != "torch" and not _installed(requested):
+            raise UserError(f"--cpu-runtime {requested}: {RUNTIME_NAMES[requested]} is not installed "
+                            f"(pip install {requested})")
+        return requested
+    installed = [runtime for runtime in candidates if runtime == "torch" or _installed(runtime)]
+    if not installed:
+        raise UserError(f"the CPU fast path needs {' or '.join(RUNTIME_NAMES[r] for r in candidates)} for {what} "
+                        f"(pip install {candidates[0]}), or run without --fast")
+    if installed[0] != candidates[0]:
+        notice(f"{RUNTIME_NAMES[candidates[0]]} is not installed (pip install {candidates[0]}); the CPU fast path "
+               f"runs {RUNTIME_NAMES[installed[0]]}")
+    return installed[0]
+
+
+def cpu_classifier(engine, precision: str, sigma: float, notice, workers: int, runtime: str,
+                   static_rows: Iterable[int] = ()) -> ChunkClassifier:
+    """The fastest chunk classifier for an engine on a CPU (see the module doc); ``static_rows``:
+    the chunk sizes most chunks will have."""
     model = getattr(engine, "model", None)
     if isinstance(model, SmoothingClassifier):
         if precision != "fp32":
+            _runtime(runtime, ("torch",), f"--precision {precision}", notice)
             return TorchChunks(model, precision)
-        try:
-            import onnxruntime  # noqa: F401
-        except ImportError:
-            notice("ONNX Runtime is not installed (pip install onnxruntime); the CPU fast path runs PyTorch eager")
-            return TorchChunks(model, precision)
-        return ort_from_checkpoint(model, sigma)
+        chosen = _runtime(runtime, ("openvino", "onnxruntime", "torch"), "fp32 checkpoints", notice)
+        if chosen == "openvino":
+            chunks = OpenVinoChunks(onnx_bytes(model), "exported in memory", workers, static_rows)
+            return checked(chunks, model, sigma, chosen)
+        return ort_from_checkpoint(model, sigma) if chosen == "onnxruntime" else TorchChunks(model, precision)
     meta = getattr(engine, "meta", None)
     if meta is not None and meta.kind == "onnx" and meta.input == "image":
+        fp32 = meta.precision == "fp32"
+        candidates = ("openvino", "onnxruntime") if fp32 else ("onnxruntime",)
+        chosen = _runtime(runtime, candidates, f"{meta.precision} .onnx engines", notice)
+        if chosen == "openvino":
+            return OpenVinoChunks(engine.path, engine.path.name, workers, static_rows)
         return OrtChunks(engine.path, engine.path.name)
     raise UserError(f"the CPU fast path (--fast) runs PyTorch checkpoints and .onnx image engines, not "
                     f"{engine.description}; run without --fast")
-

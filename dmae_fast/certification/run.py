@@ -33,6 +33,7 @@ from tqdm import tqdm
 
 from dmae_fast import __version__
 from dmae_fast.certification.bodies import NOISE_CHOICES, BodyOptions, batch_body
+from dmae_fast.certification.cpu_batches import CPU_RUNTIMES
 from dmae_fast.certification.fast_stream import StageTimer
 from dmae_fast.certification.parts import (
     clear_parts,
@@ -99,13 +100,14 @@ class CertifyConfig:
     compile: bool = False  # fast path: torch.compile the body
     cuda_graphs: bool = False  # fast path: capture and replay each batch
     noise: str = "compiled"  # or "reference": the torch-op noise
+    cpu_runtime: str = "auto"  # --fast on a CPU: the classifier's runtime (cpu_batches.CPU_RUNTIMES)
     profile: str | None = None  # directory for a torch profiler trace + per-stage table
     shard: str = "images"  # under torchrun: "images" (ranks claim images) or "samples" (ranks split each image's samples)
 
     @property
     def body_options(self) -> BodyOptions:
         return BodyOptions(fast=self.fast, fused=self.fused, compile=self.compile, cuda_graphs=self.cuda_graphs,
-                           noise=self.noise)
+                           noise=self.noise, cpu_runtime=self.cpu_runtime)
 
     @property
     def fast_body(self) -> bool:
@@ -129,6 +131,9 @@ class CertifyConfig:
             (all(math.isfinite(r) and r >= 0 for r in self.radii or ()), "--radii must be finite and >= 0"),
             (not (self.sequential and self.predict), "--sequential applies to CERTIFY, not --predict"),
             (self.noise in NOISE_CHOICES, f"--noise must be one of {', '.join(NOISE_CHOICES)}, got {self.noise!r}"),
+            (self.cpu_runtime in CPU_RUNTIMES,
+             f"--cpu-runtime must be one of {', '.join(CPU_RUNTIMES)}, got {self.cpu_runtime!r}"),
+            (self.cpu_runtime == "auto" or self.fast, "--cpu-runtime applies to --fast (on a CPU); add --fast"),
             (self.shard in SHARD_CHOICES, f"--shard must be one of {', '.join(SHARD_CHOICES)}, got {self.shard!r}"),
         ]
         for ok, message in checks:

@@ -25,6 +25,7 @@ from dmae_fast.analysis import (
     rounding_warning,
 )
 from dmae_fast.certification.bodies import NOISE_CHOICES
+from dmae_fast.certification.cpu_batches import CPU_RUNTIMES
 from dmae_fast.certification.launch import launch_local
 from dmae_fast.certification.ranks import world_size
 from dmae_fast.certification.run import (
@@ -111,8 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
     fast.add_argument("--compile", action="store_true", help="torch.compile the transformer body")
     fast.add_argument("--cuda-graphs", action="store_true", help="capture each batch's work once, replay it (CUDA)")
     fast.add_argument("--fast", action="store_true", help="the fastest body for the device: on CUDA --fused "
-                      "--compile --cuda-graphs; on a CPU one worker per core on cache-sized chunks, ONNX Runtime "
-                      "(fp32) or PyTorch (--precision bf16) (docs/performance.md)")
+                      "--compile --cuda-graphs; on a CPU one worker per core on cache-sized chunks, OpenVINO or ONNX "
+                      "Runtime (fp32) or PyTorch (--precision bf16) (docs/performance.md)")
+    fast.add_argument("--cpu-runtime", default="auto", choices=CPU_RUNTIMES, help="--fast on a CPU: the classifier's "
+                      "runtime (default auto: OpenVINO, else ONNX Runtime, else PyTorch; for fp32)")
     fast.add_argument("--noise", default="compiled", choices=NOISE_CHOICES, help="compiled (default): the noise "
                       "contract as one compiled kernel, falling back with a notice; reference: the torch-op "
                       "reference (slow; same noise to float32 rounding)")
