@@ -19,14 +19,15 @@ large forward pass on all cores because:
 The classifier (fp32) is the checkpoint exported to ONNX in memory, or an fp32 ``.onnx`` engine
 file, run by the first runtime installed of (``--cpu-runtime auto``):
 
-* OpenVINO: one inference stream of one thread per worker, a model compiled for each of the
-  first few chunk sizes (fused attention, GELU folded into its matrix product; 1.09-1.19x
-  ONNX Runtime's rate on the benchmark's models, bench/results/2026-11-25-cpu-fast/openvino/);
+* OpenVINO: one inference stream of one thread per worker, models compiled for the chunk sizes
+  of a full batch, no CPU pinning (fused attention, GELU folded into its matrix product; on the
+  demo 1.07-1.12x ONNX Runtime's rate in ``dmae-bench cpu``, on a 224x224 ViT the same within
+  the variation: bench/results/2026-11-25-cpu-fast/openvino/);
 * ONNX Runtime: one intra-op thread per session call;
-* PyTorch eager mode with one intra-op thread per worker (also for bf16, and for fp16/bf16
-  ``.onnx`` files with ONNX Runtime).
+* PyTorch eager mode with one intra-op thread per worker.
 
-An ONNX graph exported here is checked against PyTorch on noisy inputs before it is used.
+``--precision bf16`` runs PyTorch; an fp16/bf16 ``.onnx`` engine runs in ONNX Runtime. A graph
+exported here is checked against PyTorch on noisy inputs before it is used.
 """
 
 from __future__ import annotations
@@ -104,7 +105,10 @@ class OpenVinoChunks:
 
         self._core = ov.Core()
         self._graph = self._core.read_model(model if isinstance(model, bytes) else str(model))
-        self._config = {"INFERENCE_NUM_THREADS": workers, "NUM_STREAMS": workers, "INFERENCE_PRECISION_HINT": "f32"}
+        # No pinning: OpenVINO pins each process's streams to the first cores, so two processes
+        # (--nproc-per-node, or two runs) shared one core at half speed; unpinned, as fast alone.
+        self._config = {"INFERENCE_NUM_THREADS": workers, "NUM_STREAMS": workers, "INFERENCE_PRECISION_HINT": "f32",
+                        "ENABLE_CPU_PINNING": False}
         self._compiled: dict[int | None, Any] = {rows: self._compile(rows) for rows in set(static_rows)}
         self._lock, self._local = threading.Lock(), threading.local()
         self.description = f"OpenVINO {ov.__version__.split('-')[0]} fp32 ({label})"
@@ -180,11 +184,6 @@ def checked(chunks: OrtChunks | OpenVinoChunks, model: SmoothingClassifier, sigm
         raise UserError(f"{RUNTIME_NAMES[runtime]} differs from PyTorch by {difference:.2g} on this classifier's "
                         f"logits (try --cpu-runtime torch)")
     return chunks
-
-
-def ort_from_checkpoint(model: SmoothingClassifier, sigma: float) -> OrtChunks:
-    """ONNX Runtime running the checkpoint's classifier, checked against PyTorch on noisy inputs."""
-    return checked(OrtChunks(onnx_bytes(model), "exported in memory"), model, sigma, "onnxruntime")
 
 
 def l2_cache_bytes() -> int:
@@ -324,10 +323,11 @@ def cpu_classifier(engine, precision: str, sigma: float, notice, workers: int, r
             _runtime(runtime, ("torch",), f"--precision {precision}", notice)
             return TorchChunks(model, precision)
         chosen = _runtime(runtime, ("openvino", "onnxruntime", "torch"), "fp32 checkpoints", notice)
-        if chosen == "openvino":
-            chunks = OpenVinoChunks(onnx_bytes(model), "exported in memory", workers, static_rows)
-            return checked(chunks, model, sigma, chosen)
-        return ort_from_checkpoint(model, sigma) if chosen == "onnxruntime" else TorchChunks(model, precision)
+        if chosen == "torch":
+            return TorchChunks(model, precision)
+        graph, label = onnx_bytes(model), "exported in memory"
+        chunks = OpenVinoChunks(graph, label, workers, static_rows) if chosen == "openvino" else OrtChunks(graph, label)
+        return checked(chunks, model, sigma, chosen)
     meta = getattr(engine, "meta", None)
     if meta is not None and meta.kind == "onnx" and meta.input == "image":
         fp32 = meta.precision == "fp32"
