@@ -5,7 +5,6 @@
 Each line: W worker threads, each with its own infer request, classifying back to back for 3 s,
 3 rounds (median and rounds). Then two processes of one worker each, started together.
 """
-import os
 import statistics
 import subprocess
 import sys
