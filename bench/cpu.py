@@ -147,7 +147,8 @@ def _methods(model, images, load: Workload, threads: int) -> dict[str, tuple[Cal
     plain_reference = batch_body(engine, SIGMA, SEED, batch, BodyOptions(noise="reference"))
     plain = batch_body(engine, SIGMA, SEED, batch, BodyOptions())
     fast = batch_body(engine, SIGMA, SEED, batch, BodyOptions(fast=True, workers=threads))
-    fast_ort = batch_body(engine, SIGMA, SEED, batch, BodyOptions(fast=True, workers=threads, cpu_runtime="onnxruntime"))
+    fast_ort = batch_body(engine, SIGMA, SEED, batch,
+                          BodyOptions(fast=True, workers=threads, cpu_runtime="onnxruntime"))
     compiled = FastBatches(engine, SIGMA, SEED, batch, FastPath(compile=True, compile_mode="default"))
     methods = {
         "reference: Cohen et al. (fp32, batch 400)": (_reference(COHEN, model, images, load), COHEN.name, False),

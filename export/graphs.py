@@ -77,8 +77,8 @@ def pooled_tail_applies(model: VisionTransformer) -> bool:
     """Whether :func:`pooled_tail_forward` computes ``model``'s forward: average pooling of the
     last block's output, and a last block of timm's plain kind."""
     last = model.blocks[-1]
-    return (model.global_pool == "avg" and isinstance(model.norm, nn.Identity) and getattr(model, "attn_pool", None) is None
-            and type(last) is Block and type(last.mlp) is Mlp)
+    return (model.global_pool == "avg" and isinstance(model.norm, nn.Identity)
+            and getattr(model, "attn_pool", None) is None and type(last) is Block and type(last.mlp) is Mlp)
 
 
 def pooled_tail_forward(vit: VisionTransformer, x: torch.Tensor) -> torch.Tensor:

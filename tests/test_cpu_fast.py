@@ -187,7 +187,8 @@ def test_cpu_body_counts_equal_the_plain_body(demo, runtime):
     model, items = demo
     engine = TorchEngine(model, CPU, "fp32")
     classifier = cpu_classifier(engine, "fp32", 0.25, print, 2, runtime, chunk_sizes(300, 16, 2))
-    assert classifier.description.split()[0] == {"openvino": "OpenVINO", "onnxruntime": "ONNX", "torch": "torch"}[runtime]
+    first_word = {"openvino": "OpenVINO", "onnxruntime": "ONNX", "torch": "torch"}[runtime]
+    assert classifier.description.split()[0] == first_word
     body = ChunkedCpuBatches(classifier, model.spec, 0.25, 5, 300, workers=2, chunk=16,
                              noise=NoiseSource(CPU, serial=True))
     reference = _counts(engine, _plain(engine), items)
@@ -302,7 +303,8 @@ def test_cli_cpu_runtime_needs_fast(tmp_path, capsys):
     out = tmp_path / "unused.tsv"
     assert certify_main(["--data", "demo", "--max", "1", "--cpu-runtime", "onnxruntime", "--quiet",
                          "--out", str(out)]) == 2
-    assert capsys.readouterr().err.strip() == "dmae-certify: error: --cpu-runtime applies to --fast (on a CPU); add --fast"
+    error = capsys.readouterr().err.strip()
+    assert error == "dmae-certify: error: --cpu-runtime applies to --fast (on a CPU); add --fast"
     assert not out.exists()
 
 
