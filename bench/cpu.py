@@ -64,13 +64,13 @@ class Workload:
     images: int
     n0: int
     n: int
-    batch: int  # our bodies' --batch (the reference loops keep their own: 400 and 1000)
+    batch: int  # our bodies' --batch, dmae-certify's default (the reference loops keep their own: 400 and 1000)
 
 
 WORKLOADS = {
     "demo": Workload("demo", 3, 100, 10_000, 1000),
     "small-32": Workload("small-32", 2, 100, 2_000, 1000),
-    "small-224": Workload("small-224", 1, 100, 1_000, 100),  # 1000 rows of 224x224 noise: 600 MB a batch
+    "small-224": Workload("small-224", 1, 100, 1_000, 1000),  # plain body: 600 MB of 224x224 noise a batch
 }
 NOISE_SHAPES = ((3, 8, 8), (3, 32, 32), (3, 224, 224))
 

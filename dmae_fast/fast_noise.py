@@ -2,7 +2,7 @@
 
 :func:`dmae_fast.noise.gaussian_rows` written as torch ops runs dozens of elementwise
 passes over int64 tensors per batch. ``torch.compile`` (Inductor) turns the same function,
-together with the gather of the clean images and ``x + sigma * eta``, into one loop: vectorized
+together with the gather of the clean images and ``x + sigma * eta``, into one kernel: vectorized
 C++ on a CPU, one Triton kernel on a GPU. The Philox words are the same bit for bit; the
 Gaussians agree with the reference to float32 rounding (the compiled log/sin/cos may round
 differently in the last bit).
@@ -10,6 +10,9 @@ differently in the last bit).
 With ``serial=True`` (the CPU fast path) the kernel is compiled for one thread and with
 Inductor's C++ wrapper, which releases the GIL: several worker threads then each make their own
 rows' noise at once, one core each, instead of waiting on one multi-threaded call.
+
+For the CPU fast path's patch-input classifiers, :func:`noisy_patches` writes the same noise
+values in a :class:`~dmae_fast.patch_layout.PatchLayout`, normalized.
 
 Where compiling is impossible (no C++ compiler, no Triton) or the compiled kernel does not
 reproduce the reference on a check batch, :class:`NoiseSource` says so in one line and runs
@@ -25,7 +28,15 @@ from contextlib import contextmanager, nullcontext
 
 import torch
 
-from dmae_fast.noise import check_seed, gaussian_noise, gaussian_rows, key_words
+from dmae_fast.noise import (
+    box_muller,
+    check_seed,
+    gaussian_noise,
+    gaussian_rows,
+    key_words,
+    philox4x32,
+)
+from dmae_fast.patch_layout import PatchLayout
 
 COMPILED, REFERENCE = "compiled", "torch ops"
 # The compiled Gaussians differ from the reference by a few float32 ulps (|eta| < 6).
@@ -46,10 +57,27 @@ def noisy_rows(clean: torch.Tensor, slot: torch.Tensor, sigma: torch.Tensor, key
     return clean[slot] + sigma * eta.view(-1, *shape)
 
 
-def _reference(clean: torch.Tensor, sigma: float, seed: int, rows: tuple[torch.Tensor, ...]) -> torch.Tensor:
-    """:func:`noisy_rows` with the torch-op reference noise."""
+def noisy_patches(clean: torch.Tensor, slot: torch.Tensor, sigma: torch.Tensor, key: torch.Tensor,
+                  image: torch.Tensor, phase: torch.Tensor, sample: torch.Tensor, counters: torch.Tensor,
+                  mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """``(clean[slot] + sigma * eta - mean) / std`` [B, L, C*p*p]: the normalized noisy inputs of
+    B rows in a :class:`~dmae_fast.patch_layout.PatchLayout`, whose ``counters`` (and per-value
+    ``mean``, ``std``) are passed; ``clean`` [S, L, C*p*p] holds the arranged clean images."""
+    column = lambda v: v.view(-1, 1, 1)  # noqa: E731
+    words = philox4x32((counters, column(sample), column(image), column(phase)), (key[0], key[1]))
+    eta = torch.stack(box_muller(words), dim=-1).view(len(slot), *clean.shape[1:])  # [B, L, C*p*p/4, word]
+    return (clean[slot] + sigma * eta - mean) / std
+
+
+def _reference(clean: torch.Tensor, sigma: float, seed: int, rows: tuple[torch.Tensor, ...],
+               layout: PatchLayout | None) -> torch.Tensor:
+    """:func:`noisy_rows` (or :func:`noisy_patches` with a layout) with the torch-op reference noise."""
     slot, image, phase, sample = rows
-    return clean[slot] + sigma * gaussian_noise(seed, image, phase, sample, tuple(clean.shape[1:]))
+    if layout is None:
+        return clean[slot] + sigma * gaussian_noise(seed, image, phase, sample, tuple(clean.shape[1:]))
+    eta = layout.arrange(gaussian_noise(seed, image, phase, sample, (layout.channels, layout.size, layout.size)))
+    mean, std = layout.normalization
+    return (clean[slot] + sigma * eta - mean) / std
 
 
 @contextmanager
@@ -73,13 +101,19 @@ class NoiseSource:
     Dynamo guards on the calling thread's torch thread count and grad mode, so the first call
     must be made in the state of the later ones (as :class:`ChunkedCpuBatches` does), or each
     thread recompiles an unchecked kernel, concurrently (an error in torch 2.11).
+    ``layout``: make a :class:`~dmae_fast.patch_layout.PatchLayout`'s normalized patch rows
+    (:func:`noisy_patches`) from clean images stored arranged, instead of noisy images.
     """
 
-    def __init__(self, device: torch.device, compiled: bool = True, serial: bool = False) -> None:
-        self.device = device
+    def __init__(self, device: torch.device, compiled: bool = True, serial: bool = False,
+                 layout: PatchLayout | None = None) -> None:
+        self.device, self.layout = device, layout
         self.implementation = COMPILED if compiled else REFERENCE
         options = SERIAL_OPTIONS if serial else None
-        self._compiled = torch.compile(noisy_rows, dynamic=None, options=options) if compiled else None
+        function = noisy_rows if layout is None else noisy_patches
+        self._compiled = torch.compile(function, dynamic=None, options=options) if compiled else None
+        self._layout_tensors = () if layout is None else (layout.counters.to(device),
+                                                         *(t.to(device) for t in layout.normalization))
         self._checked = False
         self._key: tuple[int, torch.Tensor] | None = None
         self._sigma: tuple[float, torch.Tensor] | None = None
@@ -98,7 +132,7 @@ class NoiseSource:
             else:
                 if self._checked or self._agrees(noisy, clean, sigma, seed, rows):
                     return noisy
-        return _reference(clean, sigma, seed, rows)
+        return _reference(clean, sigma, seed, rows, self.layout)
 
     @property
     def ready(self) -> bool:
@@ -117,7 +151,8 @@ class NoiseSource:
         slot, image, phase, sample = rows
         quiet = _quiet_compiler() if not self._checked else nullcontext()  # only the first call compiles
         with quiet:
-            noisy = self._compiled(clean, slot, self._sigma_tensor(sigma), self._key_tensor(seed), image, phase, sample)
+            noisy = self._compiled(clean, slot, self._sigma_tensor(sigma), self._key_tensor(seed), image, phase, sample,
+                                   *self._layout_tensors)
         return noisy[:count]
 
     def _agrees(self, noisy: torch.Tensor, clean: torch.Tensor, sigma: float, seed: int,
@@ -125,9 +160,11 @@ class NoiseSource:
         """After the first compiled batch: do its first rows match the reference? If not, fall
         back with a one-line notice (a miscompiled kernel must not certify anything)."""
         self._checked = True
-        want = _reference(clean, sigma, seed, tuple(r[:4] for r in rows))
-        # sigma * (a few ulps of eta), plus the rounding of x + sigma * eta (pixels are at most a few units)
-        if torch.allclose(noisy[: len(want)], want, rtol=0, atol=CHECK_TOLERANCE * sigma + 1e-6):
+        want = _reference(clean, sigma, seed, tuple(r[:4] for r in rows), self.layout)
+        # sigma * (a few ulps of eta), plus the rounding of x + sigma * eta (pixels are at most a few units),
+        # over the std where the inputs are normalized
+        tolerance = (CHECK_TOLERANCE * sigma + 1e-6) / (1.0 if self.layout is None else min(self.layout.std))
+        if torch.allclose(noisy[: len(want)], want, rtol=0, atol=tolerance):
             return True
         self._fall_back("the compiled kernel does not reproduce the reference")
         return False

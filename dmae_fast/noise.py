@@ -115,12 +115,16 @@ def gaussian_rows(
     on the same values as the documented transform of :func:`uint32_stream`'s words, in the layout
     a compiler fuses into one pass (:mod:`dmae_fast.fast_noise` compiles this function).
     """
-    w0, w1, w2, w3 = philox4x32(_counters(image, phase, sample, numel), key)
-    u0, u1, u2, u3 = (words_to_uniform(w) for w in (w0, w1, w2, w3))
+    planes = box_muller(philox4x32(_counters(image, phase, sample, numel), key))
+    return torch.stack(torch.broadcast_tensors(*planes), dim=-1).flatten(1)[:, :numel]
+
+
+def box_muller(words: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    """The four Philox words of each counter -> the Gaussians of its elements 4k, 4k+1, 4k+2, 4k+3."""
+    u0, u1, u2, u3 = (words_to_uniform(w) for w in words)
     r01, t01 = torch.sqrt(-2.0 * torch.log(u0)), (2.0 * math.pi) * u1
     r23, t23 = torch.sqrt(-2.0 * torch.log(u2)), (2.0 * math.pi) * u3
-    planes = (r01 * torch.cos(t01), r01 * torch.sin(t01), r23 * torch.cos(t23), r23 * torch.sin(t23))
-    return torch.stack(torch.broadcast_tensors(*planes), dim=-1).flatten(1)[:, :numel]
+    return r01 * torch.cos(t01), r01 * torch.sin(t01), r23 * torch.cos(t23), r23 * torch.sin(t23)
 
 
 def gaussian_noise(

@@ -5,11 +5,14 @@ Every graph takes float32 and returns float32 logits; an fp16/bf16 graph casts i
 * :class:`ImageGraph`: images in [0, 1] -> normalization (fp32) -> resize to the encoder's
   size, if any (fp32) -> cast -> ViT -> logits.
 * :class:`TokenGraph`: ``SmoothingClassifier.tokens(x)`` -> cast -> transformer body -> logits.
+* :class:`PatchGraph` (fp32, the CPU fast path): normalized patch rows
+  (:mod:`dmae_fast.patch_layout`) -> one matrix product -> transformer body -> logits.
 
-The CPU fast path exports an :class:`ImageGraph` with ``pooled_tail``: the last block's second
-MLP layer applied once to the average of the patch tokens' hidden activations instead of to
-every token before the average pool. Both maps are affine, so the logits are the same up to
-float rounding; it saves that layer's work for all but one row (5% of the demo's time).
+The CPU fast path exports an :class:`ImageGraph` or a :class:`PatchGraph` with ``pooled_tail``:
+the last block's second MLP layer applied once to the average of the patch tokens' hidden
+activations instead of to every token before the average pool. Both maps are affine, so the
+logits are the same up to float rounding; it saves that layer's work for all but one row (5% of
+the demo's time).
 
 The bicubic resize (e.g. CIFAR-10's 32 -> 224) is written as two matrix products with
 fixed interpolation matrices instead of a Resize operator. Bicubic interpolation is linear
@@ -29,6 +32,7 @@ from timm.models.vision_transformer import Block, VisionTransformer
 from torch import nn
 
 from dmae_fast.model import SmoothingClassifier
+from dmae_fast.patch_layout import PatchLayout
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -69,21 +73,43 @@ class ImageGraph(_Graph):
         if self.resize:
             x = self.rows @ x @ self.cols
         x = x.to(self.dtype)
-        logits = pooled_tail_forward(self.vit, x) if self.pooled_tail else VisionTransformer.forward(self.vit, x)
-        return logits.float()
+        if self.pooled_tail:
+            return forward_embedded(self.vit, self.vit.patch_embed(x), pooled_tail=True).float()
+        return VisionTransformer.forward(self.vit, x).float()
+
+
+class PatchGraph(_Graph):
+    """Normalized patch rows [B, L, C*p*p] float32 in a :class:`~dmae_fast.patch_layout.PatchLayout`
+    -> logits [B, num_classes] float32 (fp32): the CPU fast path's graph, whose front end is one
+    matrix product with the patch convolution's weight arranged like the rows."""
+
+    def __init__(self, model: SmoothingClassifier, layout: PatchLayout, pooled_tail: bool = False) -> None:
+        super().__init__(model, "fp32")
+        if pooled_tail and not pooled_tail_applies(model):
+            raise ValueError("pooled_tail needs average pooling and a plain timm Block/Mlp last block")
+        proj = self.vit.patch_embed.proj
+        self.register_buffer("weight", layout.arrange_weight(proj.weight.detach()).contiguous())
+        self.register_buffer("bias", None if proj.bias is None else proj.bias.detach().clone())
+        self.pooled_tail = pooled_tail
+
+    def forward(self, patches: torch.Tensor) -> torch.Tensor:
+        return forward_embedded(self.vit, F.linear(patches, self.weight, self.bias), self.pooled_tail)
 
 
 def pooled_tail_applies(model: VisionTransformer) -> bool:
-    """Whether :func:`pooled_tail_forward` computes ``model``'s forward: average pooling of the
+    """Whether :func:`forward_embedded` with ``pooled_tail`` computes ``model``'s forward: average pooling of the
     last block's output, and a last block of timm's plain kind."""
     last = model.blocks[-1]
     return (model.global_pool == "avg" and isinstance(model.norm, nn.Identity)
             and getattr(model, "attn_pool", None) is None and type(last) is Block and type(last.mlp) is Mlp)
 
 
-def pooled_tail_forward(vit: VisionTransformer, x: torch.Tensor) -> torch.Tensor:
-    """timm's eval forward, with the last block's fc2 moved after the average pool (module doc)."""
-    x = vit.norm_pre(vit.patch_drop(vit._pos_embed(vit.patch_embed(x))))
+def forward_embedded(vit: VisionTransformer, embedded: torch.Tensor, pooled_tail: bool) -> torch.Tensor:
+    """timm's eval forward from the patch embedding's output [B, L, D]; with ``pooled_tail``, the
+    last block's fc2 moved after the average pool (module doc)."""
+    x = vit.norm_pre(vit.patch_drop(vit._pos_embed(embedded)))
+    if not pooled_tail:
+        return vit.forward_head(vit.norm(vit.blocks(x)))
     *body, last = vit.blocks
     for block in body:
         x = block(x)

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
+import sys
+import textwrap
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -402,3 +405,32 @@ def test_cli_fast_on_cpu_runs_an_onnx_engine_file_like_the_plain_path(tmp_path):
     assert _rows_without_time(tmp_path / "fast.tsv") == _rows_without_time(tmp_path / "plain.tsv")
     runtime = "OpenVINO" if HAS_OPENVINO else "ONNX Runtime"
     assert runtime in json.loads((tmp_path / "fast.tsv.json").read_text())["engine"]
+
+
+@needs_openvino
+def test_a_signal_after_an_openvino_body_is_freed_reaches_its_handler():
+    """OpenVINO's CPU plugin gives the thread that loads it an alternate signal stack that is
+    unmapped when the plugin unloads. The body keeps one Core for the process's life, so a Ctrl-C
+    after the body is gone runs its handler instead of crashing the process (SIGSEGV)."""
+    script = textwrap.dedent("""
+        import gc, signal, torch
+        from dmae_fast.certification.bodies import BodyOptions, batch_body
+        from dmae_fast.certification.stream import SamplingPlan, StreamingCertifier
+        from dmae_fast.engines import TorchEngine
+        from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier
+        spec = ClassifierSpec(EncoderConfig(32, 2, 2, patch_size=4, img_size=16), num_classes=10, input_size=16)
+        engine = TorchEngine(SmoothingClassifier(spec).eval(), torch.device("cpu"), "fp32")
+        for patch_input in (True, False):  # two bodies, one after the other, as a test module or a server may
+            options = BodyOptions(fast=True, workers=2, cpu_runtime="openvino", patch_input=patch_input)
+            body = batch_body(engine, 0.25, 0, 128, options)
+            plan = SamplingPlan.certify(30, 300)
+            list(StreamingCertifier(engine, plan, 0.25, 0, 128, body).run([(0, torch.rand(3, 16, 16), 0)]))
+        del body
+        gc.collect()
+        caught = []
+        signal.signal(signal.SIGINT, lambda *_: caught.append(1))
+        signal.raise_signal(signal.SIGINT)
+        print("handled", len(caught))
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and "handled 1" in result.stdout, (result.returncode, result.stderr[-300:])

@@ -44,6 +44,7 @@ class BodyOptions:
     workers: int | None = None  # CPU fast path: worker threads (default: one per core)
     chunk: int | None = None  # CPU fast path: rows per chunk (default: fits the L2 cache)
     cpu_runtime: str = "auto"  # CPU fast path: "openvino", "onnxruntime", "torch" (auto: the first installed)
+    patch_input: bool = True  # CPU fast path: feed an exported checkpoint patch rows where it allows (else images)
 
     def gpu_path(self, device_type: str, profiling: bool) -> FastPath | None:
         """The GPU-style fast body's options, or None when it is not the body to use."""
@@ -65,11 +66,12 @@ def batch_body(engine: Engine, sigma: float, seed: int, batch: int, options: Bod
     if engine.device.type == "cpu":
         keep_freed_memory()
     if options.fast and engine.device.type == "cpu" and timer is None and engine.input == "image":
-        noise = NoiseSource(engine.device, compiled, serial=True)  # made by each worker for its own chunks
         workers = options.workers or cpu_workers()
         chunk = options.chunk or chunk_rows(engine.spec)
         classifier = cpu_classifier(engine, engine.precision, sigma, _notice, workers, options.cpu_runtime,
-                                    chunk_sizes(batch, chunk, workers))
+                                    chunk_sizes(batch, chunk, workers), options.patch_input)
+        # made by each worker for its own chunks, as the classifier takes them
+        noise = NoiseSource(engine.device, compiled, serial=True, layout=classifier.layout)
         return ChunkedCpuBatches(classifier, engine.spec, sigma, seed, batch, workers, chunk, noise)
     noise = NoiseSource(engine.device, compiled)
     path = options.gpu_path(engine.device.type, timer is not None)

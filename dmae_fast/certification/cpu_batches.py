@@ -28,10 +28,16 @@ file, run by the first runtime installed of (``--cpu-runtime auto``):
 
 ``--precision bf16`` runs PyTorch; an fp16/bf16 ``.onnx`` engine runs in ONNX Runtime. A graph
 exported here is checked against PyTorch on noisy inputs before it is used.
+
+Where a checkpoint's front end is normalization and a plain patch convolution with a side a
+multiple of 4 (no resize), the exported graph takes patch rows instead of images and the noise
+kernel writes them, normalized (:mod:`dmae_fast.patch_layout`): its front end is then one
+matrix product.
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import threading
 import warnings
@@ -50,6 +56,7 @@ from dmae_fast.engines.torch_engine import PRECISIONS
 from dmae_fast.errors import UserError
 from dmae_fast.fast_noise import NoiseSource
 from dmae_fast.model import SmoothingClassifier
+from dmae_fast.patch_layout import PatchLayout
 
 DEFAULT_L2_BYTES = 1 << 20
 MAX_CHUNK = 128
@@ -60,9 +67,11 @@ RUNTIME_NAMES = {"openvino": "OpenVINO", "onnxruntime": "ONNX Runtime", "torch":
 
 
 class ChunkClassifier(Protocol):
-    """Classifies one chunk [R, *input_shape] (float32, CPU) on the calling thread's core."""
+    """Classifies one chunk (float32, CPU) on the calling thread's core: images [R, *input_shape],
+    or with a ``layout``, normalized patch rows [R, *layout.row_shape]."""
 
     description: str
+    layout: PatchLayout | None
 
     def classify(self, chunk: torch.Tensor) -> torch.Tensor: ...
 
@@ -70,7 +79,7 @@ class ChunkClassifier(Protocol):
 class OrtChunks:
     """ONNX Runtime, one intra-op thread per call; ``Run`` is thread-safe and frees the GIL."""
 
-    def __init__(self, model: bytes | Path, label: str) -> None:
+    def __init__(self, model: bytes | Path, label: str, layout: PatchLayout | None = None) -> None:
         import onnxruntime as ort
 
         options = ort.SessionOptions()
@@ -80,7 +89,7 @@ class OrtChunks:
         source = str(model) if isinstance(model, Path) else model
         self.session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
         self.input_name = self.session.get_inputs()[0].name
-        self.description = f"ONNX Runtime {ort.__version__} fp32 ({label})"
+        self.description, self.layout = f"ONNX Runtime {ort.__version__} fp32 ({label})", layout
 
     def logits(self, chunk: torch.Tensor) -> torch.Tensor:
         (logits,) = self.session.run(None, {self.input_name: chunk.numpy()})[:1]
@@ -100,10 +109,11 @@ class OpenVinoChunks:
     batches) share one compiled for any size, on first use.
     """
 
-    def __init__(self, model: bytes | Path, label: str, workers: int, static_rows: Iterable[int] = ()) -> None:
+    def __init__(self, model: bytes | Path, label: str, workers: int, static_rows: Iterable[int] = (),
+                 layout: PatchLayout | None = None) -> None:
         import openvino as ov
 
-        self._core = ov.Core()
+        self._core = openvino_core()
         self._graph = self._core.read_model(model if isinstance(model, bytes) else str(model))
         # No pinning: OpenVINO pins each process's streams to the first cores, so two processes
         # (--nproc-per-node, or two runs) shared one core at half speed; unpinned, as fast alone.
@@ -111,7 +121,7 @@ class OpenVinoChunks:
                         "ENABLE_CPU_PINNING": False}
         self._compiled: dict[int | None, Any] = {rows: self._compile(rows) for rows in set(static_rows)}
         self._lock, self._local = threading.Lock(), threading.local()
-        self.description = f"OpenVINO {ov.__version__.split('-')[0]} fp32 ({label})"
+        self.description, self.layout = f"OpenVINO {ov.__version__.split('-')[0]} fp32 ({label})", layout
 
     def _compile(self, rows: int | None) -> Any:
         """The graph compiled for ``rows`` rows, or for any number (None)."""
@@ -142,12 +152,28 @@ class OpenVinoChunks:
         return predicted_classes(self.logits(chunk))
 
 
+@functools.cache
+def openvino_core():
+    """The process's one OpenVINO Core, kept for the process's life.
+
+    Loading OpenVINO's CPU plugin (the first model compiled) gives the calling thread an
+    alternate signal stack inside memory that is unmapped when the plugin is unloaded, i.e. when
+    the last Core and compiled model are freed (OpenVINO 2026.4; bench/results/2026-11-25-cpu-fast/
+    patch-input/README.md). Python's signal handlers run on that stack, so a later Ctrl-C or
+    SIGTERM to the thread crashed the process (SIGSEGV) instead of stopping it. A Core that lives
+    as long as the process keeps the plugin, and that stack, in place.
+    """
+    import openvino as ov
+
+    return ov.Core()
+
+
 class TorchChunks:
     """The PyTorch classifier in eager mode (fp32, or bf16 under autocast) on one thread."""
 
     def __init__(self, model: SmoothingClassifier, precision: str) -> None:
         self.model, self.dtype = model.eval(), PRECISIONS[precision]
-        self.description = f"torch eager {precision}"
+        self.description, self.layout = f"torch eager {precision}", None
 
     @torch.inference_mode()
     def classify(self, chunk: torch.Tensor) -> torch.Tensor:
@@ -156,20 +182,24 @@ class TorchChunks:
             return predicted_classes(self.model(chunk))
 
 
-def onnx_bytes(model: SmoothingClassifier) -> bytes:
+def onnx_bytes(model: SmoothingClassifier, layout: PatchLayout | None = None) -> bytes:
     """The checkpoint's classifier as an in-memory fp32 ONNX graph: the exporter's image graph,
-    with the last MLP layer after the pool where that applies (:mod:`dmae_fast.export.graphs`)."""
-    from dmae_fast.export.graphs import ImageGraph, pooled_tail_applies
+    or with a ``layout`` its patch-input graph, with the last MLP layer after the pool where
+    that applies (:mod:`dmae_fast.export.graphs`)."""
+    from dmae_fast.export.graphs import ImageGraph, PatchGraph, pooled_tail_applies
     from dmae_fast.export.onnx_export import OPSET
 
-    graph = ImageGraph(model, "fp32", pooled_tail=pooled_tail_applies(model)).eval()
+    pooled_tail = pooled_tail_applies(model)
+    graph = ImageGraph(model, "fp32", pooled_tail) if layout is None else PatchGraph(model, layout, pooled_tail)
+    graph.eval()
     example = torch.rand((2, *model.spec.input_shape), generator=torch.Generator().manual_seed(0))
+    name = "images" if layout is None else "patches"
     buffer = io.BytesIO()
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")  # tracer chatter
-        torch.onnx.export(graph, (example,), buffer, input_names=["images"], output_names=["logits"],
-                          dynamic_axes={"images": {0: "batch"}, "logits": {0: "batch"}}, opset_version=OPSET,
-                          dynamo=False)
+        torch.onnx.export(graph, (example if layout is None else layout.inputs(example),), buffer, input_names=[name],
+                          output_names=["logits"], dynamic_axes={name: {0: "batch"}, "logits": {0: "batch"}},
+                          opset_version=OPSET, dynamo=False)
     return buffer.getvalue()
 
 
@@ -179,7 +209,8 @@ def checked(chunks: OrtChunks | OpenVinoChunks, model: SmoothingClassifier, sigm
     noisy = images + sigma * torch.randn(images.shape, generator=torch.Generator().manual_seed(2))
     with torch.inference_mode():
         want = model.eval()(noisy)
-    difference = float((chunks.logits(noisy) - want).abs().max())
+    inputs = noisy if chunks.layout is None else chunks.layout.inputs(noisy)
+    difference = float((chunks.logits(inputs) - want).abs().max())
     if not difference <= PARITY_TOLERANCE:
         raise UserError(f"{RUNTIME_NAMES[runtime]} differs from PyTorch by {difference:.2g} on this classifier's "
                         f"logits (try --cpu-runtime torch)")
@@ -234,6 +265,8 @@ class ChunkedCpuBatches:
                  workers: int, chunk: int, noise: NoiseSource) -> None:
         self.classifier, self.spec = classifier, spec
         self.sigma, self.seed, self.batch_size = sigma, seed, batch_size
+        if noise.layout != classifier.layout:
+            raise ValueError("the noise source must make the classifier's input layout")
         self.workers, self.chunk, self.noise = workers, chunk, noise
         self.device = torch.device("cpu")
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="dmae-cpu")
@@ -245,14 +278,16 @@ class ChunkedCpuBatches:
                 f"{self.noise.implementation} noise")
 
     def allocate(self, num_slots: int, phase_ids: torch.Tensor) -> torch.Tensor:
-        self._slots = torch.zeros((num_slots, *self.spec.input_shape))
+        layout = self.classifier.layout
+        self._slots = torch.zeros((num_slots, *(self.spec.input_shape if layout is None else layout.row_shape)))
         self._phase_ids = phase_ids
         self._counts = zero_counts(num_slots, len(phase_ids), self.spec.num_classes, self.device)
         self._ones = torch.ones(self.batch_size, dtype=torch.int64)
         return self._counts
 
     def load(self, slot: int, image: torch.Tensor) -> None:
-        self._slots[slot].copy_(image)
+        layout = self.classifier.layout
+        self._slots[slot].copy_(image if layout is None else layout.arrange(image))
 
     @torch.inference_mode()
     def run(self, slot: torch.Tensor, index: torch.Tensor, position: torch.Tensor, sample: torch.Tensor) -> None:
@@ -314,9 +349,10 @@ def _runtime(requested: str, candidates: tuple[str, ...], what: str, notice) -> 
 
 
 def cpu_classifier(engine, precision: str, sigma: float, notice, workers: int, runtime: str,
-                   static_rows: Iterable[int] = ()) -> ChunkClassifier:
+                   static_rows: Iterable[int] = (), patch_input: bool = True) -> ChunkClassifier:
     """The fastest chunk classifier for an engine on a CPU (see the module doc); ``static_rows``:
-    the chunk sizes most chunks will have."""
+    the chunk sizes most chunks will have; ``patch_input``: a checkpoint's exported graph takes
+    patch rows where its front end allows (:mod:`dmae_fast.patch_layout`)."""
     model = getattr(engine, "model", None)
     if isinstance(model, SmoothingClassifier):
         if precision != "fp32":
@@ -325,8 +361,11 @@ def cpu_classifier(engine, precision: str, sigma: float, notice, workers: int, r
         chosen = _runtime(runtime, ("openvino", "onnxruntime", "torch"), "fp32 checkpoints", notice)
         if chosen == "torch":
             return TorchChunks(model, precision)
-        graph, label = onnx_bytes(model), "exported in memory"
-        chunks = OpenVinoChunks(graph, label, workers, static_rows) if chosen == "openvino" else OrtChunks(graph, label)
+        layout = PatchLayout.of(model) if patch_input else None
+        graph = onnx_bytes(model, layout)
+        label = "exported in memory" + ("" if layout is None else f", {layout.patch}x{layout.patch} patch rows in")
+        chunks = (OpenVinoChunks(graph, label, workers, static_rows, layout) if chosen == "openvino"
+                  else OrtChunks(graph, label, layout))
         return checked(chunks, model, sigma, chosen)
     meta = getattr(engine, "meta", None)
     if meta is not None and meta.kind == "onnx" and meta.input == "image":
