@@ -5,7 +5,7 @@ over the image's L patches of C*p*p values each. The CPU fast path (``dmae-certi
 a CPU) feeds its exported classifier those rows, normalized, instead of images: the compiled
 noise kernel writes them (:func:`dmae_fast.fast_noise.noisy_patches`) and the graph starts
 with one matrix product (:class:`dmae_fast.export.graphs.PatchGraph`). An image input costs
-a normalization pass, a layout reorder and a convolution instead: a quarter of the time of
+a normalization pass, a layout reorder and a convolution instead: a fifth of the time of
 ``dmae-bench cpu``'s small 224x224 ViT in OpenVINO (bench/results/2026-11-25-cpu-fast/patch-input/).
 
 A patch's C*p*p values are in the convolution weight's order (channel, row, column), so the
@@ -70,9 +70,8 @@ class PatchLayout:
 
     def inputs(self, images: torch.Tensor) -> torch.Tensor:
         """Images in [0, 1] -> the classifier's normalized input rows (the plain path's arithmetic)."""
-        view = (self.channels, 1, 1)
-        mean, std = (torch.tensor(v, dtype=images.dtype).view(view) for v in (self.mean, self.std))
-        return self.arrange((images - mean) / std)
+        mean, std = self.normalization
+        return (self.arrange(images) - mean) / std
 
     def arrange_weight(self, weight: torch.Tensor) -> torch.Tensor:
         """The patch convolution's weight [D, C, p, p] -> the matrix [D, C*p*p] over this layout."""
