@@ -14,6 +14,7 @@ import torch
 
 from dmae_fast.bench.reference_loops import ReferenceLoop
 from dmae_fast.certification.fast_stream import FastBatches, FastPath
+from dmae_fast.certification.sequential import SequentialCertifier
 from dmae_fast.certification.stream import SamplingPlan, StreamingCertifier
 from dmae_fast.engines import TorchEngine
 from dmae_fast.model import SmoothingClassifier
@@ -65,19 +66,29 @@ def time_reference(name: str, model: SmoothingClassifier, loop: ReferenceLoop, i
 
 
 def time_ours(name: str, model: SmoothingClassifier, fast: FastPath, precision: str, batch: int,
-              images: list[torch.Tensor], n0: int, n: int, sigma: float) -> CertifyTiming:
-    """The streaming certifier over all images (after a one-image warm-up that compiles)."""
+              images: list[torch.Tensor], n0: int, n: int, sigma: float,
+              sequential: SequentialCertifier | None = None) -> CertifyTiming:
+    """The streaming certifier over all images (after a one-image warm-up that compiles); with
+    ``sequential``, its plan and stopping rule (--n is the cap; samples/s counts samples drawn)."""
     device = next(model.parameters()).device
     engine = TorchEngine(model, device, precision)
     body = FastBatches(engine, sigma, 0, batch, fast)
 
-    def run(items, plan):
-        return list(StreamingCertifier(engine, plan, sigma, 0, batch, body).run(items))
+    def run(items, plan, decide=None):
+        return list(StreamingCertifier(engine, plan, sigma, 0, batch, body).run(items, decide))
 
     run([(0, images[0].cpu(), 0)], SamplingPlan.certify(min(n0, batch), batch))
     _sync(device)
     start = time.perf_counter()
-    out = run([(i, image.cpu(), 0) for i, image in enumerate(images)], SamplingPlan.certify(n0, n))
+    items = [(i, image.cpu(), 0) for i, image in enumerate(images)]
+    if sequential is None:
+        out = run(items, SamplingPlan.certify(n0, n))
+        drawn = len(out) * (n0 + n)
+    else:
+        out = run(items, SamplingPlan.sequential(n0, sequential.looks), sequential.decide)
+        drawn = sum(int(done.counts.sum()) for done in out)
     _sync(device)
-    method = f"ours: {body.options.describe()}"
-    return _timing(name, method, precision, batch, n0, n, len(out), time.perf_counter() - start)
+    method = f"ours: {body.options.describe()}" + (f", {sequential.procedure}" if sequential else "")
+    timing = _timing(name, method, precision, batch, n0, n, len(out), time.perf_counter() - start)
+    timing.samples_per_s = drawn / timing.seconds
+    return timing

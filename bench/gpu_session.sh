@@ -18,9 +18,14 @@
 # after a failed step or a TERM/INT, everything under $OUT is packed into PACK/gpu-session.tar.gz,
 # and session.log and steps.tsv are copied beside it (3 files).
 #
-# Environment: STEPS (default all: "versions install gpu-tests tests demo train bench"; e.g. one
-# device call for the checks and one for the bench), SESSION_SECONDS (default 550: the whole
-# script), PYTHON (default python3),
+# Further GPU steps (in the default list on a GPU, not in smoke mode): profile (per-stage time and
+# top CUDA kernels of a ViT-B batch, bench/experiments/gpu_profile.py -> profile/), serve
+# (dmae-bench serve on CUDA, SERVE_ARGS -> serve/), scaling (dmae-bench scaling, 1 and 2
+# processes sharing GPU 0, then --shard samples with 2 processes: the NCCL all-reduce -> scaling/).
+# Environment: STEPS (default all: "versions install gpu-tests tests demo train bench profile
+# serve scaling"; e.g. one device call for the checks and one for the bench), SESSION_SECONDS
+# (default 550: the whole script), PYTHON (default python3), WHEELS (a folder of wheels that
+# the machine lacks, installed with --no-deps into SCRATCH/site on PYTHONPATH, e.g. .whl),
 # BENCH_ARGS (default below), SCRATCH (default a temporary folder: exported engines, which
 # are too large to bring back), GPU_SESSION_SMOKE=1 (CPU smoke sizes, no install: the test
 # that keeps this script working, tests/test_bench.py).
@@ -88,14 +93,15 @@ run_step() {
 left() { local cap=$1 rest=$((TOTAL - SECONDS - ${2:-0})); echo $((rest < cap ? rest : cap)); }
 
 # STEPS: the steps to run (all by default); one device call cannot hold all of them at full size.
-ALL_STEPS="versions install gpu-tests tests demo train bench"
-STEPS=${STEPS:-$ALL_STEPS}
+ALL_STEPS="versions install gpu-tests tests demo train bench profile serve scaling"
+SMOKE_STEPS="versions install gpu-tests tests demo train bench"  # the GPU-only measurements left out
+if [ "$SMOKE" = 1 ]; then STEPS=${STEPS:-$SMOKE_STEPS}; else STEPS=${STEPS:-$ALL_STEPS}; fi
 for step in $STEPS; do
     case " $ALL_STEPS " in *" $step "*) ;; *) echo "gpu_session: unknown step '$step' in STEPS (steps: $ALL_STEPS)" >&2; exit 2 ;; esac
 done
 wanted() { case " $STEPS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 # kept STEP...: the seconds an earlier step leaves for these later steps, those wanted
-declare -A SHARE=([tests]=100 [demo]=60 [train]=60 [bench]=200)
+declare -A SHARE=([tests]=100 [demo]=45 [train]=35 [bench]=150 [profile]=35 [serve]=45 [scaling]=45)
 kept() { local sum=0 step; for step in "$@"; do wanted "$step" && sum=$((sum + SHARE[$step])); done; echo $sum; }
 
 versions() {
@@ -149,20 +155,30 @@ demo_check() {  # fp32 counts on CUDA must equal this machine's CPU counts (same
     local gpu=cuda max=5 n=1000
     [ "$SMOKE" = 1 ] && { gpu=cpu; max=1; n=30; }
     local common=(--data demo --max "$max" --n0 100 --n "$n" --precision fp32 --quiet --overwrite --workers 0)
-    "$PY" -m dmae_fast.cli.certify "${common[@]}" --device cpu --out "$OUT/demo/cpu.tsv" &&
+    # the CPU side with the torch-op reference noise (no compile): the contract across implementations
+    "$PY" -m dmae_fast.cli.certify "${common[@]}" --device cpu --noise reference --out "$OUT/demo/cpu.tsv" &&
         "$PY" -m dmae_fast.cli.certify "${common[@]}" --device "$gpu" --out "$OUT/demo/gpu.tsv" &&
         "$PY" -m dmae_fast.bench.compare_counts "$OUT/demo/cpu.tsv" "$OUT/demo/gpu.tsv" || return 1
-    [ "$SMOKE" = 1 ] && return 0
-    # The committed CPU run (bench/results/2026-11-24-cpu-demo-dmae): informational only, since the
-    # demo model may have been retrained after it was recorded.
-    "$PY" -m dmae_fast.cli.certify --data demo --skip 10 --precision fp32 --device cuda --quiet --overwrite \
-        --workers 0 --out "$OUT/demo/gpu-skip10.tsv" &&
-        "$PY" -m dmae_fast.bench.compare_counts --informational bench/results/2026-11-24-cpu-demo-dmae/demo.tsv \
-            "$OUT/demo/gpu-skip10.tsv"
 }
 
+# scaling: 1 and 2 processes sharing GPU 0 (image claiming through the store), then sample
+# sharding with 2 processes on it (counts all-reduced over NCCL)
+scaling() {
+    "$PY" -m dmae_fast.cli.bench scaling --procs 1 2 --rounds 1 --threads 0 --out "$OUT/scaling" -- \
+        --data demo --max 40 --n 10000 --device cuda:0 --workers 0
+    local first=$?
+    "$PY" -m dmae_fast.cli.certify --nproc-per-node 2 --shard samples --device cuda:0 --data demo --max 4 \
+        --n 10000 --quiet --overwrite --workers 0 --out "$OUT/scaling/shard-samples.tsv" || return 1
+    return $first
+}
+
+if [ -n "${WHEELS:-}" ] && [ "$SMOKE" != 1 ]; then  # packages the machine lacks (no network there)
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SCRATCH/site" \
+        "$WHEELS"/*.whl && export PYTHONPATH="$SCRATCH/site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+
 export OUT PY SMOKE SCRATCH
-export -f versions install demo_check
+export -f versions install demo_check scaling
 log "gpu_session: OUT=$OUT SCRATCH=$SCRATCH SESSION_SECONDS=$TOTAL smoke=$SMOKE steps=$STEPS $(date -u +%FT%TZ)"
 wanted versions && run_step versions 30 versions
 
@@ -178,18 +194,18 @@ GPU_TEST_FILES=(tests/test_stream.py tests/test_fast_stream.py)
 if [ "$SMOKE" = 1 ]; then  # one quick module: its GPU test is collected and skipped
     wanted gpu-tests && pytest_step gpu-tests "$(left 60)" -m gpu tests/test_stream.py
 else
-    wanted gpu-tests && pytest_step gpu-tests "$(left 200 "$(kept tests demo train bench)")" -m gpu "${GPU_TEST_FILES[@]}"
-    wanted tests && pytest_step tests "$(left 150 "$(kept demo train bench)")" -m "not gpu" tests/test_kernels.py \
+    wanted gpu-tests && pytest_step gpu-tests "$(left 200 "$(kept tests demo train bench profile serve scaling)")" -m gpu "${GPU_TEST_FILES[@]}"
+    wanted tests && pytest_step tests "$(left 150 "$(kept demo train bench profile serve scaling)")" -m "not gpu" tests/test_kernels.py \
         tests/test_stream.py tests/test_fast_stream.py tests/test_engines.py tests/test_export.py
 fi
-wanted demo && run_step demo "$(left 90 "$(kept train bench)")" demo_check  # three processes, each compiling
+wanted demo && run_step demo "$(left 90 "$(kept train bench profile serve scaling)")" demo_check  # three processes, each compiling
 
 if [ "$SMOKE" = 1 ]; then
     TRAIN=(--preset demo-pretrain --batch 16 --seconds 0.5 --device cpu)
 else
     TRAIN=(--preset dmae-vitb-pretrain --batch 256 --precision bf16 --seconds 20)
 fi
-wanted train && run_step train "$(left 75 "$(kept bench)")" "$PY" -m dmae_fast.bench.train_throughput "${TRAIN[@]}" \
+wanted train && run_step train "$(left 75 "$(kept bench profile serve scaling)")" "$PY" -m dmae_fast.bench.train_throughput "${TRAIN[@]}" \
     --out "$OUT/train"
 
 if [ "$SMOKE" = 1 ]; then
@@ -198,13 +214,22 @@ else
     read -r -a BENCH <<< "${BENCH_ARGS:---all --models vit-b16 --export-models demo vit-b16 --batches 256 1024 --seconds 2 --reference-budget 8 --images 10}"
 fi
 if wanted bench; then
-    BENCH_LIMIT=$(left 900 15)
-    BUDGET=$((BENCH_LIMIT - 45 > 30 ? BENCH_LIMIT - 45 : 30))  # margin for a row or export that overruns
+    BENCH_LIMIT=$(left 900 $((15 + $(kept profile serve scaling))))
+    BUDGET=$((BENCH_LIMIT - 25 > 30 ? BENCH_LIMIT - 25 : 30))  # margin for a row or export that overruns
     [ "$SMOKE" = 1 ] && BUDGET=120
+    ENGINE_DIR=(--engine-dir "$SCRATCH")  # exported engines stay behind (too large to bring back)
+    [[ " ${BENCH[*]} " =~ " --export-models "(--|$) ]] && ENGINE_DIR=()  # no exports: no engine folder
     run_step bench "$BENCH_LIMIT" "$PY" -m dmae_fast.cli.bench "${BENCH[@]}" --out "$OUT/bench" --budget "$BUDGET" \
-        --engine-dir "$SCRATCH"
+        "${ENGINE_DIR[@]}"
     find "$SCRATCH" -maxdepth 2 -name '*.json' -path '*-engines/*' -exec cp {} "$OUT/bench/engines/" \; 2>/dev/null
 fi
+
+wanted profile && run_step profile "$(left 90 "$(kept serve scaling)")" "$PY" bench/experiments/gpu_profile.py \
+    --model vit-b16 --batch 1024 --out "$OUT/profile"
+read -r -a SERVE <<< "${SERVE_ARGS:---batch 2000 --n 500 --rounds 2 --saturation-seconds 3 --seconds 5 --max-wait-ms 0 5 20 --loads 0.5 0.9}"
+wanted serve && run_step serve "$(left 150 "$(kept scaling)")" "$PY" -m dmae_fast.cli.bench serve --device cuda \
+    "${SERVE[@]}" --out "$OUT/serve"
+wanted scaling && run_step scaling "$(left 150)" scaling
 
 log "gpu_session: done in ${SECONDS}s; failed steps:${FAILED:- none}"
 cp "$OUT/steps.tsv" "$OUT/logs/" 2>/dev/null

@@ -242,17 +242,19 @@ def test_tensorrt_missing_is_one_line(capsys, engine_copy, monkeypatch):
         assert line == f"dmae-certify: error: {TENSORRT_MISSING}"
 
 
-def test_fp32_convolutions_are_made_ieee_for_cuda():
-    """cuDNN's default TF32 would make "fp32" on a GPU differ from fp32 on the CPU."""
+def test_fp32_convolutions_are_made_ieee_for_cuda_and_torch_export_still_works():
+    """cuDNN's default TF32 would make "fp32" on a GPU differ from fp32 on the CPU; the setting must
+    leave torch.export working (the per-operator API made it raise on torch 2.11)."""
     from dmae_fast.engines.torch_engine import ieee_fp32_convolutions
 
-    conv = getattr(torch.backends.cudnn, "conv", None)
-    owner, name, ieee = (conv, "fp32_precision", "ieee") if conv is not None and hasattr(conv, "fp32_precision") \
-        else (torch.backends.cudnn, "allow_tf32", False)
-    before = getattr(owner, name)
+    before = torch.backends.cudnn.allow_tf32
     try:
-        setattr(owner, name, "tf32" if name == "fp32_precision" else True)
+        torch.backends.cudnn.allow_tf32 = True
         ieee_fp32_convolutions()
-        assert getattr(owner, name) == ieee
+        assert torch._C._get_cudnn_allow_tf32() is False
+        conv = torch.nn.Conv2d(3, 4, 2)
+        exported = torch.export.export(conv, (torch.rand(1, 3, 4, 4),))
+        x = torch.rand(1, 3, 4, 4)
+        torch.testing.assert_close(exported.module()(x), conv(x))
     finally:
-        setattr(owner, name, before)
+        torch.backends.cudnn.allow_tf32 = before

@@ -61,7 +61,9 @@ def certify_ranks(config: CertifyConfig, on_row: Callable[[Row], None]) -> RunRe
         device, device_error = rank_device(config.device, local_rank), None
     except UserError as error:
         device, device_error = "cpu", str(error)
-    ranks = Ranks.join(device)
+    shared_gpu = device.startswith("cuda:") and config.device == device and \
+        int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1) > 1
+    ranks = Ranks.join(device, shared_gpu)
     try:
         return _certify(config, ranks, device, device_error, on_row)
     except Interrupted as stop:

@@ -8,8 +8,9 @@ for every body; this one differs only in how a batch's rows become counts:
   the noise generated in-kernel (:mod:`dmae_fast.kernels.fused_frontend`); otherwise the
   noisy images ``x + sigma * eta`` are built as in the plain body. Classifiers that resize
   inside (CIFAR-10 32 -> 224) fall back to the noisy images, with a one-line notice.
-* body: the transformer -> argmax, eager or ``torch.compile``-d, under autocast for
-  fp16/bf16 (as :class:`~dmae_fast.engines.TorchEngine`); or an exported token engine
+* body: the transformer -> argmax, eager or ``torch.compile``-d; for fp16/bf16 a copy of the
+  weights cast to that type (``autocast=True``: fp32 weights under autocast, as
+  :class:`~dmae_fast.engines.TorchEngine`); or an exported token engine
   (``dmae-export --input tokens``: .pt2, ONNX, TensorRT) fed float32 tokens, its front
   end read from the ``.frontend.safetensors`` file the exporter wrote beside it.
 * counting: ``counts[slot, phase, class] += 1`` with one ``index_add_`` on the device.
@@ -26,6 +27,7 @@ before issuing the next batch. It reads each image's counts once, asynchronously
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import sys
 import time
@@ -62,10 +64,14 @@ class FastPath:
     compile: bool = False  # torch.compile the body
     compile_mode: str = "max-autotune-no-cudagraphs"
     cuda_graphs: bool = False  # capture front end + body + counting, replay per batch
+    # fp16/bf16 torch bodies: False runs a copy of the weights cast to the precision (as exported
+    # engines do: no per-batch casts, half the activation bytes); True keeps fp32 weights under
+    # autocast, as the plain body (a residual stream in fp32, LayerNorms writing fp32)
+    autocast: bool = False
 
     def describe(self) -> str:
         parts = [name for name, on in (("fused", self.fused), ("compiled", self.compile),
-                                       ("cuda-graphs", self.cuda_graphs)) if on]
+                                       ("cuda-graphs", self.cuda_graphs), ("autocast", self.autocast)) if on]
         return "+".join(parts) or "eager"
 
 
@@ -135,6 +141,10 @@ class FastBatches:
         self.sigma, self.seed, self.batch_size, self.timer = sigma, seed, batch_size, timer
         self.options = self._available(options)
         self.dtype = PRECISIONS[engine.precision] if self.token_engine is None else None  # engines take fp32
+        # the body's weights: cast once to fp16/bf16 (the front end and E stay on the fp32 classifier)
+        cast = self.dtype is not None and not self.options.autocast
+        self._body_model = copy.deepcopy(self.model).to(self.dtype) if cast else self.model
+        self._autocast_dtype = None if cast else self.dtype
         if self.token_engine is None:
             self._description = f"torch {self.options.describe()} {engine.precision} on {self.device}"
         else:
@@ -191,7 +201,8 @@ class FastBatches:
         return options
 
     def _autocast(self):
-        return nullcontext() if self.dtype is None else torch.autocast(self.device.type, dtype=self.dtype)
+        dtype = self._autocast_dtype
+        return nullcontext() if dtype is None else torch.autocast(self.device.type, dtype=dtype)
 
     def _stage(self, name: str):
         return self.timer(name) if self.timer is not None else nullcontext()
@@ -258,13 +269,13 @@ class FastBatches:
         if self.token_engine is not None:
             return self.token_engine.classify(tokens)
         with self._autocast():
-            return predicted_classes(self.model.forward_tokens(tokens))
+            return predicted_classes(self._body_model.forward_tokens(tokens))
 
     def _classify_images(self, images: torch.Tensor) -> torch.Tensor:
         if self.token_engine is not None:
             return self.token_engine.classify(self.model.tokens(images))
         with self._autocast():
-            return predicted_classes(self.model(images))
+            return predicted_classes(self._body_model(images.to(self.dtype or images.dtype)))
 
     def _capture(self) -> None:
         """Warm up (compiling, autotuning) on the real rows, then capture the step and replay it.

@@ -43,7 +43,8 @@ def restart_count() -> int:
 
 
 def rank_device(device: str, local_rank: int) -> str:
-    """The device of one rank: ``auto``/``cuda`` -> this node's GPU ``cuda:LOCAL_RANK`` (when CUDA is there)."""
+    """The device of one rank: ``auto``/``cuda`` -> this node's GPU ``cuda:LOCAL_RANK`` (when CUDA is there);
+    a named ``cuda:N`` is every rank's (the ranks share that GPU)."""
     if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
         if torch.cuda.device_count() <= local_rank:
             raise UserError(f"LOCAL_RANK {local_rank} has no GPU: this node has {torch.cuda.device_count()}; "
@@ -64,12 +65,14 @@ class Ranks:
     owns_group: bool
 
     @classmethod
-    def join(cls, device: str) -> Ranks:
-        """Join the process group torchrun's environment describes (or use one the caller set up)."""
+    def join(cls, device: str, shared_gpu: bool = False) -> Ranks:
+        """Join the process group torchrun's environment describes (or use one the caller set up).
+        ``shared_gpu``: the node's ranks share one GPU, which NCCL refuses ("invalid usage": one rank
+        per GPU), so every collective goes through gloo."""
         global _runs
         owns = not dist.is_initialized()
         if owns:
-            backend = "cpu:gloo,cuda:nccl" if device.startswith("cuda") else "gloo"
+            backend = "cpu:gloo,cuda:nccl" if device.startswith("cuda") and not shared_gpu else "gloo"
             try:
                 store, rank, world = next(dist.rendezvous("env://", timeout=START_TIMEOUT))
                 # A torchrun restart may meet the keys of the attempt it replaces: one namespace per attempt.

@@ -82,7 +82,8 @@ class SampleShardedCertifier:
             self.samples += len(rows)
 
     def _all_reduced(self, local: torch.Tensor) -> np.ndarray:
-        summed = local.clone()
+        # NCCL sums device tensors; with gloo (CPU ranks, or ranks sharing one GPU) the counts go by the host
+        summed = local.clone() if dist.get_backend() != "gloo" else local.to("cpu", copy=True)
         try:
             dist.all_reduce(summed)
         except RuntimeError as error:  # a peer died: the launcher stops the job, or its rank said why

@@ -36,6 +36,7 @@ from dmae_fast.bench.throughput import (
     measure,
 )
 from dmae_fast.certification.fast_stream import FastPath
+from dmae_fast.certification.sequential import SequentialCertifier, SequentialConfig
 from dmae_fast.certification.run import MAX_BATCH, device_name
 from dmae_fast.cli.common import Parser, run_reporting_errors
 from dmae_fast.engines import EngineOptions, open_engine, resolve_device
@@ -49,7 +50,8 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-
 MODELS = ("vit-b16", "vit-l16", "demo", *[m for m in MODEL_SPECS if m not in ("vit-b16", "vit-l16")])
 MAX_SAMPLES = 2**32 - 1  # --n0, --n: as dmae-certify's --n
 # Options only one stage reads: naming one for the other stage alone is an error, not ignored.
-THROUGHPUT_ONLY = ("models", "batches", "main_batch", "seconds", "engines", "export_models", "engine_dir")
+THROUGHPUT_ONLY = ("models", "batches", "main_batch", "seconds", "engines", "export_models", "engine_dir", "variants",
+                   "precisions")
 CERTIFY_ONLY = ("certify_model", "images", "n0", "n", "reference_budget_s")
 
 
@@ -67,6 +69,8 @@ class BenchConfig:
     budget_s: float = 480.0  # rows that would start later are skipped, saying so
     compile_mode: str = "default"
     engines: tuple[str, ...] = ()  # user-supplied engine files, timed as they are
+    variants: tuple[str, ...] = ()  # our variants to time, by key (see variant_key); () = all
+    precisions: tuple[str, ...] = ()  # our variants' precisions on CUDA (fp16, bf16); () = both
     export_models: tuple[str, ...] = ("vit-b16", "demo")  # exported to engines, then timed
     engine_dir: str | None = None  # where exports go (default: the output directory)
     certify_model: str = "vit-b16"
@@ -99,6 +103,10 @@ class BenchConfig:
             (not self.certify or self.reference_budget_s < self.budget_s,
              (f"--reference-budget {self.reference_budget_s:g} leaves no reference loop within --budget "
               f"{self.budget_s:g}")),
+            (not (set(self.variants) - set(VARIANT_KEYS)),
+             f"unknown --variants {', '.join(sorted(set(self.variants) - set(VARIANT_KEYS)))}; choose from "
+             f"{', '.join(VARIANT_KEYS)}"),
+            (set(self.precisions) <= {"fp16", "bf16"}, "--precisions takes fp16 and/or bf16 (the CUDA variants)"),
             (self.compile_mode in COMPILE_MODES,
              f"--compile-mode must be one of {', '.join(COMPILE_MODES)}, got {self.compile_mode!r}"),
             (1 <= self.images <= PAPER_IMAGES,
@@ -112,21 +120,33 @@ class BenchConfig:
                 raise UserError(message)
 
 
+VARIANT_KEYS = ("eager", "autocast", "fused", "compiled", "compiled+graphs", "fused+graphs", "fused+compiled+graphs")
+
+
+def variant_key(name: str) -> str:
+    """'ours: fused + compiled + CUDA graphs' -> 'fused+compiled+graphs' (the --variants spelling)."""
+    return name.removeprefix("ours: ").replace(" + ", "+").replace("CUDA graphs", "graphs")
+
+
 def _variants(config: BenchConfig, device: torch.device) -> tuple[list[Variant], list[Variant]]:
     """(every variant, the subset swept over batch sizes); fp32 on the CPU."""
-    half = ("fp16", "bf16") if device.type == "cuda" else ("fp32",)
+    half = (config.precisions or ("fp16", "bf16")) if device.type == "cuda" else ("fp32",)
     mode = config.compile_mode
 
     def fast(fused=False, compiled=False, graphs=False):
         return FastPath(fused=fused, compile=compiled, compile_mode=mode, cuda_graphs=graphs)
 
     ours = [Variant("ours: eager", p, fast()) for p in half]
+    if device.type == "cuda":  # the same eager body on fp32 weights under autocast (the plain body's way)
+        ours.append(Variant("ours: autocast", half[0], FastPath(compile_mode=mode, autocast=True)))
     ours += [Variant("ours: compiled", half[0], fast(compiled=True)),
              Variant("ours: compiled + CUDA graphs", half[0], fast(compiled=True, graphs=True)),
              Variant("ours: fused + CUDA graphs", half[0], fast(fused=True, graphs=True))]
     ours += [Variant("ours: fused + compiled + CUDA graphs", p, fast(True, True, True)) for p in half]
     if device.type != "cuda":
         ours = [Variant("ours: fused", "fp32", fast(fused=True))] + ours
+    if config.variants:
+        ours = [v for v in ours if variant_key(v.name) in config.variants]
     sweep = [v for v in ours if v.name in ("ours: eager", "ours: fused + CUDA graphs", "ours: fused")
              and v.precision == half[0]]
     return ours, sweep
@@ -284,8 +304,12 @@ def _certify(config: BenchConfig, device: torch.device, budget: _Budget) -> list
     precision = "fp16" if cuda else "fp32"
     if budget.allows(30 if cuda else 5):
         print(f"{PROG}: certify timing, ours ({fast.describe()})", file=sys.stderr)
-        timings.append(time_ours(name, model, fast, precision, config.main_batch if config.smoke else 1024,
-                                 images, config.n0, config.n, sigma))
+        batch = config.main_batch if config.smoke else 1024
+        timings.append(time_ours(name, model, fast, precision, batch, images, config.n0, config.n, sigma))
+        if budget.allows(10 if cuda else 5):  # the same images, sequential CERTIFY (--n as the cap)
+            sequential = SequentialCertifier(SequentialConfig(config.n0, config.n, 0.001, sigma))
+            timings.append(time_ours(name, model, fast, precision, batch, images, config.n0, config.n, sigma,
+                                     sequential))
     return timings
 
 
@@ -361,6 +385,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default 480)")
     parser.add_argument("--compile-mode", help="torch.compile mode (default 'default'; 'max-autotune' compiles "
                         "for minutes)")
+    parser.add_argument("--variants", nargs="+", help=f"only these of our variants ({', '.join(VARIANT_KEYS)}; "
+                        "default all)")
+    parser.add_argument("--precisions", nargs="+", help="our variants' precisions on CUDA (fp16 bf16; default both)")
     parser.add_argument("--engines", nargs="+", help="your exported engine files (.onnx, .pt2, .engine) to time too")
     parser.add_argument("--export-models", nargs="*", help="models exported to engines and timed (default vit-b16 "
                         "demo; none: no exports)")
@@ -382,11 +409,11 @@ def _config_from_args(args: argparse.Namespace) -> BenchConfig:
     base = BenchConfig.smoke_run(args.out, args.device or "cpu") if args.smoke else BenchConfig(args.out)
     if args.command is not None:
         base = replace(base, throughput=args.command == "throughput", certify=args.command == "certify")
-    fields = ("models", "batches", "main_batch", "seconds", "budget_s", "compile_mode", "engines", "export_models",
+    fields = ("models", "batches", "main_batch", "variants", "precisions", "seconds", "budget_s", "compile_mode", "engines", "export_models",
               "engine_dir", "certify_model", "images", "n0", "n", "reference_budget_s", "device")
     values = {k: getattr(args, k) for k in fields if getattr(args, k) is not None}
     _check_unused(args.command, values)
-    for key in ("models", "batches", "engines", "export_models"):
+    for key in ("models", "batches", "engines", "export_models", "variants", "precisions"):
         if key in values:
             values[key] = tuple(values[key])
     return replace(base, **values)

@@ -15,12 +15,12 @@ PRECISIONS = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 def ieee_fp32_convolutions() -> None:
     """cuDNN runs float32 convolutions (the patch embedding) in TF32 by default: make them IEEE
-    float32 for this process, so that fp32 on a GPU means what it means on the CPU."""
-    conv = getattr(torch.backends.cudnn, "conv", None)
-    if conv is not None and hasattr(conv, "fp32_precision"):  # torch >= 2.9 (the two APIs must not be mixed)
-        conv.fp32_precision = "ieee"
-    else:
-        torch.backends.cudnn.allow_tf32 = False
+    float32 for this process, so that fp32 on a GPU means what it means on the CPU.
+
+    Through the flag every torch version reads (``allow_tf32``): the newer per-operator setting
+    (``cudnn.conv.fp32_precision``) leaves conv and RNN flags apart, which torch.export then refuses
+    ("different TF32 flags"; seen on an H100 with torch 2.11 when AOTInductor exported after it)."""
+    torch.backends.cudnn.allow_tf32 = False
 
 
 class TorchEngine:
