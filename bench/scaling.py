@@ -55,6 +55,16 @@ class ScalingConfig:
             raise UserError("give no --out to dmae-certify: the benchmark names its own results files")
 
 
+def _certify_device(certify: tuple[str, ...]) -> torch.device:
+    """The device the dmae-certify arguments run on (--device, else auto): it names the results."""
+    args = list(certify)
+    named = next((a.split("=", 1)[1] for a in args if a.startswith("--device=")), None)
+    if named is None and "--device" in args[:-1]:
+        named = args[args.index("--device") + 1]
+    cuda = torch.cuda.is_available() and (named is None or named in ("auto", "cuda") or named.startswith("cuda:"))
+    return torch.device(named if cuda and named and named.startswith("cuda:") else "cuda" if cuda else "cpu")
+
+
 def _run_once(config: ScalingConfig, procs: int, folder: Path, tag: str) -> dict:
     out = folder / f"p{procs}-{tag}.tsv"
     command = [sys.executable, "-m", "dmae_fast.cli.certify", *config.certify, "--quiet", "--out", str(out)]
@@ -106,8 +116,7 @@ def run_scaling(config: ScalingConfig) -> tuple[dict, list[Path]]:
         "identical_rows": same_rows,
         "table": table,
     }
-    stem = out / result_stem(out, torch.device("cuda" if "--device" not in config.certify and
-                                               torch.cuda.is_available() else "cpu"), "-scaling")
+    stem = out / result_stem(out, _certify_device(config.certify), "-scaling")
     paths = [Path(f"{stem}.json"), Path(f"{stem}.md")]
     paths[0].write_text(json.dumps(record, indent=2) + "\n")
     paths[1].write_text(markdown(record))
