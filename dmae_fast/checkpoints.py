@@ -32,6 +32,7 @@ import torch
 from timm.layers import resample_abs_pos_embed
 
 from dmae_fast.errors import UserError
+from dmae_fast.integrity import CONTENT_KEY, check_tensors, tensors_sha256
 from dmae_fast.model import (
     ClassifierSpec,
     DecoderConfig,
@@ -93,6 +94,7 @@ def read_checkpoint(path: str | Path) -> RawCheckpoint:
         raise UserError(f"cannot read checkpoint {path} safely (weights only): {first_line}") from None
     args: dict[str, Any] = {}
     if isinstance(payload, dict) and isinstance(payload.get("model"), dict):
+        _check_content(path, payload["model"], payload.get(CONTENT_KEY))
         extra = payload.get("args")
         args = vars(extra) if isinstance(extra, argparse.Namespace) else dict(extra or {})
         payload = payload["model"]
@@ -115,6 +117,12 @@ def _check_finite(path: Path, state: StateDict) -> None:
         raise UserError(f"checkpoint {path} has NaN or infinite values in {shown}: refusing a non-finite model")
 
 
+def _check_content(path: Path, state: Any, expected: Any) -> None:
+    """The project's files carry their tensors' hash: refuse a damaged one (see dmae_fast.integrity)."""
+    if expected is not None and isinstance(state, dict) and all(isinstance(v, torch.Tensor) for v in state.values()):
+        check_tensors(path, state, str(expected))
+
+
 def _looks_like_torch(magic: bytes) -> bool:
     """torch.save writes a zip archive ('PK'), or in the legacy format a pickle (protocol byte 0x80)."""
     return magic.startswith(b"PK") or magic.startswith(b"\x80")
@@ -135,6 +143,7 @@ def _read_safetensors(path: Path) -> RawCheckpoint:
         state = safetensors.torch.load_file(str(path))
     except Exception as error:
         raise UserError(f"cannot read {path} as safetensors: {error}") from None
+    _check_content(path, state, metadata.get(CONTENT_KEY))
     _check_finite(path, state)
     spec = None
     if METADATA_KEY in metadata:
@@ -314,9 +323,9 @@ def encoder_state(path: str | Path, grid_size: int | None = None) -> StateDict:
 
 
 def save_classifier(model: SmoothingClassifier, path: str | Path) -> Path:
-    """Write the project's format: safetensors weights + the spec as JSON metadata."""
+    """Write the project's format: safetensors weights + the spec as JSON metadata + the weights' hash."""
     path = Path(path)
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-    metadata = {METADATA_KEY: json.dumps(model.spec.to_json_dict())}
+    metadata = {METADATA_KEY: json.dumps(model.spec.to_json_dict()), CONTENT_KEY: tensors_sha256(state)}
     safetensors.torch.save_file(state, str(path), metadata=metadata)
     return path

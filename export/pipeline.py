@@ -49,6 +49,7 @@ from dmae_fast.export.tensorrt_build import (
     build_engine,
     check_tensorrt_operators,
 )
+from dmae_fast.integrity import file_sha256
 from dmae_fast.model import SmoothingClassifier
 
 KIND_BY_FORMAT = {"onnx": "onnx", "tensorrt": "tensorrt", "torch": "aoti"}
@@ -222,6 +223,7 @@ def _commit(partial: Path, target: Path, meta: EngineMeta, model: SmoothingClass
         moves = [(partial, target)]
         if config.input == "tokens":  # what a fused front end needs to feed the engine
             moves.append((write_front_end(model, staged), front_end_path(target)))
+        meta = dataclasses.replace(meta, sha256=file_sha256(partial))  # checked whenever the engine is opened
         moves.append((write_sidecar(staged, meta), sidecar_path(target)))
         sidecar_path(target).unlink(missing_ok=True)
         moved: list[Path] = []

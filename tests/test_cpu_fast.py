@@ -434,3 +434,13 @@ def test_a_signal_after_an_openvino_body_is_freed_reaches_its_handler():
     """)
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0 and "handled 1" in result.stdout, (result.returncode, result.stderr[-300:])
+
+
+def test_gpu_options_beside_fast_on_a_cpu_are_named_as_ignored(capsys, tmp_path):
+    from dmae_fast.cli.certify import main
+
+    argv = ["--data", "demo", "--max", "1", "--n0", "10", "--n", "30", "--quiet", "--device", "cpu", "--fast",
+            "--fused", "--cuda-graphs", "--out", str(tmp_path / "r.tsv")]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "--fused and --cuda-graphs ignored: --fast on a CPU runs its own body" in err  # was: silently ignored

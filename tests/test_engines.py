@@ -211,13 +211,16 @@ def test_sidecar_of_another_engine_is_detected(tmp_path, demo_onnx):
     """A sidecar copied onto another engine: the facts embedded in the file disagree."""
     other = export_onnx(tmp_path, str(tiny_checkpoint(tmp_path / "t.safetensors", num_classes=10)), "other",
                         precision="fp16")
-    _edit(other, lambda d: d.update(json.loads(sidecar_path(demo_onnx).read_text()), file="other.onnx"))
+    _edit(other, lambda d: d.update(json.loads(sidecar_path(demo_onnx).read_text()), file="other.onnx",
+                                    sha256=None))  # no file hash (an older sidecar): the embedded facts decide
     with pytest.raises(UserError, match="its sidecar disagree .*precision fp16 vs fp32"):
         open_engine(other, EngineOptions(device="cpu"))
 
 
 def test_corrupt_engine_file_is_one_line(capsys, engine_copy):
     engine_copy.write_bytes(b"not an onnx model")
+    one_line(certify(capsys, *CERTIFY, "--engine", engine_copy), "SHA-256 differs")
+    _edit(engine_copy, lambda d: d.update(sha256=None))  # a sidecar without the hash: the runtime refuses the file
     one_line(certify(capsys, *CERTIFY, "--engine", engine_copy), "ONNX Runtime cannot load")
 
 

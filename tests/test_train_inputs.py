@@ -473,3 +473,12 @@ def test_visualize_of_a_pretrain_file_with_a_bad_configuration(tmp_path, capsys,
 def test_visualize_with_every_patch_hidden(tmp_path, capsys, pretrained):
     refused(capsys, ["visualize", "--init", str(pretrained), "--set", "mask_ratio=0.95", "--out",
                      str(tmp_path / "f.png")], "hides all 16 patches")
+
+
+def test_init_demo_names_the_shipped_classifier_as_dmae_certify_does(tmp_path):
+    from dmae_fast.cli.train import _resolve, build_parser
+    from dmae_fast.demo import DEMO_CHECKPOINT
+
+    args = build_parser().parse_args(["finetune", "--preset", "demo-finetune", "--init", "demo",
+                                      "--out", str(tmp_path / "run")])
+    assert _resolve(args).init == str(DEMO_CHECKPOINT)  # was: "checkpoint demo does not exist"

@@ -18,6 +18,7 @@ from torch import nn
 
 from dmae_fast.checkpoints import load_strict, read_checkpoint
 from dmae_fast.errors import UserError
+from dmae_fast.integrity import CONTENT_KEY, tensors_sha256
 from dmae_fast.model import DecoderConfig, DMAEPretrain
 from dmae_fast.train.config import PretrainConfig, from_json, to_json
 from dmae_fast.train.datasets import TrainingData
@@ -65,7 +66,8 @@ class PretrainTask(Task):
     def save(self, out: Path, tag: str, info: dict[str, Any]) -> Path:
         path = out / RESULT
         state = {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
-        torch.save({"model": state, "args": {**to_json(self.config), **self.normalization}}, path)
+        torch.save({"model": state, "args": {**to_json(self.config), **self.normalization},
+                    CONTENT_KEY: tensors_sha256(state)}, path)
         return path
 
 

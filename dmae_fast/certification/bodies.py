@@ -66,6 +66,11 @@ def batch_body(engine: Engine, sigma: float, seed: int, batch: int, options: Bod
     if engine.device.type == "cpu":
         keep_freed_memory()
     if options.fast and engine.device.type == "cpu" and timer is None and engine.input == "image":
+        ignored = [flag for flag, on in (("--fused", options.fused), ("--compile", options.compile),
+                                         ("--cuda-graphs", options.cuda_graphs)) if on]
+        if ignored:
+            _notice(f"{' and '.join(ignored)} ignored: --fast on a CPU runs its own body (one worker per core, "
+                    "an exported graph per worker); drop --fast to use them")
         workers = options.workers or cpu_workers()
         chunk = options.chunk or chunk_rows(engine.spec)
         classifier = cpu_classifier(engine, engine.precision, sigma, _notice, workers, options.cpu_runtime,

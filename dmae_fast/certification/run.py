@@ -49,6 +49,7 @@ from dmae_fast.data import TensorImageDataset, open_dataset, subset_indices
 from dmae_fast.engines import Engine, EngineOptions, open_engine
 from dmae_fast.engines.sidecar import KIND_BY_SUFFIX, read_sidecar
 from dmae_fast.errors import Interrupted, UserError
+from dmae_fast.integrity import file_sha256
 from dmae_fast.locking import OutputLock
 from dmae_fast.memory import keep_freed_memory
 from dmae_fast.model.config import parse_normalization, sigma_problem
@@ -382,6 +383,7 @@ class RunRecord:
 
     def __init__(self, opened: OpenedRun, body: BatchBody, mode: Mode, extra: dict | None = None) -> None:
         self.opened, self.body, self.mode, self.extra = opened, body, mode, extra or {}
+        self.model_sha256 = file_sha256(opened.config.engine)  # names the very file that was certified
 
     def write(self, summary: dict, final: bool = False) -> None:
         """Write the record; an --overwrite run's old record stays until the new results replace it."""
@@ -394,6 +396,7 @@ class RunRecord:
             "plan": {"phases": [p.name for p in procedure.plan.phases], "sizes": procedure.plan.sizes,
                      "looks": procedure.plan.looks},
             "engine": self.body.description,
+            "model_sha256": self.model_sha256,
             "threads": {"torch_intra_op": torch.get_num_threads(), "dataloader_workers": opened.workers,
                         "body_workers": getattr(self.body, "workers", None)},
             "classifier": opened.engine.spec.to_json_dict(),

@@ -81,7 +81,11 @@ def _resolve(args) -> object:
     if args.init == "":
         raise UserError("--init: empty path")
     if args.init is not None:
-        overrides.append(("checkpoint=" if args.command == "visualize" else "init=") + args.init)
+        from dmae_fast.data import DEMO
+        from dmae_fast.demo import DEMO_CHECKPOINT
+
+        init = str(DEMO_CHECKPOINT) if args.init == DEMO else args.init  # as dmae-certify --ckpt demo
+        overrides.append(("checkpoint=" if args.command == "visualize" else "init=") + init)
     return cfg.resolve(args.command, args.preset, overrides)
 
 

@@ -15,9 +15,10 @@ import torch
 from dmae_fast.checkpoints import load_classifier
 from dmae_fast.engines.base import INPUT_KINDS, Engine
 from dmae_fast.engines.exported import ExportedEngine
-from dmae_fast.engines.sidecar import KIND_BY_SUFFIX, EngineMeta, read_sidecar
+from dmae_fast.engines.sidecar import KIND_BY_SUFFIX, EngineMeta, read_sidecar, sidecar_path
 from dmae_fast.engines.torch_engine import PRECISIONS, TorchEngine
 from dmae_fast.errors import UserError
+from dmae_fast.integrity import check_file
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,7 @@ def open_engine_file(path: Path, options: EngineOptions = EngineOptions()) -> Ex
     if not path.is_file():
         raise UserError(f"engine {path} does not exist or is not a file")
     meta = read_sidecar(path)
+    check_file(path, meta.sha256, f"its sidecar {sidecar_path(path).name}")
     check_options(path, meta, options)
     if options.device != "auto":
         resolve_device(options.device)  # a valid name, and CUDA present if asked for

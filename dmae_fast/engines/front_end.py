@@ -20,6 +20,7 @@ import torch
 
 from dmae_fast.engines.sidecar import EngineMeta
 from dmae_fast.errors import UserError
+from dmae_fast.integrity import CONTENT_KEY, check_tensors, tensors_sha256
 from dmae_fast.model import SmoothingClassifier
 
 FRONT_END_KEYS = ("cls_token", "pos_embed", "patch_embed.proj.weight", "patch_embed.proj.bias")
@@ -37,7 +38,8 @@ def write_front_end(model: SmoothingClassifier, engine: Path) -> Path:
     state = model.state_dict()
     tensors = {key: state[key].detach().float().contiguous().cpu() for key in FRONT_END_KEYS}
     path = front_end_path(engine)
-    safetensors.torch.save_file(tensors, str(path), metadata={ENGINE_KEY: engine.name})
+    safetensors.torch.save_file(tensors, str(path), metadata={ENGINE_KEY: engine.name,
+                                                              CONTENT_KEY: tensors_sha256(tensors)})
     return path
 
 
@@ -63,10 +65,12 @@ def load_front_end(engine: Path, meta: EngineMeta) -> SmoothingClassifier:
                         "(written by dmae-export --input tokens; export again)")
     try:
         with safetensors.safe_open(str(path), framework="pt") as handle:
-            owner = (handle.metadata() or {}).get(ENGINE_KEY)
+            metadata = handle.metadata() or {}
             tensors = {key: handle.get_tensor(key) for key in handle.keys()}
+        owner = metadata.get(ENGINE_KEY)
         if owner != engine.name:
             raise ValueError(f"it belongs to {json.dumps(owner)}")
+        check_tensors(path, tensors, metadata.get(CONTENT_KEY))
         return front_end_model(meta, tensors)
     except (OSError, ValueError, safetensors.SafetensorError) as error:
         raise UserError(f"front end {path} does not fit {engine.name}: {error}") from None

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from dmae_fast.errors import UserError
+from dmae_fast.integrity import is_sha256
 from dmae_fast.model import ClassifierSpec
 
 FORMAT = "dmae-fast-engine/1"
@@ -101,6 +102,7 @@ class EngineMeta:
     created: str
     versions: dict[str, str]
     parity: Parity | None = None
+    sha256: str | None = None  # of the engine file, written at export, checked on open (None: not recorded)
 
     @property
     def input_name(self) -> str:
@@ -132,6 +134,7 @@ class EngineMeta:
             "device": self.device,
             "source_checkpoint": self.source_checkpoint,
             "created": self.created,
+            "sha256": self.sha256,
         }
 
     @classmethod
@@ -152,6 +155,7 @@ class EngineMeta:
                 kind=data["kind"], file=data["file"], input=data["input"], precision=data["precision"],
                 batch=batch, spec=spec, device=str(data["device"]), source_checkpoint=str(data["source_checkpoint"]),
                 created=str(data["created"]), versions=dict(data["versions"]), parity=parity,
+                sha256=data.get("sha256"),
             )
         except UserError as error:
             raise UserError(f"{where}: {error}") from None
@@ -165,6 +169,7 @@ class EngineMeta:
             (self.kind in SUFFIX_BY_KIND, f"kind {self.kind!r} is not one of {sorted(SUFFIX_BY_KIND)}"),
             (self.input in INPUT_NAMES, f"input {self.input!r} is not 'image' or 'tokens'"),
             (self.precision in PRECISIONS, f"precision {self.precision!r} is not one of {list(PRECISIONS)}"),
+            (self.sha256 is None or is_sha256(self.sha256), f"sha256 {self.sha256!r} is not a SHA-256 hex digest"),
         ]
         _raise_first(checks, where)
         sigma = data["sigma"]
