@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from pathlib import Path
@@ -110,6 +111,33 @@ def _render(header: list[str], rows: list[list[str]], style: Style) -> str:
         return "  ".join([first] + [c.rjust(w) for c, w in zip(cells[1:], widths[1:])]).rstrip()
 
     return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, rows)])
+
+
+def reachable_radii(radii: Sequence[float], cap: float | None, what: str) -> tuple[list[float], str | None]:
+    """(the radii a run could certify, a one-line note on those left out, or None).
+
+    ``cap`` is the largest radius the run could certify (all samples voting for the top class:
+    sigma * Phi^-1(alpha^(1/n))), None when unknown; ``what`` says where the cap comes from.
+    A table column above the cap would be 0% by construction, not a measurement.
+    """
+    if cap is None:
+        return list(radii), None
+    kept = [r for r in radii if r <= cap]
+    left = [r for r in radii if r > cap]
+    if not left:
+        return kept, None
+    shown = ", ".join(f"{r:g}" for r in left)
+    return kept, (f"radii above {cap:.3f} ({what}) cannot be certified by this run and are not listed: {shown}")
+
+
+def recorded_cap(table: ResultsTable) -> float | None:
+    """The largest radius the run behind a results file could certify, as its run record
+    (``<file>.json``, ``max_radius``) states it; None without a record that says."""
+    try:
+        value = json.loads(Path(f"{table.path}.json").read_text(encoding="utf-8")).get("max_radius")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        return None
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
 def format_table(tables: Sequence[ResultsTable], radii: Sequence[float] = DEFAULT_RADII,

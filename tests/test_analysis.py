@@ -330,3 +330,23 @@ def test_analyze_refuses_a_row_that_contradicts_itself(tmp_path: Path, capsys, r
     assert analyze_main([str(_write(tmp_path / "odd.tsv", text))]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "idx 40" in err and "contradicts" in err
+
+
+def test_summaries_list_only_the_radii_the_run_could_reach(tmp_path: Path, capsys) -> None:
+    """A run with n = 100 at sigma 0.25 cannot certify beyond 0.25 * Phi^-1(0.001^(1/100)) = 0.375:
+    the r = 0.5 ... 3 columns would be 0% by construction, so they are named as out of reach."""
+    from dmae_fast.certification.bounds import max_radius
+    from dmae_fast.cli.certify import main as certify_main
+
+    out = tmp_path / "run.tsv"
+    assert certify_main(["--data", "demo", "--max", "2", "--n0", "10", "--n", "100", "--quiet", "--device", "cpu",
+                         "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert analyze_main([str(out)]) == 0
+    shown = capsys.readouterr().out
+    cap = max_radius(100, 0.001, 0.25)
+    assert "r=0.25" in shown and "r=0.5" not in shown
+    assert f"radii above {cap:.3f}" in shown and "not listed: 0.5, 0.75, 1, 1.25" in shown
+    (tmp_path / "run.tsv.json").unlink()  # no run record (e.g. Cohen's files): every radius asked for
+    assert analyze_main([str(out)]) == 0
+    assert "r=3" in capsys.readouterr().out

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from dmae_fast.certification.bounds import max_radius
 from dmae_fast.certification.core import (
     FIXED_N,
     Certificate,
@@ -46,6 +47,11 @@ class Procedure:
             return RowRules("predict", 0, (config.n,), config.alpha, config.sigma, None)
         sizes = tuple(size - config.n0 for size in self.plan.stage_ends) if self.plan.looks else (config.n,)
         return RowRules("certify", config.n0, sizes, self.level, config.sigma, self.name)
+
+    def max_radius(self, config: CertifyConfig) -> float | None:
+        """The largest radius this procedure can certify (every sample of the cap voting for the top
+        class, at the bound's level); None for PREDICT."""
+        return None if self.decision is None else max_radius(config.n, self.level, config.sigma)
 
     def row(self, config: CertifyConfig, done: ImageCounts, seconds: float) -> Row:
         correct = lambda prediction: int(prediction == done.label)  # noqa: E731

@@ -393,6 +393,7 @@ class RunRecord:
         record = {
             "config": dataclasses.asdict(opened.config),
             "procedure": procedure.name,
+            "max_radius": procedure.max_radius(opened.config),  # what the summary tables stop at
             "plan": {"phases": [p.name for p in procedure.plan.phases], "sizes": procedure.plan.sizes,
                      "looks": procedure.plan.looks},
             "engine": self.body.description,

@@ -10,6 +10,8 @@ from dmae_fast.analysis import (
     DEFAULT_RADII,
     format_table,
     plot_certified_accuracy,
+    reachable_radii,
+    recorded_cap,
     rounding_warning,
 )
 from dmae_fast.cli.common import Parser, run_reporting_errors
@@ -69,7 +71,10 @@ def _analyze(args: argparse.Namespace) -> int:
         raise UserError(f"--labels got {len(args.labels)} names for {len(args.files)} files")
     tables = [read_results(path) for path in args.files]
     style = "markdown" if args.markdown else "latex" if args.latex else "text"
-    table = format_table(tables, args.radii, style=style, labels=args.labels)
+    caps = [recorded_cap(t) for t in tables if t.kind == "certify"]
+    cap = max(caps) if caps and None not in caps else None  # a radius any of the runs could reach stays
+    radii, note = reachable_radii(args.radii, cap, "the largest radius the runs' records say n and alpha allow")
+    table = format_table(tables, radii, style=style, labels=args.labels)
     if args.plot is not None:
         for t in tables:
             if t.kind != "certify":
@@ -78,6 +83,8 @@ def _analyze(args: argparse.Namespace) -> int:
     for warning in filter(None, map(rounding_warning, tables)):
         print(f"{PROG}: warning: {warning}", file=sys.stderr)
     print(table)
+    if note:
+        print(note)
     if args.plot is not None:
         print(f"{PROG}: wrote {args.plot}", file=sys.stderr)
     return 0
