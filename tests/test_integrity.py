@@ -11,6 +11,7 @@ import pytest
 import safetensors
 import safetensors.torch
 import torch
+from test_engines import CERTIFY, certify, one_line, tiny_checkpoint
 
 from dmae_fast.checkpoints import load_classifier, read_checkpoint
 from dmae_fast.demo import DEMO_CHECKPOINT
@@ -19,7 +20,6 @@ from dmae_fast.engines.sidecar import read_sidecar, sidecar_path
 from dmae_fast.errors import UserError
 from dmae_fast.export import ExportConfig, export_engines
 from dmae_fast.integrity import CONTENT_KEY, file_sha256, tensors_sha256
-from test_engines import CERTIFY, certify, one_line, tiny_checkpoint
 
 pytestmark = pytest.mark.usefixtures("two_torch_threads")
 

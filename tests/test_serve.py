@@ -8,6 +8,7 @@ loses, duplicates and mixes up no answer; timeouts, a full queue and SIGTERM beh
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import http.client
 import io
@@ -110,7 +111,8 @@ def stop_server(server: Server) -> None:
             server.process.wait(60)
         except subprocess.TimeoutExpired:
             server.process.kill()
-    assert "Traceback" not in "".join(server.stderr), "".join(server.stderr)
+    log = "".join(server.stderr)
+    assert "Traceback" not in log and "never retrieved" not in log, log
 
 
 def npy_bytes(array: np.ndarray) -> bytes:
@@ -137,6 +139,29 @@ def png_claiming(width: int, height: int) -> bytes:
     struct.pack_into(">II", data, 16, width, height)
     struct.pack_into(">I", data, 29, zlib.crc32(bytes(data[12:29])))
     return bytes(data)
+
+
+def npy_claiming(shape: str, data: bytes) -> bytes:
+    """A float32 .npy file whose header claims ``shape`` (numpy's header reader takes any tuple of ints)."""
+    header = f"{{'descr': '<f4', 'fortran_order': False, 'shape': {shape}, }}".encode()
+    header += b" " * (63 - (10 + len(header)) % 64) + b"\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header + data
+
+
+def requests_counted(server: Server, endpoint: str, status: int) -> float:
+    """dmae_serve_requests_total{endpoint, status} from /metrics (0 if absent)."""
+    metrics = server.request("GET", "/metrics")[2]
+    found = re.search(rf'dmae_serve_requests_total{{endpoint="{endpoint}",status="{status}"}} ([0-9.]+)', metrics)
+    return float(found.group(1)) if found else 0.0
+
+
+def sent_before_closing(sock: socket.socket) -> bytes:
+    """What the server sent on ``sock`` until it closed it (socket.timeout if it never does)."""
+    data = b""
+    with contextlib.suppress(ConnectionResetError):
+        while chunk := sock.recv(4096):
+            data += chunk
+    return data
 
 
 def b64(data: bytes) -> str:
@@ -355,7 +380,7 @@ def _cases(digit: torch.Tensor) -> list[tuple[str, str, str, bytes | None, dict,
          "not valid JSON", TOKEN),
         ("alpha above the limit", "POST", "/v1/predict", document(alpha=0.9), js, 400, "alpha must be in", TOKEN),
         ("query n not a number", "POST", "/v1/predict?n=1e3", good, npy, 400, "whole number", TOKEN),
-        ("query alpha inf", "POST", "/v1/predict?alpha=inf", good, npy, 400, "alpha must be in", TOKEN),
+        ("query alpha inf", "POST", "/v1/predict?alpha=inf", good, npy, 400, "decimal number", TOKEN),
         ("unknown query parameter", "POST", "/v1/predict?exec=1", good, npy, 400, "unknown query parameter", TOKEN),
         ("duplicate query parameter", "POST", "/v1/predict?n=10&n=20", good, npy, 400, "twice", TOKEN),
         ("query with JSON", "POST", "/v1/predict?n=10", document(), js, 400, "not the query string", TOKEN),
@@ -396,6 +421,52 @@ def test_hostile_and_malformed_requests_get_the_right_4xx_and_the_server_keeps_s
 def test_401_says_how_to_authenticate(server):
     status, headers, _ = server.request("GET", "/v1/model", token=None)
     assert status == 401 and headers.get("www-authenticate", headers.get("WWW-Authenticate")) == "Bearer"
+
+
+def _refusals(server: Server, cases: list[tuple[str, bytes, dict, str]]) -> list[str]:
+    """(path, body, headers, fragment) requests that must each get a one-line 400 naming the problem."""
+    failures = []
+    for path, body, headers, fragment in cases:
+        status, _, payload = server.request("POST", path, body, headers)
+        message = payload.get("error", "") if isinstance(payload, dict) else ""
+        if status != 400 or fragment not in message or len(message) > 200:
+            failures.append(f"{path} {body[:60]!r}: expected 400 '{fragment}', got {status} {payload!r:.300}")
+    return failures
+
+
+def test_numbers_too_large_for_a_float_and_impossible_npy_shapes_are_400s(server, digits):
+    npy = {"Content-Type": "application/x-npy"}
+    pixels = bytes(3 * 8 * 8 * 4)
+    alpha, headers = as_json({"image": b64(npy_bytes(digits[0].numpy())), "alpha": 10**400})
+    failures = _refusals(server, [
+        ("/v1/predict", alpha, headers, "alpha must be in [1e-12, 0.5] on this server, got 1000000000"),
+        ("/v1/predict", npy_claiming("(3, -8, -8)", pixels), npy, "shape (3, -8, -8) has a dimension"),
+        ("/v1/predict", npy_claiming("(-1, -3, 8, 8)", pixels), npy, "shape (-1, -3, 8, 8) has a dimension"),
+        ("/v1/predict", npy_claiming("(True, 3, 8, 8)", pixels), npy, "shape (True, 3, 8, 8) has a dimension"),
+        ("/v1/predict", npy_claiming(f"(0, {2**70}, 8, 8)", b""), npy, "holds no image"),
+    ])
+    assert not failures, "\n".join(failures)
+    assert server.request("GET", "/healthz", token=None)[0] == 200
+    assert "Traceback" not in "".join(server.stderr)
+
+
+def test_duplicate_json_keys_and_numbers_that_are_not_plain_decimals_are_400s(server, digits):
+    good = npy_bytes(digits[0].numpy())
+    npy = {"Content-Type": "application/x-npy"}
+    js = {"Content-Type": "application/json"}
+    image = json.dumps(b64(good)).encode()
+    array = json.dumps(digits[0].tolist()).encode()
+    failures = _refusals(server, [
+        ("/v1/predict", b'{"image": ' + image + b', "n": 10, "n": 20}', js, 'the JSON body has the key "n" twice'),
+        ("/v1/predict", b'{"image": {"array": ' + array + b', "array": ' + array + b'}}', js,
+         'the JSON body has the key "array" twice'),
+        ("/v1/predict?alpha=0.0_1", good, npy, "alpha must be a decimal number such as 0.001, got '0.0_1'"),
+        ("/v1/predict?alpha=%D9%A0.%D9%A0%D9%A1", good, npy, "alpha must be a decimal number"),  # Arabic-Indic 0.01
+        ("/v1/predict?alpha=nan", good, npy, "alpha must be a decimal number"),
+    ])
+    assert not failures, "\n".join(failures)
+    status, _, answer = server.request("POST", "/v1/predict?alpha=1e-3&n=20", good, npy)
+    assert status == 200 and answer["receipt"]["alpha"] == 0.001
 
 
 # --------------------------------------------------------------------------- load
@@ -529,6 +600,23 @@ def test_a_client_that_disconnects_frees_its_samples(small_server, digits):
     assert 'dmae_serve_requests_total{endpoint="predict",status="499"} 1.0' in metrics
 
 
+def test_a_client_that_leaves_with_a_request_pipelined_behind_counts_as_499(small_server, digits):
+    """uvicorn tells only a connection's newest request that its client left; the one being answered
+    must learn it too (before, it kept its samples until the timeout and was never counted 499)."""
+    left_before = requests_counted(small_server, "predict", 499)
+    body = npy_bytes(digits[0].numpy())
+    with socket.create_connection((small_server.host, small_server.port), timeout=10) as raw:
+        raw.sendall(b"POST /v1/predict?n=100000 HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-npy\r\n"
+                    + f"Content-Length: {len(body)}\r\n\r\n".encode() + body
+                    + b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")  # pipelined: uvicorn's newest request
+        _wait_for_queue(small_server, 1)
+    closed = time.monotonic()
+    while small_server.request("GET", "/healthz", token=None)[2]["queue_images"]:
+        assert time.monotonic() - closed < 3, "the abandoned request kept its place (timeout is 5 s)"
+        time.sleep(0.05)
+    assert requests_counted(small_server, "predict", 499) == left_before + 1
+
+
 def test_sigterm_finishes_the_requests_in_flight_then_stops(small_server, digits):
     answers: list = []
     threads = [_in_thread(small_server, "/v1/predict?n=1000", npy_bytes(digits[i].numpy()), answers)
@@ -551,6 +639,53 @@ def test_sigterm_finishes_the_requests_in_flight_then_stops(small_server, digits
         request(small_server.host, small_server.port, "GET", "/healthz", token=None, timeout=5)
 
 
+# --------------------------------------------------------------------------- slow clients
+
+
+def test_slow_clients_are_cut_off_and_cannot_lock_the_others_out():
+    """More slow clients than --max-connections (request line and one header, then silence or a byte
+    now and then) hold every slot only until --read-timeout: then they get 408 and are closed, and
+    other clients are answered while the slow ones still have their sockets open."""
+    server = start_server("--max-connections", "40", "--read-timeout", "3")
+    address = (server.host, server.port)
+    sockets: list[socket.socket] = []
+    try:
+        def connect(data: bytes) -> socket.socket:
+            sockets.append(socket.create_connection(address, timeout=10))
+            sockets[-1].sendall(data)
+            return sockets[-1]
+
+        body_late = connect(b"POST /v1/predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-npy\r\n"
+                            b"Content-Length: 1000\r\n\r\n\x93NUMPY")
+        answered_early = connect(b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\nabc")
+        silent = [connect(b"GET /healthz HTTP/1.1\r\nHost: x\r\n") for _ in range(25)]
+        trickling = [connect(b"GET /healthz HTTP/1.1\r\nHost: x\r\n") for _ in range(25)]
+        assert request(*address, "GET", "/healthz", token=None)[0] == 503  # every slot is taken
+        start, statuses = time.monotonic(), []
+        while len(statuses) < 5 or statuses[-5:] != [200] * 5:
+            assert time.monotonic() - start < 15, statuses
+            for sock in trickling:
+                with contextlib.suppress(OSError):
+                    sock.send(b"X")
+            statuses.append(request(*address, "GET", "/healthz", token=None)[0])
+            time.sleep(0.25)
+        assert set(statuses) == {503, 200}, statuses
+        for sock in silent:
+            answer = sent_before_closing(sock)
+            assert answer.startswith(b"HTTP/1.1 408 ") and answer.endswith(
+                b'{"error": "the request line and headers did not arrive within 3 s", "status": 408}'), answer
+        for sock in trickling:
+            sent_before_closing(sock)  # closed by the server (with or without the 408 it may have reset)
+        answer = sent_before_closing(body_late)
+        assert answer.startswith(b"HTTP/1.1 408 ") and b'"the body did not arrive within 3 s"' in answer
+        assert sent_before_closing(answered_early).startswith(b"HTTP/1.1 200 ")  # then closed: the body never came
+        assert requests_counted(server, "predict", 408) == 1
+    finally:
+        for sock in sockets:
+            sock.close()
+        stop_server(server)
+
+
 # --------------------------------------------------------------------------- the command line
 
 
@@ -564,6 +699,7 @@ def test_sigterm_finishes_the_requests_in_flight_then_stops(small_server, digits
     (["--ckpt", "demo", "--n", "0"], "--n must be in"),
     (["--ckpt", "demo", "--sigma", "0"], "sigma must be"),
     (["--ckpt", "demo", "--timeout", "nan"], "--timeout must be"),
+    (["--ckpt", "demo", "--read-timeout", "0"], "--read-timeout must be in (0, 3600] seconds"),
     (["--port", "0"], "one of the arguments --ckpt --engine is required"),
     (["--ckpt", "demo", "--batch", "many"], "invalid int value"),
     (["--ckpt", "demo", "--port", "0", "--token-file", "/nonexistent/token"], "cannot read --token-file"),
@@ -584,6 +720,12 @@ def test_a_taken_port_is_a_one_line_error(capsys):
         assert serve_cli.main(["--ckpt", "demo", "--port", str(taken.getsockname()[1])]) == 2
     err = capsys.readouterr().err
     assert err.startswith("dmae-serve: error: cannot listen on 127.0.0.1:") and len(err.strip().splitlines()) == 1
+
+
+def test_help_shows_byte_limits_as_whole_numbers():
+    text = " ".join(serve_cli.build_parser().format_help().split())
+    assert "--max-body-bytes MAX_BODY_BYTES default 8,388,608" in text and "e+" not in text
+    assert "--read-timeout READ_TIMEOUT seconds a client has" in text
 
 
 def test_console_script_is_installed():

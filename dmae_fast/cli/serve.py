@@ -46,9 +46,14 @@ def build_parser() -> argparse.ArgumentParser:
     http.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     http.add_argument("--port", type=int, default=8000, help="TCP port (default 8000; 0: a free port)")
     http.add_argument("--token-file", help="file holding a bearer token required on /v1/* and /metrics")
-    http.add_argument("--max-connections", type=int, default=1024, help="concurrent connections (503 beyond)")
+    http.add_argument("--max-connections", type=int, default=1024, help="concurrent connections (default 1,024; "
+                      "503 beyond)")
     http.add_argument("--keep-alive", type=float, default=5.0, help="seconds an idle keep-alive connection is kept "
                       "open (default 5)")
+    http.add_argument("--read-timeout", type=float, default=ServeConfig.read_timeout_s, help="seconds a client "
+                      "has to send a request's line and headers (from connecting, or from its first byte on a "
+                      "keep-alive connection), and again its body; 408 and the connection closed after (default "
+                      f"{ServeConfig.read_timeout_s:g})")
     http.add_argument("--access-log", action="store_true", help="log every request (uvicorn's access log)")
     batching = parser.add_argument_group("batching")
     batching.add_argument("--batch", type=int, default=1000, help="noisy samples per forward pass (default 1000)")
@@ -69,8 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     defaults.add_argument("--alpha", type=float, default=Defaults.alpha, help=f"default {Defaults.alpha}")
     limits = parser.add_argument_group("request limits")
     for flag, field in LIMIT_FLAGS.items():
-        kind = float if field in ("min_alpha", "max_alpha", "timeout_s") else int
-        limits.add_argument(flag, dest=field, type=kind, help=f"default {getattr(Limits, field):g}")
+        default = getattr(Limits, field)
+        limits.add_argument(flag, dest=field, type=type(default),
+                            help=f"default {default:,}" if isinstance(default, int) else f"default {default:g}")
     return parser
 
 
@@ -86,7 +92,8 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
         max_queue=args.max_queue, slots=args.slots, token_file=args.token_file, seed=args.seed,
         first_index=args.first_index, sigma=args.sigma, device=args.device, precision=args.precision,
         input_size=args.input_size, normalize=args.normalize, fast=args.fast, noise=args.noise,
-        max_connections=args.max_connections, keep_alive_s=args.keep_alive, access_log=args.access_log, limits=limits,
+        max_connections=args.max_connections, keep_alive_s=args.keep_alive, read_timeout_s=args.read_timeout,
+        access_log=args.access_log, limits=limits,
         defaults=Defaults(args.n0, args.n, args.alpha))
 
 

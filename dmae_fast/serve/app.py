@@ -1,9 +1,10 @@
 """The HTTP API (Starlette): /v1/predict, /v1/certify, /v1/model, /healthz, /metrics.
 
 Every error is a JSON ``{"error": "...", "status": N}`` with the matching status: 400 malformed
-request, 401/403 missing/wrong bearer token, 404/405 unknown route/method, 413 too large, 415
-unsupported media type, 422 image of the wrong shape or values, 429 queue full, 503 shutting
-down, 504 timed out, 500 a failure of the classifier or a bug (logged; the server keeps serving).
+request, 401/403 missing/wrong bearer token, 404/405 unknown route/method, 408 body not sent in
+time (the connection is then closed), 413 too large, 415 unsupported media type, 422 image of the
+wrong shape or values, 429 queue full, 503 shutting down, 504 timed out, 500 a failure of the
+classifier or a bug (logged; the server keeps serving).
 """
 
 from __future__ import annotations
@@ -37,21 +38,29 @@ def error(status: int, message: str, headers: dict[str, str] | None = None) -> J
     return JSONResponse({"error": message, "status": status}, status_code=status, headers=headers)
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The request body, refused with 413 as soon as it is known to exceed ``limit`` bytes."""
+async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
+    """The request body, refused with 413 as soon as it is known to exceed ``limit`` bytes, and with
+    408 if it has not all arrived within ``timeout_s``."""
     declared = request.headers.get("content-length")
     if declared is not None:
         if not declared.isdigit():
             raise PayloadError(400, "malformed Content-Length header")
         if int(declared) > limit:
             raise PayloadError(413, f"the body has {int(declared):,} bytes; the limit is {limit:,}")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise PayloadError(413, f"the body exceeds the limit of {limit:,} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
+
+    async def receive() -> bytes:
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise PayloadError(413, f"the body exceeds the limit of {limit:,} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    try:
+        return await asyncio.wait_for(receive(), timeout_s)
+    except asyncio.TimeoutError:
+        raise PayloadError(408, f"the body did not arrive within {timeout_s:g} s") from None
 
 
 class ClientGone(Exception):
@@ -107,7 +116,7 @@ def build_app(service: Service) -> Starlette:
                     authorize(request)
                 response = await handler(request)
             except PayloadError as problem:
-                headers = {"WWW-Authenticate": "Bearer"} if problem.status == 401 else None
+                headers = {401: {"WWW-Authenticate": "Bearer"}, 408: {"Connection": "close"}}.get(problem.status)
                 response = error(problem.status, problem.message, headers)
             except QueueFull as full:
                 response = error(429, str(full), {"Retry-After": "1"})
@@ -134,7 +143,7 @@ def build_app(service: Service) -> Starlette:
         async def handler(request: Request) -> Response:
             if service.draining:
                 raise Closed("the server is shutting down")
-            body = await read_body(request, limits.max_body_bytes)
+            body = await read_body(request, limits.max_body_bytes, service.config.read_timeout_s)
             parsed = await run_in_threadpool(parse_request, kind, request.headers.get("content-type"), body,
                                              list(request.query_params.multi_items()), service.shape, limits,
                                              service.config.defaults)

@@ -76,6 +76,7 @@ class ServeConfig:
     noise: str = "compiled"
     max_connections: int = 1024  # uvicorn answers 503 beyond
     keep_alive_s: float = 5.0  # an idle keep-alive connection is closed after this long
+    read_timeout_s: float = 10.0  # to send a request's line and headers, then its body (408 and closed after)
     access_log: bool = False
     limits: Limits = field(default_factory=Limits)
     defaults: Defaults = field(default_factory=Defaults)
@@ -97,6 +98,8 @@ class ServeConfig:
             (self.max_connections >= 1, f"--max-connections must be >= 1, got {self.max_connections}"),
             (math.isfinite(self.keep_alive_s) and 0 < self.keep_alive_s <= 3600,
              f"--keep-alive must be in (0, 3600] seconds, got {self.keep_alive_s}"),
+            (math.isfinite(self.read_timeout_s) and 0 < self.read_timeout_s <= 3600,
+             f"--read-timeout must be in (0, 3600] seconds, got {self.read_timeout_s}"),
             (1 <= self.defaults.n0 <= self.limits.max_n0, f"--n0 must be in [1, --max-n0], got {self.defaults.n0}"),
             (1 <= self.defaults.n <= self.limits.max_n, f"--n must be in [1, --max-n], got {self.defaults.n}"),
             (self.limits.min_alpha <= self.defaults.alpha <= self.limits.max_alpha,

@@ -42,6 +42,7 @@ RAW_TYPES = ("image/png", "image/jpeg", "application/x-npy", "application/octet-
 PNG_MAGIC, JPEG_MAGIC, NPY_MAGIC = b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"\x93NUMPY"
 FIELDS = {PREDICT: ("image", "images", "n", "alpha"), CERTIFY: ("image", "images", "n", "n0", "alpha", "sequential")}
 _DIGITS = re.compile(r"[0-9]{1,19}")
+_DECIMAL = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")  # float() would also take 1_0, inf, nan
 NPY_DTYPES = ("float16", "float32", "float64", "uint8")
 
 
@@ -104,9 +105,18 @@ def _reject_constant(name: str) -> float:
     raise ValueError(f"{name} is not a JSON number")
 
 
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    document = {}
+    for key, value in pairs:
+        if key in document:
+            raise PayloadError(400, f"the JSON body has the key {_brief(json.dumps(key))} twice")
+        document[key] = value
+    return document
+
+
 def _json_object(body: bytes) -> dict:
     try:
-        document = json.loads(body, parse_constant=_reject_constant)
+        document = json.loads(body, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
     except RecursionError:
         raise PayloadError(400, "the JSON body is nested too deeply") from None
     except (ValueError, UnicodeDecodeError) as error:
@@ -135,9 +145,9 @@ def _integer(fields: Mapping, name: str, default: int, low: int, high: int, from
             raise PayloadError(400, f"{name} must be a whole number, got {value[:40]!r}")
         value = int(value)
     elif isinstance(value, bool) or not isinstance(value, int):
-        raise PayloadError(400, f"{name} must be a whole number, got {json.dumps(value)[:40]}")
+        raise PayloadError(400, f"{name} must be a whole number, got {_brief(json.dumps(value))}")
     if not low <= value <= high:
-        raise PayloadError(400, f"{name} must be in [{low}, {high:,}] on this server, got {value}")
+        raise PayloadError(400, f"{name} must be in [{low}, {high:,}] on this server, got {_brief(str(value))}")
     return value
 
 
@@ -146,15 +156,14 @@ def _alpha(fields: Mapping, default: float, limits: Limits, from_query: bool) ->
         return default
     value = fields["alpha"]
     if from_query:
-        try:
-            value = float(value)
-        except ValueError:
-            raise PayloadError(400, f"alpha must be a number, got {value[:40]!r}") from None
+        if not _DECIMAL.fullmatch(value):
+            raise PayloadError(400, f"alpha must be a decimal number such as 0.001, got {_brief(repr(value))}")
+        value = float(value)
     elif isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise PayloadError(400, f"alpha must be a number, got {json.dumps(value)[:40]}")
-    if not (math.isfinite(value) and limits.min_alpha <= value <= limits.max_alpha):
+        raise PayloadError(400, f"alpha must be a number, got {_brief(json.dumps(value))}")
+    if not limits.min_alpha <= value <= limits.max_alpha:  # compares exactly: an int of any size, NaN, inf
         raise PayloadError(400, f"alpha must be in [{limits.min_alpha:g}, {limits.max_alpha:g}] on this server, "
-                           f"got {value}")
+                           f"got {_brief(str(value))}")
     return float(value)
 
 
@@ -244,12 +253,17 @@ def _npy_images(data: bytes, where: str, shape: tuple[int, ...], limits: Limits)
         array_shape, fortran, dtype = read_header[version](stream)
     except Exception as error:  # noqa: BLE001 (numpy's header parser fails in many ways; it never executes)
         raise PayloadError(400, f"{where} is not a valid .npy file: {_one_line(error)}") from None
+    if not all(type(size) is int and size >= 0 for size in array_shape):  # numpy takes -8 and True
+        raise PayloadError(400, f"{where} is not a valid .npy file: its shape {array_shape} has a dimension "
+                           "that is not a whole number >= 0")
     if dtype.name not in NPY_DTYPES or dtype.hasobject:
         raise PayloadError(400, f"{where} has dtype {dtype}; send float16/32/64 values in [0, 1] or uint8")
     if len(array_shape) not in (3, 4):
         raise PayloadError(422, f"{where} has shape {array_shape}; send [C, H, W] or [N, C, H, W] with "
                            f"[C, H, W] = {list(shape)}")
     count = math.prod(array_shape)
+    if count == 0:
+        raise PayloadError(400, f"{where} has shape {array_shape}: it holds no image")
     if len(array_shape) == 4 and array_shape[0] > limits.max_images:
         raise PayloadError(413, f"{where} holds {array_shape[0]} images; the limit is {limits.max_images}")
     if math.prod(array_shape[-2:]) > limits.max_image_pixels:
@@ -262,8 +276,6 @@ def _npy_images(data: bytes, where: str, shape: tuple[int, ...], limits: Limits)
     array = array.reshape(array_shape, order="F" if fortran else "C")
     values = array.astype(np.float32) / 255 if dtype == np.uint8 else array.astype(np.float32)
     stack = values[None] if values.ndim == 3 else values
-    if len(stack) == 0:
-        raise PayloadError(400, f"{where} holds no image")
     names = [where] if values.ndim == 3 else [f"{where}[{i}]" for i in range(len(stack))]
     return [_checked(torch.from_numpy(np.ascontiguousarray(image)), name, shape) for image, name in zip(stack, names)]
 
@@ -289,6 +301,10 @@ def _checked(image: torch.Tensor, where: str, shape: tuple[int, ...]) -> torch.T
     if low < 0 or high > 1:
         raise PayloadError(422, f"{where} has pixel values in [{low:g}, {high:g}]; they must be in [0, 1]")
     return image.contiguous()
+
+
+def _brief(text: str) -> str:
+    return text if len(text) <= 40 else text[:40] + "..."
 
 
 def _one_line(error: BaseException) -> str:

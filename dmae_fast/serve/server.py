@@ -1,15 +1,20 @@
 """Run a :class:`~dmae_fast.serve.service.Service` behind uvicorn until SIGTERM or SIGINT.
 
 Start: open the classifier, run the warm-up batch, bind the socket (``port`` 0 picks a free
-one), print one line naming the address, serve. Stop (SIGTERM/SIGINT): new requests get 503,
-uvicorn stops accepting connections and waits for the requests in flight, which the scheduler
-finishes (each within the per-request timeout); then the device thread stops. No answered
-request is dropped: a request is either answered with its result or with an error status.
+one), print one line naming the address, serve. Connections that do not send a request in time
+are closed (:class:`ReadDeadline`), so slow clients cannot hold the connection slots for long.
+Stop (SIGTERM/SIGINT): new requests get 503, uvicorn stops accepting connections and waits for
+the requests in flight, which the scheduler finishes (each within the per-request timeout);
+then the device thread stops. No answered request is dropped: a request is either answered
+with its result or with an error status.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import functools
+import json
 import signal
 import socket
 import sys
@@ -17,6 +22,10 @@ import threading
 from dataclasses import dataclass
 
 import uvicorn
+from uvicorn.protocols.http.httptools_impl import (
+    HttpToolsProtocol,
+    RequestResponseCycle,
+)
 
 from dmae_fast.errors import UserError
 from dmae_fast.serve.app import build_app
@@ -54,6 +63,71 @@ class _Server(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
+class ReadDeadline(HttpToolsProtocol):
+    """uvicorn's HTTP protocol with a deadline on receiving a request, and every unanswered request told
+    when its client leaves.
+
+    A request's line and headers must arrive within ``read_timeout_s`` of connecting (on a keep-alive
+    connection: of the request's first byte), else 408 and the connection is closed. Its body is then
+    the application's to time (:func:`dmae_fast.serve.app.read_body`); a body it answered without
+    reading must still arrive by the deadline, else the connection is closed. (uvicorn itself times
+    only idle keep-alive connections.)"""
+
+    def __init__(self, *args, read_timeout_s: float, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.read_timeout_s = read_timeout_s
+        self.deadline: asyncio.TimerHandle | None = None
+        self.unanswered: list[RequestResponseCycle] = []
+
+    def connection_made(self, transport: asyncio.Transport) -> None:
+        super().connection_made(transport)
+        self._arm()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if self.deadline is None:
+            self._arm()
+
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()
+        self.unanswered = [cycle for cycle in self.unanswered if not cycle.response_complete] + [self.cycle]
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._disarm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        for cycle in self.unanswered:  # uvicorn tells only the newest one (a request pipelined behind others)
+            if not cycle.response_complete:
+                cycle.disconnected = True
+                cycle.message_event.set()
+        super().connection_lost(exc)
+
+    def _arm(self) -> None:
+        self.deadline = self.loop.call_later(self.read_timeout_s, self._expired)
+
+    def _disarm(self) -> None:
+        if self.deadline is not None:
+            self.deadline.cancel()
+            self.deadline = None
+
+    def _expired(self) -> None:
+        self.deadline = None
+        cycle = self.cycle
+        if self.transport.is_closing():
+            return
+        if cycle is not None and cycle.scope is self.scope and not cycle.response_complete:
+            self._arm()  # the application has the request and times its body (or will, once the one before is done)
+            return
+        if cycle is None or (cycle.response_complete and cycle.scope is not self.scope):  # nothing else to answer
+            body = json.dumps({"error": f"the request line and headers did not arrive within "
+                                        f"{self.read_timeout_s:g} s", "status": 408}).encode()
+            self.transport.write(b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
+                                 b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(body), body))
+        self.transport.close()
+
+
 @dataclass(frozen=True)
 class ServeResult:
     address: str
@@ -82,7 +156,8 @@ def serve(config: ServeConfig, announce=lambda line: print(line, file=sys.stderr
         uv_config = uvicorn.Config(
             build_app(service), log_level="warning", access_log=config.access_log, lifespan="on",
             limit_concurrency=config.max_connections, timeout_graceful_shutdown=config.limits.timeout_s + 5,
-            timeout_keep_alive=config.keep_alive_s, server_header=False)
+            timeout_keep_alive=config.keep_alive_s, server_header=False, ws="none",
+            http=functools.partial(ReadDeadline, read_timeout_s=config.read_timeout_s))
         server = _Server(uv_config, service)
         indices = "" if config.first_index is None else \
             f" (consecutive image indices from {config.first_index}: clients can predict their noise)"

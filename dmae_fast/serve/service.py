@@ -23,6 +23,7 @@ from dmae_fast.certification.run import device_name
 from dmae_fast.engines import EngineOptions, open_engine
 from dmae_fast.engines.sidecar import KIND_BY_SUFFIX, read_sidecar
 from dmae_fast.errors import UserError
+from dmae_fast.integrity import file_sha256
 from dmae_fast.model.config import parse_normalization
 from dmae_fast.serve.config import ServeConfig
 from dmae_fast.serve.metrics import Metrics
@@ -48,18 +49,6 @@ def read_token(path: str) -> str:
         raise UserError(f"--token-file {path} must hold one token of printable ASCII without spaces "
                         f"(at most {MAX_TOKEN_BYTES} bytes)")
     return token
-
-
-def file_sha256(path: str | Path) -> str | None:
-    """The SHA-256 of a checkpoint or engine file (None for a directory)."""
-    path = Path(path)
-    if not path.is_file():
-        return None
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(functools.partial(handle.read, 1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def input_sha256(image: torch.Tensor) -> str:
@@ -95,7 +84,7 @@ class Service:
                                    slots, config.max_queue, config.first_index,
                                    on_batch=lambda rows, seconds: self.metrics.on_batch(rows, seconds))
         self.metrics = Metrics(self.scheduler.stats, config.batch)
-        self.model_sha256 = file_sha256(config.engine)
+        self.model_sha256 = file_sha256(config.engine) if Path(config.engine).is_file() else None
         self.draining = False
 
     def start(self) -> None:
@@ -146,8 +135,10 @@ class Service:
         jobs = [Job(image, plan, decide, functools.partial(_settle_from_thread, loop, future))
                 for image, future in zip(request.images, futures)]
         self.scheduler.submit(jobs)
+        gathered = asyncio.gather(*futures)
+        gathered.add_done_callback(_retrieved)  # cancelled in wait_for, it holds a CancelledError nobody reads
         try:
-            counts = await asyncio.wait_for(asyncio.gather(*futures), self.config.limits.timeout_s)
+            counts = await asyncio.wait_for(gathered, self.config.limits.timeout_s)
         except asyncio.TimeoutError:
             self.scheduler.cancel(jobs)
             raise RequestTimeout(f"not answered within the server's timeout of {self.config.limits.timeout_s:g} s; "
@@ -161,6 +152,12 @@ class Service:
         self.metrics.images.labels(procedure.params.kind).inc(len(results))
         receipt = {**self.receipt_base(), **procedure.receipt(), "indices": [job.index for job in jobs]}
         return {"procedure": procedure.name, "results": results, "receipt": receipt}
+
+
+def _retrieved(future: asyncio.Future) -> None:
+    """Mark ``future``'s exception as seen (asyncio logs one nobody retrieved when the future is freed)."""
+    if not future.cancelled():
+        future.exception()
 
 
 def _settle_from_thread(loop: asyncio.AbstractEventLoop, future: asyncio.Future, result: object) -> None:
