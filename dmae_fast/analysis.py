@@ -113,7 +113,10 @@ def _render(header: list[str], rows: list[list[str]], style: Style) -> str:
     return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, rows)])
 
 
-def reachable_radii(radii: Sequence[float], cap: float | None, what: str) -> tuple[list[float], str | None]:
+CAP_REASON = "the largest radius n samples can certify at the run's alpha"
+
+
+def reachable_radii(radii: Sequence[float], cap: float | None, what: str = CAP_REASON) -> tuple[list[float], str | None]:
     """(the radii a run could certify, a one-line note on those left out, or None).
 
     ``cap`` is the largest radius the run could certify (all samples voting for the top class:

@@ -73,7 +73,7 @@ def _analyze(args: argparse.Namespace) -> int:
     style = "markdown" if args.markdown else "latex" if args.latex else "text"
     caps = [recorded_cap(t) for t in tables if t.kind == "certify"]
     cap = max(caps) if caps and None not in caps else None  # a radius any of the runs could reach stays
-    radii, note = reachable_radii(args.radii, cap, "the largest radius the runs' records say n and alpha allow")
+    radii, note = reachable_radii(args.radii, cap)
     table = format_table(tables, radii, style=style, labels=args.labels)
     if args.plot is not None:
         for t in tables:
