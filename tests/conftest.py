@@ -30,3 +30,12 @@ def one_torch_thread() -> Iterator[None]:
 def two_torch_threads() -> Iterator[None]:
     """Exports and engine runs: two threads (CI has two cores)."""
     yield from _with_torch_threads(2)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def private_model_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The whole suite uses a model cache of its own (dmae_fast.model_cache), never the user's;
+    modules that need a cold cache per test point DMAE_FAST_CACHE elsewhere themselves."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DMAE_FAST_CACHE", str(tmp_path_factory.mktemp("model-cache")))
+        yield

@@ -444,3 +444,126 @@ def test_gpu_options_beside_fast_on_a_cpu_are_named_as_ignored(capsys, tmp_path)
     assert main(argv) == 0
     err = capsys.readouterr().err
     assert "--fused and --cuda-graphs ignored: --fast on a CPU runs its own body" in err  # was: silently ignored
+
+
+# --------------------------------------------------------------------------- the model cache (issue 28)
+
+
+@pytest.fixture(autouse=True)
+def _model_cache_in_tmp_path(tmp_path, monkeypatch):
+    """Every test here starts with an empty model cache of its own, never the user's."""
+    monkeypatch.setenv("DMAE_FAST_CACHE", str(tmp_path / "model-cache"))
+
+
+CACHED_RUNTIMES = [pytest.param("openvino", marks=needs_openvino), "onnxruntime"]
+
+
+def _build(model, runtime, notices=None):
+    engine = TorchEngine(model, CPU, "fp32")
+    notice = print if notices is None else notices.append
+    return cpu_classifier(engine, "fp32", 0.25, notice, 2, runtime, chunk_sizes(100, 16, 2))
+
+
+def _assert_is_the_classifier(classifier, model):
+    """The classifier's logits are the PyTorch model's, within the parity tolerance."""
+    noisy = torch.rand((24, 3, 8, 8)) + 0.25 * torch.randn((24, 3, 8, 8))
+    with torch.inference_mode():
+        want = model.eval()(noisy)
+    inputs = noisy if classifier.layout is None else classifier.layout.inputs(noisy)
+    assert float((classifier.logits(inputs) - want).abs().max()) <= cpu_batches.PARITY_TOLERANCE
+
+
+def _count_calls(monkeypatch, *names):
+    """The names of the cpu_batches functions ``names`` as they are called from now on."""
+    calls = []
+    for name in names:
+        original = getattr(cpu_batches, name)
+        monkeypatch.setattr(cpu_batches, name,
+                            lambda *args, name=name, original=original: calls.append(name) or original(*args))
+    return calls
+
+
+def _refuse(monkeypatch, *names):
+    for name in names:
+        monkeypatch.setattr(cpu_batches, name, lambda *args, name=name: pytest.fail(f"{name} called on a warm start"))
+
+
+@pytest.mark.parametrize("runtime", CACHED_RUNTIMES)
+def test_a_second_build_for_the_same_checkpoint_skips_the_export_and_the_check(demo, monkeypatch, tmp_path, runtime):
+    model, _ = demo
+    _assert_is_the_classifier(_build(model, runtime), model)
+    if runtime == "openvino":
+        assert len(list((tmp_path / "model-cache" / "openvino").glob("*/*.blob"))) == 3  # 12, 13 rows, any
+    _refuse(monkeypatch, "onnx_bytes", "checked")
+    _assert_is_the_classifier(_build(model, runtime), model)
+
+
+@pytest.mark.parametrize("runtime", CACHED_RUNTIMES)
+def test_changing_one_weight_misses_the_cache(demo, monkeypatch, runtime):
+    import copy
+
+    model, _ = demo
+    _build(model, runtime)
+    changed = copy.deepcopy(model)
+    with torch.no_grad():
+        changed.head.weight[0, 0] += 0.5
+    calls = _count_calls(monkeypatch, "onnx_bytes", "checked")
+    _assert_is_the_classifier(_build(changed, runtime), changed)
+    assert calls == ["onnx_bytes", "checked"]
+
+
+def _flip_bytes(path):
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    data[-1] ^= 0xFF
+    path.chmod(0o600)
+    path.write_bytes(bytes(data))
+
+
+# A graph exported again is the same bytes, so the verdict recorded for those bytes still holds.
+@pytest.mark.parametrize("runtime,corrupted,rebuilt", [
+    ("onnxruntime", "graph", ["onnx_bytes"]),
+    ("onnxruntime", "verdict", ["checked"]),
+    pytest.param("openvino", "graph", ["onnx_bytes"], marks=needs_openvino),
+    pytest.param("openvino", "compiled", ["checked"], marks=needs_openvino),
+])
+def test_a_corrupted_cache_entry_is_rebuilt_not_trusted(demo, monkeypatch, tmp_path, runtime, corrupted, rebuilt):
+    model, _ = demo
+    _build(model, runtime)
+    folder = tmp_path / "model-cache"
+    entries = sorted(folder.glob("*.entry"), key=lambda path: path.stat().st_size)  # the verdict, then the graph
+    target = {"verdict": entries[0], "graph": entries[-1]}.get(corrupted)
+    _flip_bytes(target or min(folder.glob("openvino/*/*.blob")))
+    calls = _count_calls(monkeypatch, "onnx_bytes", "checked")
+    classifier = _build(model, runtime)
+    assert sorted(calls) == sorted(rebuilt)
+    _assert_is_the_classifier(classifier, model)
+    # rebuilt and overwritten: the next start trusts it again
+    _refuse(monkeypatch, "onnx_bytes", "checked")
+    _assert_is_the_classifier(_build(model, runtime), model)
+
+
+def test_a_disabled_cache_writes_nothing(demo, monkeypatch, tmp_path):
+    model, _ = demo
+    monkeypatch.setenv("DMAE_FAST_CACHE", "off")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    notices = []
+    _build(model, "onnxruntime", notices)
+    calls = _count_calls(monkeypatch, "onnx_bytes", "checked")
+    _assert_is_the_classifier(_build(model, "onnxruntime", notices), model)
+    assert calls == ["onnx_bytes", "checked"] and notices == [] and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("runtime", CACHED_RUNTIMES)
+def test_an_unwritable_cache_folder_runs_uncached_with_one_notice(demo, monkeypatch, tmp_path, runtime):
+    model, _ = demo
+    (tmp_path / "a-file").write_text("not a folder")
+    monkeypatch.setenv("DMAE_FAST_CACHE", str(tmp_path / "a-file" / "cache"))
+    notices = []
+    _assert_is_the_classifier(_build(model, runtime, notices), model)
+    assert len(notices) == 1 and notices[0].startswith(f"the model cache {tmp_path / 'a-file' / 'cache'} cannot be "
+                                                       "written") and notices[0].endswith("running uncached "
+                                                                                          "(set DMAE_FAST_CACHE to "
+                                                                                          "another folder, or to off)")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["a-file"]

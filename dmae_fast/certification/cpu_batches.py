@@ -27,7 +27,10 @@ file, run by the first runtime installed of (``--cpu-runtime auto``):
 * PyTorch eager mode with one intra-op thread per worker.
 
 ``--precision bf16`` runs PyTorch; an fp16/bf16 ``.onnx`` engine runs in ONNX Runtime. A graph
-exported here is checked against PyTorch on noisy inputs before it is used.
+exported here is checked against PyTorch on noisy inputs before it is used. The exported graph,
+the check's verdict and OpenVINO's compiled models are kept in the model cache
+(:mod:`dmae_fast.model_cache`), so that a later start with the same checkpoint, libraries and
+settings skips the export, the check and the compilation.
 
 Where a checkpoint's front end is normalization and a plain patch convolution with a side a
 multiple of 4 (no resize), the exported graph takes patch rows instead of images and the noise
@@ -37,8 +40,12 @@ matrix product.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import hashlib
 import io
+import json
+import shutil
 import threading
 import warnings
 from collections.abc import Iterable
@@ -55,7 +62,9 @@ from dmae_fast.engines.base import predicted_classes
 from dmae_fast.engines.torch_engine import PRECISIONS
 from dmae_fast.errors import UserError
 from dmae_fast.fast_noise import NoiseSource
+from dmae_fast.integrity import tensors_sha256
 from dmae_fast.model import SmoothingClassifier
+from dmae_fast.model_cache import ModelCache, cache_key, files_sha256
 from dmae_fast.patch_layout import PatchLayout
 
 DEFAULT_L2_BYTES = 1 << 20
@@ -106,11 +115,12 @@ class OpenVinoChunks:
     A model compiled for one batch size ran 13% faster than one compiled for any (demo, one
     thread), so the chunk sizes of a full batch (``static_rows``: the bulk of a run's rows) get
     models of their own, compiled here; other sizes (a run's last batch, a server's partial
-    batches) share one compiled for any size, on first use.
+    batches) share one compiled for any size, on first use. With a ``cache_dir``, OpenVINO keeps
+    the compiled models there and loads them instead of compiling again.
     """
 
     def __init__(self, model: bytes | Path, label: str, workers: int, static_rows: Iterable[int] = (),
-                 layout: PatchLayout | None = None) -> None:
+                 layout: PatchLayout | None = None, cache_dir: Path | None = None) -> None:
         import openvino as ov
 
         self._core = openvino_core()
@@ -119,6 +129,8 @@ class OpenVinoChunks:
         # (--nproc-per-node, or two runs) shared one core at half speed; unpinned, as fast alone.
         self._config = {"INFERENCE_NUM_THREADS": workers, "NUM_STREAMS": workers, "INFERENCE_PRECISION_HINT": "f32",
                         "ENABLE_CPU_PINNING": False}
+        if cache_dir is not None:
+            self._config["CACHE_DIR"] = str(cache_dir)
         self._compiled: dict[int | None, Any] = {rows: self._compile(rows) for rows in set(static_rows)}
         self._lock, self._local = threading.Lock(), threading.local()
         self.description, self.layout = f"OpenVINO {ov.__version__.split('-')[0]} fp32 ({label})", layout
@@ -201,6 +213,38 @@ def onnx_bytes(model: SmoothingClassifier, layout: PatchLayout | None = None) ->
                           output_names=["logits"], dynamic_axes={name: {0: "batch"}, "logits": {0: "batch"}},
                           opset_version=OPSET, dynamo=False)
     return buffer.getvalue()
+
+
+def cached_onnx_bytes(model: SmoothingClassifier, layout: PatchLayout | None, cache: ModelCache) -> bytes:
+    """:func:`onnx_bytes` from the model cache, exported and stored on a miss; keyed by the weights,
+    the classifier's spec and the layout (and the library versions and sources: :func:`cache_key`)."""
+    key = cache_key(what="onnx graph", weights=tensors_sha256(model.state_dict()), spec=model.spec.to_json_dict(),
+                    layout=None if layout is None else dataclasses.asdict(layout), precision="fp32")
+    graph = cache.read(key)
+    if graph is None:
+        graph = onnx_bytes(model, layout)
+        cache.write(key, graph)
+    return graph
+
+
+def cached_check(build, model: SmoothingClassifier, sigma: float, runtime: str, cache: ModelCache, key: str,
+                 compiled: Path | None):
+    """``build()``'s chunks, :func:`checked` unless the cache's entry ``key`` records that they passed
+    the check. OpenVINO's compiled models (folder ``compiled``) are trusted only as recorded there
+    (SHA-256 of each file); where one differs or is missing all are compiled and checked again, and
+    a file recorded nowhere (a model compiled after the check) is compiled again."""
+    entry = cache.read(key)
+    recorded = None if entry is None else json.loads(entry)
+    found = {} if compiled is None else files_sha256(compiled)
+    if recorded is not None and all(found.get(name) == digest for name, digest in recorded.items()):
+        for name in found.keys() - recorded.keys():
+            (compiled / name).unlink(missing_ok=True)
+        return build()
+    if compiled is not None:
+        shutil.rmtree(compiled, ignore_errors=True)
+    chunks = checked(build(), model, sigma, runtime)
+    cache.write(key, json.dumps({} if compiled is None else files_sha256(compiled)).encode())
+    return chunks
 
 
 def checked(chunks: OrtChunks | OpenVinoChunks, model: SmoothingClassifier, sigma: float, runtime: str):
@@ -348,6 +392,24 @@ def _runtime(requested: str, candidates: tuple[str, ...], what: str, notice) -> 
     return installed[0]
 
 
+def _exported(model: SmoothingClassifier, layout: PatchLayout | None, sigma: float, runtime: str, workers: int,
+              static_rows: Iterable[int], cache: ModelCache) -> OrtChunks | OpenVinoChunks:
+    """The checkpoint exported to ONNX, checked, on ``runtime``; what the model cache holds is not
+    rebuilt: the graph, the check's verdict for this graph and runtime, OpenVINO's compiled models."""
+    graph = cached_onnx_bytes(model, layout, cache)
+    label = "exported in memory" + ("" if layout is None else f", {layout.patch}x{layout.patch} patch rows in")
+    graph_sha256 = hashlib.sha256(graph).hexdigest()
+    if runtime == "onnxruntime":
+        key = cache_key(what="parity verdict", graph=graph_sha256, runtime=runtime, sigma=sigma)
+        return cached_check(lambda: OrtChunks(graph, label, layout), model, sigma, runtime, cache, key, None)
+    static_rows = sorted(set(static_rows))
+    key = cache_key(what="parity verdict", graph=graph_sha256, runtime=runtime, sigma=sigma, workers=workers,
+                    static_rows=static_rows)
+    compiled = cache.subfolder("openvino", key)
+    return cached_check(lambda: OpenVinoChunks(graph, label, workers, static_rows, layout, compiled), model, sigma,
+                        runtime, cache, key, compiled)
+
+
 def cpu_classifier(engine, precision: str, sigma: float, notice, workers: int, runtime: str,
                    static_rows: Iterable[int] = (), patch_input: bool = True) -> ChunkClassifier:
     """The fastest chunk classifier for an engine on a CPU (see the module doc); ``static_rows``:
@@ -362,11 +424,7 @@ def cpu_classifier(engine, precision: str, sigma: float, notice, workers: int, r
         if chosen == "torch":
             return TorchChunks(model, precision)
         layout = PatchLayout.of(model) if patch_input else None
-        graph = onnx_bytes(model, layout)
-        label = "exported in memory" + ("" if layout is None else f", {layout.patch}x{layout.patch} patch rows in")
-        chunks = (OpenVinoChunks(graph, label, workers, static_rows, layout) if chosen == "openvino"
-                  else OrtChunks(graph, label, layout))
-        return checked(chunks, model, sigma, chosen)
+        return _exported(model, layout, sigma, chosen, workers, static_rows, ModelCache.open(notice))
     meta = getattr(engine, "meta", None)
     if meta is not None and meta.kind == "onnx" and meta.input == "image":
         fp32 = meta.precision == "fp32"

@@ -1,0 +1,137 @@
+"""An on-disk cache of what every ``--fast`` start on a CPU rebuilds: the exported graph, the
+verdict of its parity check against PyTorch, and OpenVINO's compiled models.
+
+The folder is ``$DMAE_FAST_CACHE``, else ``$XDG_CACHE_HOME/dmae-fast``, else ``~/.cache/dmae-fast``;
+``DMAE_FAST_CACHE=off`` disables it. An entry is named by :func:`cache_key`, the SHA-256 of
+everything it depends on, and holds the SHA-256 of its payload (hex), a newline, then the payload.
+An entry that cannot be read, or whose payload does not match its digest, is a miss: it is rebuilt
+and overwritten, never trusted. Writes go to a temporary file in the folder, renamed into place,
+so that no reader sees half an entry. A folder that cannot be written runs uncached.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.metadata
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from dmae_fast.integrity import file_sha256
+
+ENVIRONMENT = "DMAE_FAST_CACHE"
+# Bump when what an entry holds, or how it is keyed, changes.
+FORMAT_VERSION = 1
+LIBRARIES = ("torch", "timm", "onnx", "openvino", "onnxruntime")
+
+
+def cache_folder() -> Path | None:
+    """The cache folder, or None when ``DMAE_FAST_CACHE=off``."""
+    value = os.environ.get(ENVIRONMENT, "").strip()
+    if value.lower() == "off":
+        return None
+    if value:
+        return Path(value).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dmae-fast"
+
+
+@functools.cache
+def library_versions() -> dict[str, str | None]:
+    """The installed versions of the libraries that export, check and compile a graph (None: absent)."""
+    versions: dict[str, str | None] = {}
+    for name in LIBRARIES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+@functools.cache
+def package_sha256() -> str:
+    """The SHA-256 of this package's Python sources (the model and exporter code a graph is made by)."""
+    digest = hashlib.sha256()
+    root = Path(__file__).parent
+    for path in sorted(root.rglob("*.py")):
+        digest.update(f"{path.relative_to(root)}\0".encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def cache_key(**parts) -> str:
+    """The SHA-256 of ``parts`` (JSON values), the library versions, this package's sources and the
+    format version."""
+    text = json.dumps({"format": FORMAT_VERSION, "libraries": library_versions(), "code": package_sha256(), **parts},
+                      sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def files_sha256(folder: Path) -> dict[str, str]:
+    """The SHA-256 of each file in ``folder`` by name; none where the folder is missing or unreadable."""
+    try:
+        return {path.name: file_sha256(path) for path in sorted(folder.iterdir()) if path.is_file()}
+    except OSError:
+        return {}
+
+
+class ModelCache:
+    """The cache folder; without one (disabled, or not writable) every read misses and writes are dropped."""
+
+    def __init__(self, folder: Path | None, notice=None) -> None:
+        self.folder, self._notice = folder, notice
+
+    @classmethod
+    def open(cls, notice) -> ModelCache:
+        """The configured cache, created if missing; one ``notice`` and no cache if it cannot be written."""
+        cache = cls(cache_folder(), notice)
+        if cache.folder is not None:
+            try:
+                cache.folder.mkdir(parents=True, exist_ok=True)
+                with tempfile.TemporaryFile(dir=cache.folder):
+                    pass
+            except OSError as error:
+                cache._give_up(error)
+        return cache
+
+    def _give_up(self, error: OSError) -> None:
+        if self._notice is not None:
+            self._notice(f"the model cache {self.folder} cannot be written ({error.strerror or error}); running "
+                         f"uncached (set {ENVIRONMENT} to another folder, or to off)")
+        self.folder = None
+
+    def _path(self, key: str) -> Path:
+        assert self.folder is not None
+        return self.folder / f"{key}.entry"
+
+    def read(self, key: str) -> bytes | None:
+        """The payload stored under ``key``, or None: absent, unreadable, or not matching its digest."""
+        if self.folder is None:
+            return None
+        try:
+            data = self._path(key).read_bytes()
+        except OSError:
+            return None
+        digest, _, payload = data.partition(b"\n")
+        return payload if digest.decode("ascii", "replace") == hashlib.sha256(payload).hexdigest() else None
+
+    def write(self, key: str, payload: bytes) -> None:
+        """Store ``payload`` under ``key``, atomically; a failure (disk full) turns the cache off, with a notice."""
+        if self.folder is None:
+            return
+        try:
+            handle, temporary = tempfile.mkstemp(dir=self.folder, suffix=".tmp")
+            try:
+                with os.fdopen(handle, "wb") as file:
+                    file.write(hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload)
+                os.replace(temporary, self._path(key))
+            except BaseException:
+                Path(temporary).unlink(missing_ok=True)
+                raise
+        except OSError as error:
+            self._give_up(error)
+
+    def subfolder(self, *names: str) -> Path | None:
+        """A folder inside the cache for another library's own cache files, or None without a cache."""
+        return None if self.folder is None else self.folder.joinpath(*names)

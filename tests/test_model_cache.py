@@ -1,0 +1,92 @@
+"""The on-disk model cache (dmae_fast.model_cache): its folder, keys and checked entries."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from dmae_fast import model_cache
+from dmae_fast.model_cache import ModelCache, cache_folder, cache_key, files_sha256
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("DMAE_FAST_CACHE", str(tmp_path / "cache"))
+    notices = []
+    opened = ModelCache.open(notices.append)
+    opened.notices = notices
+    return opened
+
+
+def test_the_folder_follows_xdg_then_home_and_can_be_moved_or_disabled(monkeypatch, tmp_path):
+    monkeypatch.delenv("DMAE_FAST_CACHE", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache_folder() == tmp_path / "home" / ".cache" / "dmae-fast"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_folder() == tmp_path / "xdg" / "dmae-fast"
+    monkeypatch.setenv("DMAE_FAST_CACHE", str(tmp_path / "moved"))
+    assert cache_folder() == tmp_path / "moved"
+    monkeypatch.setenv("DMAE_FAST_CACHE", "off")
+    assert cache_folder() is None
+    assert ModelCache.open(pytest.fail).folder is None
+
+
+def test_an_entry_reads_back_what_was_written_and_leaves_no_temporary_file(cache):
+    assert cache.read("k") is None
+    cache.write("k", b"payload\nwith a newline")
+    cache.write("k", b"payload, overwritten")
+    assert cache.read("k") == b"payload, overwritten"
+    assert [path.name for path in cache.folder.iterdir()] == ["k.entry"]
+    assert cache.notices == []
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "empty", "no digest"])
+def test_a_damaged_entry_is_a_miss(cache, damage):
+    cache.write("k", b"x" * 1000)
+    path = cache.folder / "k.entry"
+    data = path.read_bytes()
+    damaged = {"flip": data[:-10] + bytes([data[-10] ^ 1]) + data[-9:], "truncate": data[:-1], "empty": b"",
+               "no digest": data.partition(b"\n")[2]}[damage]
+    path.write_bytes(damaged)
+    assert cache.read("k") is None
+    cache.write("k", b"rebuilt")
+    assert cache.read("k") == b"rebuilt"
+
+
+def test_a_key_changes_with_any_part_and_with_the_library_versions(monkeypatch):
+    key = cache_key(weights="a", spec={"x": 1})
+    assert key == cache_key(spec={"x": 1}, weights="a") and len(key) == 64
+    assert key != cache_key(weights="b", spec={"x": 1})
+    assert key != cache_key(weights="a", spec={"x": 2})
+    versions = dict(model_cache.library_versions(), openvino="0.0.1")
+    monkeypatch.setattr(model_cache, "library_versions", lambda: versions)
+    assert key != cache_key(weights="a", spec={"x": 1})
+
+
+def test_an_unwritable_folder_is_one_notice_and_no_cache(tmp_path, monkeypatch):
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("DMAE_FAST_CACHE", str(tmp_path / "a-file" / "cache"))
+    notices = []
+    cache = ModelCache.open(notices.append)
+    assert cache.folder is None and len(notices) == 1 and "running uncached" in notices[0]
+    cache.write("k", b"dropped")
+    assert cache.read("k") is None and cache.subfolder("openvino") is None and len(notices) == 1
+
+
+def test_a_failed_write_turns_the_cache_off_with_one_notice(cache, monkeypatch):
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(model_cache.tempfile, "mkstemp", full)
+    cache.write("k", b"x")
+    cache.write("k", b"x")
+    assert cache.folder is None and len(cache.notices) == 1 and "No space left on device" in cache.notices[0]
+
+
+def test_files_are_hashed_by_name(tmp_path):
+    assert files_sha256(tmp_path / "absent") == {}
+    (tmp_path / "a.blob").write_bytes(b"abc")
+    (tmp_path / "folder").mkdir()
+    assert files_sha256(tmp_path) == {"a.blob": hashlib.sha256(b"abc").hexdigest()}
