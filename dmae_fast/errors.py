@@ -49,12 +49,22 @@ class Interrupted(BaseException):
 # and take an exception in one for a failed guard (torch 2.15: a few SIGINTs in 1,500 sent during
 # compiled-noise calls vanished there; bench/results/2026-11-25-signal-loss/).
 _received: int | None = None
+# torch's DataLoader handler of SIGCHLD, set aside from the first signal until forget_signal(): the signal
+# may also have killed the DataLoader workers (a process group gets it), and that handler would raise their
+# deaths as a second error wherever this process then is (torch.compile took it for a failed compile).
+_child_handler: object = None
 
 
 def _raise_interrupted(signum: int, frame: object) -> None:
-    global _received
+    global _received, _child_handler
     _received = signum
+    if _child_handler is None:
+        _child_handler = signal.signal(signal.SIGCHLD, _ignore)  # not SIG_DFL: a SIGCHLD may be pending
     raise Interrupted(signum)
+
+
+def _ignore(signum: int, frame: object) -> None:
+    """A Python handler that does nothing."""
 
 
 def interrupt_on_signals() -> None:
@@ -67,8 +77,11 @@ def interrupt_on_signals() -> None:
 
 def forget_signal() -> None:
     """A command has reported the signal: later work in this process starts afresh."""
-    global _received
+    global _received, _child_handler
     _received = None
+    if _child_handler is not None:
+        signal.signal(signal.SIGCHLD, _child_handler)
+        _child_handler = None
 
 
 def raise_if_interrupted() -> None:

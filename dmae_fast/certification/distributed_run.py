@@ -18,7 +18,9 @@ What each rank does:
 
 The noise is keyed by (seed, image, phase, sample), so the merged file is the one a single
 process writes (up to the ``time`` column), for any number of ranks, restarts or resumes.
-A failing rank prints its one line and flags the store; the others stop without a line.
+The first rank to fail prints its one line and flags the store; the others stop without a line.
+When another rank is gone (a failed collective; the store closed with its launcher) rank 0 says
+so, or, under ``dmae-certify --nproc-per-node``, the launcher, which also reports signals.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ import dataclasses
 import os
 from collections.abc import Callable
 from pathlib import Path
+
+import torch.distributed as dist
 
 from dmae_fast.certification.parts import merge_parts, part_path, start_parts
 from dmae_fast.certification.procedures import Row
@@ -71,6 +75,8 @@ def certify_ranks(config: CertifyConfig, on_row: Callable[[Row], None]) -> RunRe
         if failed or not ranks.primary:  # the failing rank, or rank 0, says what happened
             raise AlreadyReported(2 if failed else stop.exit_status) from None
         raise
+    except dist.DistError as error:  # from the store: the launcher that holds it is gone
+        raise ranks.lost(error) from None
     finally:
         ranks.close()
 
@@ -122,12 +128,16 @@ def _certify(config: CertifyConfig, ranks: Ranks, device: str, device_error: str
             stop.kept = job.kept_after_interrupt()
             raise
         except (UserError, OSError) as error:  # bad input, or the machine (a full disk): stop every rank
-            text = str(error) if isinstance(error, UserError) else f"{error.strerror or error}: {error.filename}"
+            if isinstance(error, UserError):
+                text = str(error)
+            else:  # a write or fsync error names no file: the one this rank was writing
+                text = f"{error.strerror or error}: {error.filename or job.writing}"
             message = f"rank {ranks.rank}: {text}" if config.shard == "images" else text
-            ranks.fail(message)
+            first = ranks.fail(message)  # the first rank to fail says why
             if ranks.primary:
-                record.write({"status": "failed", "error": message})
-            elif config.shard == "samples":  # every rank sees the same counts: rank 0 says it
+                with contextlib.suppress(OSError):  # on a full disk the record may not be written either
+                    record.write({"status": "failed", "error": ranks.failed() or message})
+            if not first or (config.shard == "samples" and not ranks.primary):  # samples: rank 0 says it
                 raise AlreadyReported(2) from None
             raise UserError(message) from None
         except AlreadyReported:
@@ -152,6 +162,7 @@ class _Shards:
     mode: Mode
     indices: list[int]  # the images still to do
     on_row: Callable[[Row], None]
+    writing: str = ""  # the file this rank writes (named when the disk fails)
 
     def __post_init__(self) -> None:
         self.bar = progress_bar(self.opened.config, len(self.indices), enabled=self.ranks.primary)
@@ -163,11 +174,12 @@ class _ImageShards(_Shards):
     def __post_init__(self) -> None:
         super().__post_init__()
         self.rows = RowWriter(self.opened, None, self.on_row, self._after_row)
+        self.writing = str(part_path(self.opened.config.out, self.ranks.rank))
 
     def run(self) -> None:
-        config, ranks = self.opened.config, self.ranks
+        ranks = self.ranks
         images = self.opened.images(self.indices, order=ranks.claims(len(self.indices)))
-        with ResultsWriter(part_path(config.out, ranks.rank), self.opened.kind, "new") as writer, self.bar:
+        with ResultsWriter(self.writing, self.opened.kind, "new") as writer, self.bar:
             self.rows.writer = writer
             self.rows.consume(self.opened.streamer(self.body).run(images, self.opened.procedure.decide))
 
@@ -185,7 +197,8 @@ class _ImageShards(_Shards):
 
     def finalize(self) -> None:
         config = self.opened.config
-        merge_parts(config.out, self.opened.kind, into=rows_file(config, self.mode))
+        self.writing = rows_file(config, self.mode)
+        merge_parts(config.out, self.opened.kind, into=self.writing)
         if self.mode == "overwrite":
             os.replace(rows_file(config, self.mode), config.out)
         self.bar.close()
@@ -210,6 +223,7 @@ class _SampleShards(_Shards):
         self.rows = RowWriter(self.opened, None, self.on_row if self.ranks.primary else (lambda row: None),
                               lambda samples: show_progress(self.bar, self.rows.images, self.rows.samples,
                                                             self.rows.elapsed))
+        self.writing = rows_file(self.opened.config, self.mode)  # rank 0's
         engine = self.opened.engine
         self.certifier = SampleShardedCertifier(self.body, self.opened.procedure.plan, self.opened.config.batch,
                                                 engine.spec.input_shape, engine.device, self.ranks)

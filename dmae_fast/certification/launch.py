@@ -1,23 +1,45 @@
 """``dmae-certify --nproc-per-node K``: K processes on this machine through torch's elastic launcher.
 
 The same launcher ``torchrun --standalone`` runs (:func:`torch.distributed.launcher.api.elastic_launch`,
-a local c10d rendezvous), called directly so that a failing job ends like every command here:
-the rank that failed prints its one line, and the job exits with that rank's status, without
-the launcher's own traceback and log lines. Several nodes need ``torchrun`` (or SLURM) itself.
+a local c10d rendezvous), called directly so that a failing job ends like every command here, with
+one line and no launcher traceback or log lines: a rank that fails on bad input prints its line;
+when a rank is killed (``kill -9``, the OOM killer) or the job is interrupted, the launcher prints
+it, with what rank 0 kept. Several nodes need ``torchrun`` (or SLURM) itself.
+
+The ranks start in sessions of their own (torch's choice), so a signal to the launcher's process
+group misses them: each rank asks the kernel to kill it when the launcher dies (Linux), so that no
+rank outlives a killed launcher or holds its caller's pipes.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
+import signal
 import sys
+import tempfile
 import uuid
+from pathlib import Path
 
-from dmae_fast.errors import UserError
+from dmae_fast.errors import Interrupted, UserError, interrupt_on_signals
+
+LAUNCHER = "DMAE_CERTIFY_LAUNCHER"  # environment of the ranks: the launcher's pid
+KEPT = "DMAE_CERTIFY_KEPT"  # ... and the file where rank 0 leaves what an interrupted run kept
+PR_SET_PDEATHSIG = 1  # prctl(2)
+KILLED, FAILED, STOPPED = range(3)  # how a rank ended, in the order that explains a failed job
 
 
-def launch_local(argv: list[str], nproc: int, max_restarts: int) -> int:
-    """Run ``python -m dmae_fast.cli.certify argv`` as ``nproc`` ranks; the job's exit status.
+def _cause(exitcode: int) -> int:
+    """KILLED by a signal (kill -9, the OOM killer: -N), FAILED on its own (it said why), or STOPPED by
+    SIGINT/SIGTERM (handled: 128 + N), which the launcher sends the other ranks when one ends."""
+    if -exitcode in (signal.SIGINT, signal.SIGTERM) or exitcode - 128 in (signal.SIGINT, signal.SIGTERM):
+        return STOPPED
+    return KILLED if exitcode < 0 else FAILED
+
+
+def launch_local(argv: list[str], nproc: int, max_restarts: int, overwrite: bool) -> int:
+    """Run ``dmae-certify argv`` as ``nproc`` ranks; the job's exit status.
 
     The ranks see torchrun's environment (``WORLD_SIZE`` > 1), so the same ``argv`` runs one rank
     each. CPU ranks get an equal share of the cores (``OMP_NUM_THREADS``, unless set).
@@ -26,18 +48,82 @@ def launch_local(argv: list[str], nproc: int, max_restarts: int) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+    from dmae_fast.certification.run import PROG
+
     if nproc < 1 or max_restarts < 0:
         raise UserError(f"--nproc-per-node must be >= 1 and --max-restarts >= 0, got {nproc} and {max_restarts}")
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
-    logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
+    quiet = logging.getLogger("torch.distributed.elastic")  # its modules set their own levels: cut them off
+    quiet.addHandler(logging.NullHandler())
+    quiet.propagate = False
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=str(uuid.uuid4()),
                           rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=max_restarts,
                           monitor_interval=0.1, start_method="spawn")
-    try:
-        elastic_launch(config, entrypoint=sys.executable)("-m", "dmae_fast.cli.certify", *argv)
-    except ChildFailedError as failure:
-        _, first = failure.get_first_failure()
-        return first.exitcode if first.exitcode > 0 else 128 - first.exitcode  # -N: killed by signal N
-    except SignalException as stop:  # Ctrl-C or SIGTERM: the ranks said what they kept
-        return 128 + int(stop.sigval)
+    with tempfile.TemporaryDirectory(prefix="dmae-certify-") as folder:
+        kept_file = Path(folder, "kept")
+        os.environ.update({LAUNCHER: str(os.getpid()), KEPT: str(kept_file)})
+
+        def say(what: str) -> None:
+            default = ("the results file is unchanged: run it again with --overwrite" if overwrite else
+                       "the rows written so far are kept: continue with the same command and --resume")
+            kept = (kept_file.read_text() if kept_file.exists() else "") or default
+            print(f"{PROG}: {what}; {kept}", file=sys.stderr)
+
+        try:
+            elastic_launch(config, entrypoint=sys.executable)("-m", "dmae_fast.certification.launch", *argv)
+        except ChildFailedError as failure:
+            # torch's timestamps are in seconds: within one, the rank whose end explains the others'
+            rank, first = min(failure.failures.items(), key=lambda item: (item[1].timestamp, _cause(item[1].exitcode)))
+            cause, code = _cause(first.exitcode), first.exitcode
+            if cause == FAILED:
+                return code  # the rank printed its line
+            signum = -code if code < 0 else code - 128
+            name = signal.Signals(signum).name
+            say(f"error: rank {rank} died (killed by signal {signum}, {name})" if cause == KILLED else
+                f"interrupted by {name} (sent to rank {rank})")
+            return 128 + signum
+        except SignalException as stop:  # Ctrl-C or SIGTERM
+            say(f"interrupted by {stop.sigval.name}")
+            return 128 + int(stop.sigval)
+        finally:
+            for variable in (LAUNCHER, KEPT):
+                del os.environ[variable]
     return 0
+
+
+def in_launched_rank() -> bool:
+    """Whether this process is a rank started by :func:`launch_local` (which reports deaths and signals)."""
+    return LAUNCHER in os.environ
+
+
+def leave_to_launcher(kept: str) -> bool:
+    """In a rank of :func:`launch_local`: leave ``kept`` (what an interrupted run kept; rank 0's
+    only) for the launcher to print, and return True; elsewhere False."""
+    if not in_launched_rank():
+        return False
+    if os.environ.get("RANK") == "0":
+        Path(os.environ[KEPT]).write_text(kept)
+    return True
+
+
+def _die_with_launcher() -> None:
+    """Have the kernel SIGKILL this rank when the launcher (its parent) dies; die now if it already has."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
+        if os.getppid() != int(os.environ[LAUNCHER]):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def rank_main(argv: list[str]) -> int:
+    """One rank of :func:`launch_local`: ``dmae-certify argv``, tied to the launcher's life."""
+    _die_with_launcher()
+    interrupt_on_signals()  # before the slow imports
+    try:
+        from dmae_fast.cli.certify import main
+    except Interrupted as stop:  # the launcher says so
+        return stop.exit_status
+    return main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(rank_main(sys.argv[1:]))

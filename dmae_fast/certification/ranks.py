@@ -10,6 +10,7 @@ objects (start-up errors, the list of images) travel by gloo collectives.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -21,6 +22,7 @@ from typing import TypeVar
 import torch
 import torch.distributed as dist
 
+from dmae_fast.certification.launch import in_launched_rank
 from dmae_fast.errors import AlreadyReported, UserError
 
 T = TypeVar("T")
@@ -102,7 +104,8 @@ class Ranks:
         (printed by rank 0 only: other ranks raise :class:`AlreadyReported`)."""
         result, error = _attempt(step)
         errors = [None] * self.world
-        dist.all_gather_object(errors, error, group=self.objects)
+        with self.reaching_peers():
+            dist.all_gather_object(errors, error, group=self.objects)
         first = next((e for e in errors if e is not None), None)
         if first is not None:
             self._raise(first)
@@ -111,11 +114,28 @@ class Ranks:
     def decide(self, step: Callable[[], T]) -> T:
         """Run ``step`` on rank 0 and hand its result (or its error) to every rank."""
         message = [_attempt(step) if self.primary else None]
-        dist.broadcast_object_list(message, src=0, group=self.objects)
+        with self.reaching_peers():
+            dist.broadcast_object_list(message, src=0, group=self.objects)
         result, error = message[0]
         if error is not None:
             self._raise(error)
         return result
+
+    @contextlib.contextmanager
+    def reaching_peers(self) -> Iterator[None]:
+        """Around a collective: if another rank is gone, end this one with one line from rank 0 at
+        most (none under ``dmae-certify --nproc-per-node``, whose launcher reports the death)."""
+        try:
+            yield
+        except RuntimeError as error:
+            raise self.lost(error) from None
+
+    def lost(self, error: RuntimeError) -> Exception:
+        """What ends this rank after ``error`` from a collective or the store: another rank, or the
+        launcher that holds the store, is gone."""
+        if self.failed() is not None or not self.primary or in_launched_rank():
+            return AlreadyReported(2)
+        return UserError(f"lost another rank of the job, or its launcher ({str(error).splitlines()[0]})")
 
     def _raise(self, message: str):
         if self.primary:
@@ -133,7 +153,8 @@ class Ranks:
                     message = [("item", item) if item is not StopIteration else ("end", None)]
                 except UserError as error:
                     message = [("error", str(error))]
-            dist.broadcast_object_list(message, src=0, group=self.objects)
+            with self.reaching_peers():
+                dist.broadcast_object_list(message, src=0, group=self.objects)
             kind, value = message[0]
             if kind == "end":
                 return
@@ -159,12 +180,13 @@ class Ranks:
         """(images, samples) finished by all ranks so far."""
         return self.store.add("images", 0), self.store.add("samples", 0)
 
-    def fail(self, message: str) -> None:
-        """Tell the other ranks this one failed (they stop without printing)."""
+    def fail(self, message: str) -> bool:
+        """Tell the other ranks this one failed (they stop without printing); whether it is the first
+        to fail, the one that says why."""
         try:
-            self.store.set("failed", message)
+            return self.store.compare_set("failed", "", message) == message.encode()
         except RuntimeError:
-            pass  # the store is gone: the launcher stops the job anyway
+            return True  # the store is gone: the launcher stops the job anyway
 
     def failed(self) -> str | None:
         try:

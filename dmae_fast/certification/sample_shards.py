@@ -26,7 +26,6 @@ from dmae_fast.certification.stream import (
     SamplingPlan,
     checked_image,
 )
-from dmae_fast.errors import AlreadyReported, UserError
 
 
 def share(start: int, end: int, rank: int, world: int) -> tuple[int, int]:
@@ -84,10 +83,6 @@ class SampleShardedCertifier:
     def _all_reduced(self, local: torch.Tensor) -> np.ndarray:
         # NCCL sums device tensors; with gloo (CPU ranks, or ranks sharing one GPU) the counts go by the host
         summed = local.clone() if dist.get_backend() != "gloo" else local.to("cpu", copy=True)
-        try:
+        with self.ranks.reaching_peers():
             dist.all_reduce(summed)
-        except RuntimeError as error:  # a peer died: the launcher stops the job, or its rank said why
-            if self.ranks.failed() is not None:
-                raise AlreadyReported(2) from None
-            raise UserError(f"lost another rank of the job ({str(error).splitlines()[0]})") from None
         return summed.cpu().numpy()

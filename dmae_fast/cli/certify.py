@@ -22,11 +22,13 @@ from dmae_fast.analysis import (
     DEFAULT_RADII,
     average_certified_radius,
     format_table,
+    reachable_radii,
     rounding_warning,
 )
 from dmae_fast.certification.bodies import NOISE_CHOICES
 from dmae_fast.certification.cpu_batches import CPU_RUNTIMES
-from dmae_fast.certification.launch import launch_local
+from dmae_fast.certification.launch import in_launched_rank, launch_local, leave_to_launcher
+from dmae_fast.certification.procedures import procedure_for
 from dmae_fast.certification.ranks import world_size
 from dmae_fast.certification.run import (
     PROG,
@@ -39,7 +41,7 @@ from dmae_fast.certification.sequential import FUTILITY_MODES, PAPER_RADII
 from dmae_fast.cli.common import Parser, run_reporting_errors
 from dmae_fast.data import DEMO
 from dmae_fast.demo import DEMO_CHECKPOINT
-from dmae_fast.errors import UserError
+from dmae_fast.errors import AlreadyReported, Interrupted, UserError
 from dmae_fast.results import read_results
 
 
@@ -139,8 +141,14 @@ def _config_from_args(args: argparse.Namespace) -> CertifyConfig:
 
 
 def certify(config: CertifyConfig) -> int:
-    """Run the certification, then print the summary table (rank 0 only under torchrun); returns the exit status."""
-    result = certify_dataset(config)
+    """Run the certification, then print the summary table (rank 0 only under torchrun); returns the exit status.
+    In a rank of ``--nproc-per-node`` the launcher says that the run was interrupted, and what it kept."""
+    try:
+        result = certify_dataset(config)
+    except Interrupted as stop:
+        if leave_to_launcher(stop.kept):
+            raise AlreadyReported(stop.exit_status) from None
+        raise
     if result.primary:
         _print_summary(result)
     return 0
@@ -160,7 +168,11 @@ def _print_summary(result: RunResult) -> None:
     radii = config.radii or ((0.0,) + PAPER_RADII if config.sequential else DEFAULT_RADII)
     if config.sequential:
         radii = tuple(sorted({0.0, *radii}))
+    cap = procedure_for(config).max_radius(config) if table.kind == "certify" else None
+    radii, note = reachable_radii(radii, cap)
     print(format_table([table], radii))
+    if note:
+        print(note)
     if table.kind == "certify":
         print(f"average certified radius (ACR): {average_certified_radius(table):.3f}; "
               f"clean accuracy of the smoothed classifier: {np.mean(table.correct):.1%}")
@@ -178,9 +190,9 @@ def main(argv: list[str] | None = None) -> int:
 def _run(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     config = _config_from_args(args)
-    if args.nproc_per_node is not None and world_size() == 1:
+    if args.nproc_per_node is not None and world_size() == 1 and not in_launched_rank():
         config.validate()
-        return launch_local(argv, args.nproc_per_node, args.max_restarts)
+        return launch_local(argv, args.nproc_per_node, args.max_restarts, config.overwrite)
     return certify(config)
 
 
