@@ -255,6 +255,17 @@ def test_resume_completes_an_interrupted_run(tmp_path: Path, capsys: pytest.Capt
     assert without_time(out) == complete
 
 
+def test_resuming_a_finished_run_says_there_is_nothing_left(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "done.tsv"
+    assert certify(capsys, *RESUMABLE, "--out", out).rc == 0
+    complete = without_time(out)
+    run = certify(capsys, *RESUMABLE, "--resume", "--out", out)
+    assert run.rc == 0, run.err
+    assert f"nothing left to certify: every image of the run is already in {out}" in run.err
+    assert "nan" not in run.err  # was: "0 images in 0.0 s (nan noisy samples/s)"
+    assert without_time(out) == complete
+
+
 def test_resume_with_identical_default_args(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "resume-defaults.tsv"
     args = [*BASE, "--max", "3", "--out", out]

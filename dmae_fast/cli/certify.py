@@ -157,8 +157,11 @@ def certify(config: CertifyConfig) -> int:
 def _print_summary(result: RunResult) -> None:
     config = result.config
     ranks = f" by {result.world_size} processes" if result.world_size > 1 else ""
-    print(f"{PROG}: {result.images} images in {result.elapsed_s:.1f} s{ranks} ({result.samples_per_s:,.0f} noisy "
-          f"samples/s); results in {config.out}", file=sys.stderr)
+    if result.images == 0:  # a --resume of a finished run
+        print(f"{PROG}: nothing left to certify: every image of the run is already in {config.out}", file=sys.stderr)
+    else:
+        print(f"{PROG}: {result.images} images in {result.elapsed_s:.1f} s{ranks} ({result.samples_per_s:,.0f} "
+              f"noisy samples/s); results in {config.out}", file=sys.stderr)
     table = read_results(config.out)
     if len(table) == 0:
         return
