@@ -27,6 +27,7 @@ from PIL import Image
 from torch.utils.data import Dataset
 from torchvision import datasets, transforms
 
+from dmae_fast.certification.choices import DEMO
 from dmae_fast.errors import UserError
 
 try:  # numpy >= 2
@@ -34,7 +35,6 @@ try:  # numpy >= 2
 except ImportError:  # numpy 1.x
     from numpy.core import multiarray as _multiarray
 
-DEMO = "demo"
 DEMO_TEST_SIZE = 500
 SPLITS = ("train", "test")
 LIST_SUFFIXES = (".txt", ".tsv", ".csv")

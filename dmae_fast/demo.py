@@ -24,7 +24,9 @@ from pathlib import Path
 
 import torch
 
-DEMO_CHECKPOINT = Path(__file__).parent / "assets" / "demo-digits-vit.safetensors"
+from dmae_fast.certification.choices import (
+    DEMO_CHECKPOINT,  # re-exported: the demo model file
+)
 
 
 def demo_commands(work: Path) -> list[list[str]]:

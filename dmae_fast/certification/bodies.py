@@ -29,8 +29,6 @@ from dmae_fast.engines.base import Engine
 from dmae_fast.fast_noise import NoiseSource
 from dmae_fast.memory import keep_freed_memory
 
-NOISE_CHOICES = ("compiled", "reference")
-
 
 @dataclass(frozen=True)
 class BodyOptions:

@@ -71,7 +71,6 @@ DEFAULT_L2_BYTES = 1 << 20
 MAX_CHUNK = 128
 # A runtime's classifier built from a checkpoint must give the checkpoint's logits.
 PARITY_TOLERANCE = 1e-3
-CPU_RUNTIMES = ("auto", "openvino", "onnxruntime", "torch")
 RUNTIME_NAMES = {"openvino": "OpenVINO", "onnxruntime": "ONNX Runtime", "torch": "PyTorch"}
 
 

@@ -31,11 +31,9 @@ import numpy as np
 from scipy.stats import beta, norm
 
 from dmae_fast.certification.bounds import lower_confidence_bound, radius
+from dmae_fast.certification.choices import FUTILITY_MODES, PAPER_RADII
 from dmae_fast.certification.core import ABSTAIN, Certificate
 from dmae_fast.errors import UserError
-
-PAPER_RADII = (0.5, 1.0, 1.5, 2.0, 3.0)
-FUTILITY_MODES = ("none", "deterministic", "upper")
 
 # Default looks: n_max and EARLY_LOOKS halvings of LAST_EARLY * n_max (K = 6; n_max =
 # 10,000 gives 407, 813, 1625, 3250, 6500, 10000). From bench/sequential_savings.py

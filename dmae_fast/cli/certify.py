@@ -15,34 +15,25 @@ import dataclasses
 import sys
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
-
-from dmae_fast.analysis import (
-    DEFAULT_RADII,
-    average_certified_radius,
-    format_table,
-    reachable_radii,
-    rounding_warning,
-)
-from dmae_fast.certification.bodies import NOISE_CHOICES
-from dmae_fast.certification.cpu_batches import CPU_RUNTIMES
-from dmae_fast.certification.launch import in_launched_rank, launch_local, leave_to_launcher
-from dmae_fast.certification.procedures import procedure_for
-from dmae_fast.certification.ranks import world_size
-from dmae_fast.certification.run import (
+# Only light modules here: --help and option errors answer without importing torch.
+from dmae_fast.certification.choices import (
+    CPU_RUNTIMES,
+    DEMO,
+    DEMO_CHECKPOINT,
+    FUTILITY_MODES,
+    NOISE_CHOICES,
+    PAPER_RADII,
     PROG,
     SHARD_CHOICES,
-    CertifyConfig,
-    RunResult,
-    certify_dataset,
 )
-from dmae_fast.certification.sequential import FUTILITY_MODES, PAPER_RADII
 from dmae_fast.cli.common import Parser, run_reporting_errors
-from dmae_fast.data import DEMO
-from dmae_fast.demo import DEMO_CHECKPOINT
 from dmae_fast.errors import AlreadyReported, Interrupted, UserError
-from dmae_fast.results import read_results
+
+if TYPE_CHECKING:
+    from dmae_fast.certification.config import CertifyConfig
+    from dmae_fast.certification.run import RunResult
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -127,6 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _config_from_args(args: argparse.Namespace) -> CertifyConfig:
+    from dmae_fast.certification.config import CertifyConfig
+
     engine = args.engine or args.ckpt or (str(DEMO_CHECKPOINT) if args.data == DEMO else None)
     if engine is None:
         raise UserError("--ckpt (or --engine) is required unless --data demo")
@@ -143,6 +136,9 @@ def _config_from_args(args: argparse.Namespace) -> CertifyConfig:
 def certify(config: CertifyConfig) -> int:
     """Run the certification, then print the summary table (rank 0 only under torchrun); returns the exit status.
     In a rank of ``--nproc-per-node`` the launcher says that the run was interrupted, and what it kept."""
+    from dmae_fast.certification.launch import leave_to_launcher
+    from dmae_fast.certification.run import certify_dataset
+
     try:
         result = certify_dataset(config)
     except Interrupted as stop:
@@ -155,6 +151,18 @@ def certify(config: CertifyConfig) -> int:
 
 
 def _print_summary(result: RunResult) -> None:
+    import numpy as np
+
+    from dmae_fast.analysis import (
+        DEFAULT_RADII,
+        average_certified_radius,
+        format_table,
+        reachable_radii,
+        rounding_warning,
+    )
+    from dmae_fast.certification.procedures import procedure_for
+    from dmae_fast.results import read_results
+
     config = result.config
     ranks = f" by {result.world_size} processes" if result.world_size > 1 else ""
     if result.images == 0:  # a --resume of a finished run
@@ -191,8 +199,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(argv)  # before any heavy import: --help and option errors are quick
     config = _config_from_args(args)
+    config.validate()
+    from dmae_fast.certification.launch import in_launched_rank, launch_local
+    from dmae_fast.certification.ranks import world_size
+
     if args.nproc_per_node is not None and world_size() == 1 and not in_launched_rank():
         config.validate()
         return launch_local(argv, args.nproc_per_node, args.max_restarts, config.overwrite)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from dmae_fast.certification.bodies import NOISE_CHOICES
+from dmae_fast.certification.choices import NOISE_CHOICES
 from dmae_fast.cli.common import Parser, run_reporting_errors
 from dmae_fast.data import DEMO
 from dmae_fast.demo import DEMO_CHECKPOINT

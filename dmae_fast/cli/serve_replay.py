@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from dmae_fast.certification.bodies import NOISE_CHOICES
+from dmae_fast.certification.choices import NOISE_CHOICES
 from dmae_fast.cli.common import Parser, parse_normalization, run_reporting_errors
 from dmae_fast.data import DEMO
 from dmae_fast.demo import DEMO_CHECKPOINT

@@ -1,22 +1,39 @@
-"""Networks: the DMAE pre-training model and the smoothing base classifier."""
+"""Networks: the DMAE pre-training model and the smoothing base classifier.
 
-from dmae_fast.model.classifier import SmoothingClassifier
-from dmae_fast.model.config import (
-    ENCODER_PRESETS,
-    NORMALIZATIONS,
-    ClassifierSpec,
-    DecoderConfig,
-    EncoderConfig,
-)
-from dmae_fast.model.dmae import DMAEPretrain, PretrainOutput
+The names are loaded on first use, so that importing ``dmae_fast.model.config`` (plain
+dataclasses, needed by every command's parser) does not import torch and timm.
+"""
 
-__all__ = [
-    "ENCODER_PRESETS",
-    "NORMALIZATIONS",
-    "ClassifierSpec",
-    "DMAEPretrain",
-    "DecoderConfig",
-    "EncoderConfig",
-    "PretrainOutput",
-    "SmoothingClassifier",
-]
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_HOME = {
+    "ENCODER_PRESETS": "config",
+    "NORMALIZATIONS": "config",
+    "ClassifierSpec": "config",
+    "DecoderConfig": "config",
+    "EncoderConfig": "config",
+    "DMAEPretrain": "dmae",
+    "PretrainOutput": "dmae",
+    "SmoothingClassifier": "classifier",
+}
+__all__ = sorted(_HOME)
+
+if TYPE_CHECKING:
+    from dmae_fast.model.classifier import SmoothingClassifier
+    from dmae_fast.model.config import (
+        ENCODER_PRESETS,
+        NORMALIZATIONS,
+        ClassifierSpec,
+        DecoderConfig,
+        EncoderConfig,
+    )
+    from dmae_fast.model.dmae import DMAEPretrain, PretrainOutput
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)

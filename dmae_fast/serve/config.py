@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from dmae_fast.certification.bodies import NOISE_CHOICES
+from dmae_fast.certification.choices import NOISE_CHOICES
 from dmae_fast.certification.run import MAX_BATCH
 from dmae_fast.errors import UserError
 from dmae_fast.model.config import sigma_problem

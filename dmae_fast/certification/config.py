@@ -1,0 +1,96 @@
+"""The configuration of a ``dmae-certify`` run: a typed dataclass and its validation, light enough
+(no torch) for the command to check its options before loading anything."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from dmae_fast.certification.choices import CPU_RUNTIMES, NOISE_CHOICES, SHARD_CHOICES
+from dmae_fast.errors import UserError
+from dmae_fast.model.config import sigma_problem
+
+if TYPE_CHECKING:
+    from dmae_fast.certification.bodies import BodyOptions
+
+MAX_BATCH = 2**20  # noisy samples per forward pass; far beyond any device's memory at 224x224
+
+
+@dataclass(frozen=True)
+class CertifyConfig:
+    """One certification run (the command line, resolved)."""
+
+    engine: str
+    data: str
+    out: str
+    sigma: float | None  # None: the sigma the checkpoint records
+    n0: int = 100
+    n: int = 10_000
+    alpha: float = 0.001
+    batch: int = 1000
+    skip: int = 1
+    max_images: int | None = None
+    seed: int = 0
+    predict: bool = False
+    sequential: bool = False
+    looks: tuple[int, ...] | None = None
+    futility: str = "deterministic"
+    split: str = "test"
+    labels: str | None = None
+    image_size: int | None = None
+    input_size: int | None = None
+    normalize: str | None = None
+    device: str = "auto"
+    precision: str = "auto"
+    workers: int | None = None
+    overwrite: bool = False
+    resume: bool = False
+    radii: tuple[float, ...] | None = None  # summary radii; radii of interest with --sequential
+    progress: bool = True
+    fast: bool = False  # the fastest body for the device (CPU: cpu_batches; CUDA: the three below)
+    fused: bool = False  # fast path: Triton noise + patch embedding
+    compile: bool = False  # fast path: torch.compile the body
+    cuda_graphs: bool = False  # fast path: capture and replay each batch
+    noise: str = "compiled"  # or "reference": the torch-op noise
+    cpu_runtime: str = "auto"  # --fast on a CPU: the classifier's runtime (cpu_batches.CPU_RUNTIMES)
+    profile: str | None = None  # directory for a torch profiler trace + per-stage table
+    shard: str = "images"  # under torchrun: "images" (ranks claim images) or "samples" (ranks split each image's samples)
+
+    @property
+    def body_options(self) -> BodyOptions:
+        from dmae_fast.certification.bodies import BodyOptions
+
+        return BodyOptions(fast=self.fast, fused=self.fused, compile=self.compile, cuda_graphs=self.cuda_graphs,
+                           noise=self.noise, cpu_runtime=self.cpu_runtime)
+
+    @property
+    def fast_body(self) -> bool:
+        """Whether a fast body (not the plain one) may run: token engines need one."""
+        return self.fast or self.fused or self.compile or self.cuda_graphs or self.profile is not None
+
+    def validate(self) -> None:
+        checks = [
+            (self.sigma is None or sigma_problem(self.sigma) is None, f"--{sigma_problem(self.sigma)}"),
+            (self.image_size is None or self.image_size >= 1, f"--image-size must be >= 1, got {self.image_size}"),
+            (self.input_size is None or self.input_size >= 1, f"--input-size must be >= 1, got {self.input_size}"),
+            (0 < self.alpha < 1, f"--alpha must be in (0, 1), got {self.alpha}"),
+            (self.n0 >= 1, f"--n0 must be >= 1, got {self.n0}"),
+            (1 <= self.n < 2**32, f"--n must be in [1, 2**32), got {self.n}"),
+            (1 <= self.batch <= MAX_BATCH, f"--batch must be in [1, {MAX_BATCH:,}], got {self.batch}"),
+            (self.skip >= 1, f"--skip must be >= 1, got {self.skip}"),
+            (self.max_images is None or self.max_images >= 1, f"--max must be >= 1, got {self.max_images}"),
+            (0 <= self.seed < 2**64, f"--seed must be in [0, 2**64), got {self.seed}"),
+            (self.workers is None or self.workers >= 0, f"--workers must be >= 0, got {self.workers}"),
+            (not (self.overwrite and self.resume), "--overwrite and --resume exclude each other"),
+            (all(math.isfinite(r) and r >= 0 for r in self.radii or ()), "--radii must be finite and >= 0"),
+            (not (self.sequential and self.predict), "--sequential applies to CERTIFY, not --predict"),
+            (self.noise in NOISE_CHOICES, f"--noise must be one of {', '.join(NOISE_CHOICES)}, got {self.noise!r}"),
+            (self.cpu_runtime in CPU_RUNTIMES,
+             f"--cpu-runtime must be one of {', '.join(CPU_RUNTIMES)}, got {self.cpu_runtime!r}"),
+            (self.cpu_runtime == "auto" or self.fast, "--cpu-runtime applies to --fast (on a CPU); add --fast"),
+            (self.shard in SHARD_CHOICES, f"--shard must be one of {', '.join(SHARD_CHOICES)}, got {self.shard!r}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise UserError(message)
