@@ -205,8 +205,18 @@ def test_two_process_torchrun_equals_one_process_on_the_combined_batch(tmp_path)
     assert launched.returncode == 0, launched.stderr[-2000:]
     single, ddp = state_of(tmp_path / "single" / "pretrain.pth"), state_of(tmp_path / "ddp" / "pretrain.pth")
     assert single.keys() == ddp.keys()
-    for key in single:  # all-reduce sums in another order: equal up to float rounding
-        assert torch.allclose(single[key], ddp[key], rtol=0, atol=2e-6), key
+    # The key slice of each qkv bias has a zero gradient in exact arithmetic (softmax ignores a shift
+    # shared by all keys): its gradient is rounding noise, which Adam scales up to steps of ~lr. It may
+    # differ by up to two such steps per optimizer step (lr = blr 1.5e-3 x 16 / 256, 2 steps);
+    # everything else is equal up to float rounding (all-reduce sums in another order).
+    step_bound = 2 * (1.5e-3 * 16 / 256) * 2
+    for key in single:
+        a, b = single[key], ddp[key]
+        if key.endswith("attn.qkv.bias"):
+            keys = (a - b).abs().reshape(3, -1)[1]
+            assert float(keys.max()) <= step_bound, key
+            a, b = a.reshape(3, -1)[[0, 2]], b.reshape(3, -1)[[0, 2]]
+        assert torch.allclose(a, b, rtol=0, atol=2e-6), key
     assert losses(tmp_path / "single") == pytest.approx(losses(tmp_path / "ddp"), abs=1e-6)
 
 
