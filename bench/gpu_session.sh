@@ -18,11 +18,13 @@
 # after a failed step or a TERM/INT, everything under $OUT is packed into PACK/gpu-session.tar.gz,
 # and session.log and steps.tsv are copied beside it (3 files).
 #
-# Further GPU steps (in the default list on a GPU, not in smoke mode): profile (per-stage time and
-# top CUDA kernels of a ViT-B batch, bench/experiments/gpu_profile.py -> profile/), serve
+# Further GPU steps (in the default list on a GPU, not in smoke mode): fp8 (top-1 agreement of fp8
+# with fp16, bench/experiments/fp8_agreement.py, and the demo certified in fp16 and fp8 with
+# --fast, 100 digits, n 10,000 -> fp8/), profile (per-stage time and top CUDA kernels of a ViT-B
+# batch, bench/experiments/gpu_profile.py with PROFILE_ARGS -> profile/), serve
 # (dmae-bench serve on CUDA, SERVE_ARGS -> serve/), scaling (dmae-bench scaling, 1 and 2
 # processes sharing GPU 0, then --shard samples with 2 processes: the NCCL all-reduce -> scaling/).
-# Environment: STEPS (default all: "versions install gpu-tests tests demo train bench profile
+# Environment: STEPS (default all: "versions install gpu-tests tests demo train bench fp8 profile
 # serve scaling"; e.g. one device call for the checks and one for the bench), SESSION_SECONDS
 # (default 550: the whole script), PYTHON (default python3), WHEELS (a folder of wheels that
 # the machine lacks, installed with --no-deps into SCRATCH/site on PYTHONPATH, e.g. .whl),
@@ -93,7 +95,7 @@ run_step() {
 left() { local cap=$1 rest=$((TOTAL - SECONDS - ${2:-0})); echo $((rest < cap ? rest : cap)); }
 
 # STEPS: the steps to run (all by default); one device call cannot hold all of them at full size.
-ALL_STEPS="versions install gpu-tests tests demo train bench profile serve scaling"
+ALL_STEPS="versions install gpu-tests tests demo train bench fp8 profile serve scaling"
 SMOKE_STEPS="versions install gpu-tests tests demo train bench"  # the GPU-only measurements left out
 if [ "$SMOKE" = 1 ]; then STEPS=${STEPS:-$SMOKE_STEPS}; else STEPS=${STEPS:-$ALL_STEPS}; fi
 for step in $STEPS; do
@@ -101,7 +103,7 @@ for step in $STEPS; do
 done
 wanted() { case " $STEPS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 # kept STEP...: the seconds an earlier step leaves for these later steps, those wanted
-declare -A SHARE=([tests]=100 [demo]=45 [train]=35 [bench]=150 [profile]=35 [serve]=45 [scaling]=45)
+declare -A SHARE=([tests]=100 [demo]=45 [train]=35 [bench]=150 [fp8]=60 [profile]=35 [serve]=45 [scaling]=45)
 kept() { local sum=0 step; for step in "$@"; do wanted "$step" && sum=$((sum + SHARE[$step])); done; echo $sum; }
 
 versions() {
@@ -161,6 +163,17 @@ demo_check() {  # fp32 counts on CUDA must equal this machine's CPU counts (same
         "$PY" -m dmae_fast.bench.compare_counts "$OUT/demo/cpu.tsv" "$OUT/demo/gpu.tsv" || return 1
 }
 
+fp8_check() {  # top-1 agreement with fp16; the demo certified in fp16 and in fp8 (same seed, --fast)
+    "$PY" bench/experiments/fp8_agreement.py --out "$OUT/fp8" || return 1
+    local precision
+    for precision in fp16 fp8; do
+        "$PY" -m dmae_fast.cli.certify --data demo --max 100 --n0 100 --n 10000 --precision "$precision" --fast \
+            --quiet --overwrite --out "$OUT/fp8/demo-$precision.tsv" &&
+            "$PY" -m dmae_fast.cli.certify analyze "$OUT/fp8/demo-$precision.tsv" > "$OUT/fp8/demo-$precision.md" ||
+            return 1
+    done
+}
+
 # scaling: 1 and 2 processes sharing GPU 0 (image claiming through the store), then sample
 # sharding with 2 processes on it (counts all-reduced over NCCL)
 scaling() {
@@ -178,7 +191,7 @@ if [ -n "${WHEELS:-}" ] && [ "$SMOKE" != 1 ]; then  # packages the machine lacks
 fi
 
 export OUT PY SMOKE SCRATCH
-export -f versions install demo_check scaling
+export -f versions install demo_check fp8_check scaling
 log "gpu_session: OUT=$OUT SCRATCH=$SCRATCH SESSION_SECONDS=$TOTAL smoke=$SMOKE steps=$STEPS $(date -u +%FT%TZ)"
 wanted versions && run_step versions 30 versions
 
@@ -190,22 +203,22 @@ elif wanted install; then
 fi
 
 # The test files that hold GPU tests (tests/test_bench.py checks that none is missing).
-GPU_TEST_FILES=(tests/test_stream.py tests/test_fast_stream.py)
+GPU_TEST_FILES=(tests/test_stream.py tests/test_fast_stream.py tests/test_fp8.py)
 if [ "$SMOKE" = 1 ]; then  # one quick module: its GPU test is collected and skipped
     wanted gpu-tests && pytest_step gpu-tests "$(left 60)" -m gpu tests/test_stream.py
 else
-    wanted gpu-tests && pytest_step gpu-tests "$(left 200 "$(kept tests demo train bench profile serve scaling)")" -m gpu "${GPU_TEST_FILES[@]}"
-    wanted tests && pytest_step tests "$(left 150 "$(kept demo train bench profile serve scaling)")" -m "not gpu" tests/test_kernels.py \
+    wanted gpu-tests && pytest_step gpu-tests "$(left 200 "$(kept tests demo train bench fp8 profile serve scaling)")" -m gpu "${GPU_TEST_FILES[@]}"
+    wanted tests && pytest_step tests "$(left 150 "$(kept demo train bench fp8 profile serve scaling)")" -m "not gpu" tests/test_kernels.py \
         tests/test_stream.py tests/test_fast_stream.py tests/test_engines.py tests/test_export.py
 fi
-wanted demo && run_step demo "$(left 90 "$(kept train bench profile serve scaling)")" demo_check  # three processes, each compiling
+wanted demo && run_step demo "$(left 90 "$(kept train bench fp8 profile serve scaling)")" demo_check  # three processes, each compiling
 
 if [ "$SMOKE" = 1 ]; then
     TRAIN=(--preset demo-pretrain --batch 16 --seconds 0.5 --device cpu)
 else
     TRAIN=(--preset dmae-vitb-pretrain --batch 256 --precision bf16 --seconds 20)
 fi
-wanted train && run_step train "$(left 75 "$(kept bench profile serve scaling)")" "$PY" -m dmae_fast.bench.train_throughput "${TRAIN[@]}" \
+wanted train && run_step train "$(left 75 "$(kept bench fp8 profile serve scaling)")" "$PY" -m dmae_fast.bench.train_throughput "${TRAIN[@]}" \
     --out "$OUT/train"
 
 if [ "$SMOKE" = 1 ]; then
@@ -214,7 +227,7 @@ else
     read -r -a BENCH <<< "${BENCH_ARGS:---all --models vit-b16 --export-models demo vit-b16 --batches 256 1024 --seconds 2 --reference-budget 8 --images 10}"
 fi
 if wanted bench; then
-    BENCH_LIMIT=$(left 900 $((15 + $(kept profile serve scaling))))
+    BENCH_LIMIT=$(left 900 $((15 + $(kept fp8 profile serve scaling))))
     BUDGET=$((BENCH_LIMIT - 25 > 30 ? BENCH_LIMIT - 25 : 30))  # margin for a row or export that overruns
     [ "$SMOKE" = 1 ] && BUDGET=120
     ENGINE_DIR=(--engine-dir "$SCRATCH")  # exported engines stay behind (too large to bring back)
@@ -224,8 +237,10 @@ if wanted bench; then
     find "$SCRATCH" -maxdepth 2 -name '*.json' -path '*-engines/*' -exec cp {} "$OUT/bench/engines/" \; 2>/dev/null
 fi
 
-wanted profile && run_step profile "$(left 90 "$(kept serve scaling)")" "$PY" bench/experiments/gpu_profile.py \
-    --model vit-b16 --batch 1024 --out "$OUT/profile"
+wanted fp8 && run_step fp8 "$(left 120 "$(kept profile serve scaling)")" fp8_check
+read -r -a PROFILE <<< "${PROFILE_ARGS:---model vit-b16 --batch 1024}"
+wanted profile && run_step profile "$(left 120 "$(kept serve scaling)")" "$PY" bench/experiments/gpu_profile.py \
+    "${PROFILE[@]}" --out "$OUT/profile"
 read -r -a SERVE <<< "${SERVE_ARGS:---batch 2000 --n 500 --rounds 2 --saturation-seconds 3 --seconds 5 --max-wait-ms 0 5 20 --loads 0.5 0.9}"
 wanted serve && run_step serve "$(left 150 "$(kept scaling)")" "$PY" -m dmae_fast.cli.bench serve --device cuda \
     "${SERVE[@]}" --out "$OUT/serve"

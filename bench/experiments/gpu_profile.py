@@ -1,8 +1,9 @@
 """Where a GPU batch of a random-weight ViT goes: per-stage time and the top CUDA kernels.
 
-    python bench/experiments/gpu_profile.py --model vit-b16 --batch 1024 --out DIR
+    python bench/experiments/gpu_profile.py --model vit-b16 --batch 1024 [--compile] [--precision fp8] --out DIR
 
-Two views of the same body (fp16, fused front end, eager so the profiler sees each kernel):
+Two views of the same body (fp16 by default, fused front end; eager, or with ``--compile`` the
+Inductor kernels that remain after fusion):
 1. the StageTimer breakdown (front end, body, counting; each stage synchronized), and
 2. torch.profiler's CUDA kernels, grouped into matrix products, attention, normalization,
    elementwise/activation, the noise/front-end kernel, counting and other.
@@ -26,7 +27,7 @@ from dmae_fast.engines import TorchEngine
 
 GROUPS = [  # (group, pattern on the kernel name), first match wins
     ("attention", r"flash|fmha|attention|sdpa|softmax"),
-    ("matrix products", r"gemm|sm90_xmma|cutlass|nvjet|cublas|matmul|wgmma"),
+    ("matrix products", r"gemm|sm90_xmma|cutlass|nvjet|cublas|matmul|wgmma|triton_tem|scaled_mm"),
     ("noise + front end", r"fused_frontend|frontend|philox|noise|randn"),
     ("normalization", r"layer_norm|layernorm|norm"),
     ("counting", r"index_put|scatter|argmax|index_add|put_"),
@@ -44,14 +45,17 @@ def main() -> None:
     parser.add_argument("--model", default="vit-b16")
     parser.add_argument("--batch", type=int, default=1024)
     parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--precision", default="fp16")
+    parser.add_argument("--precision", default="fp16", choices=["fp16", "bf16", "fp8"])
+    parser.add_argument("--compile", action="store_true", help="torch.compile the body (see what fusion leaves)")
+    parser.add_argument("--mode", default="default", help="torch.compile mode with --compile")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     device = torch.device("cuda")
     model = build_model(args.model, device)
     engine = TorchEngine(model, device, args.precision)
     timer = StageTimer(device)
-    body = FastBatches(engine, 0.25, 0, args.batch, FastPath(fused=True), timer)
+    body = FastBatches(engine, 0.25, 0, args.batch, FastPath(fused=True, compile=args.compile, compile_mode=args.mode),
+                       timer)
     slots = 8
     body.allocate(slots, torch.tensor([1], device=device))
     for slot in range(slots):
@@ -89,7 +93,9 @@ def main() -> None:
         kernels[event.key] = kernels.get(event.key, 0.0) + cuda_us / 5
         groups[group_of(event.key)] = groups.get(group_of(event.key), 0.0) + cuda_us / 5
     total = sum(groups.values())
-    lines = [f"{args.model} {args.precision} batch {args.batch}, fused front end, eager body; {torch.cuda.get_device_name()}",
+    body_kind = f"compiled body ({args.mode})" if args.compile else "eager body"
+    lines = [f"{args.model} {args.precision} batch {args.batch}, fused front end, {body_kind}; "
+             f"{torch.cuda.get_device_name()}",
              "", "stages (each synchronized):", stages, "", f"CUDA kernel time per batch: {total / 1000:.3f} ms",
              f"{'group':<26} {'ms/batch':>9} {'share':>7}"]
     for group, us in sorted(groups.items(), key=lambda kv: -kv[1]):
@@ -101,9 +107,11 @@ def main() -> None:
     print(text)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"profile-{args.model}.txt").write_text(text + "\n")
-    (out / f"profile-{args.model}.json").write_text(json.dumps(
-        {"model": args.model, "batch": args.batch, "precision": args.precision, "groups_ms": groups,
+    stem = f"profile-{args.model}-{args.precision}{'-compiled' if args.compile else ''}"
+    (out / f"{stem}.txt").write_text(text + "\n")
+    (out / f"{stem}.json").write_text(json.dumps(
+        {"model": args.model, "batch": args.batch, "precision": args.precision, "compiled": args.compile,
+         "groups_ms": groups,
          "kernels_ms": {k: v / 1000 for k, v in kernels.items()}, "stages": stages}, indent=1))
 
 

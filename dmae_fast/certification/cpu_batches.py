@@ -59,7 +59,7 @@ import torch
 from dmae_fast.certification.core import zero_counts
 from dmae_fast.certification.stream import count
 from dmae_fast.engines.base import predicted_classes
-from dmae_fast.engines.torch_engine import PRECISIONS
+from dmae_fast.engines.torch_engine import PRECISIONS, precision_model
 from dmae_fast.errors import UserError
 from dmae_fast.fast_noise import NoiseSource
 from dmae_fast.integrity import tensors_sha256
@@ -180,14 +180,19 @@ def openvino_core():
 
 
 class TorchChunks:
-    """The PyTorch classifier in eager mode (fp32, or bf16 under autocast) on one thread."""
+    """The PyTorch classifier in eager mode (fp32, bf16 under autocast, or an fp8 copy) on one thread."""
 
     def __init__(self, model: SmoothingClassifier, precision: str) -> None:
         self.model, self.dtype = model.eval(), PRECISIONS[precision]
+        if precision == "fp8":  # a cast copy, fed bf16 rows without autocast
+            self.model, self.dtype, self._inputs = precision_model(model, precision), None, PRECISIONS[precision]
+        else:
+            self._inputs = None
         self.description, self.layout = f"torch eager {precision}", None
 
     @torch.inference_mode()
     def classify(self, chunk: torch.Tensor) -> torch.Tensor:
+        chunk = chunk if self._inputs is None else chunk.to(self._inputs)
         autocast = nullcontext() if self.dtype is None else torch.autocast("cpu", dtype=self.dtype)
         with autocast:
             return predicted_classes(self.model(chunk))

@@ -27,7 +27,6 @@ before issuing the next batch. It reads each image's counts once, asynchronously
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import sys
 import time
@@ -43,7 +42,7 @@ from dmae_fast.certification.stream import count
 from dmae_fast.engines.base import Engine, predicted_classes
 from dmae_fast.engines.exported import ExportedEngine
 from dmae_fast.engines.front_end import load_front_end
-from dmae_fast.engines.torch_engine import PRECISIONS
+from dmae_fast.engines.torch_engine import PRECISIONS, precision_model
 from dmae_fast.errors import UserError
 from dmae_fast.fast_noise import NoiseSource
 from dmae_fast.kernels.frontend_reference import (
@@ -141,9 +140,9 @@ class FastBatches:
         self.sigma, self.seed, self.batch_size, self.timer = sigma, seed, batch_size, timer
         self.options = self._available(options)
         self.dtype = PRECISIONS[engine.precision] if self.token_engine is None else None  # engines take fp32
-        # the body's weights: cast once to fp16/bf16 (the front end and E stay on the fp32 classifier)
-        cast = self.dtype is not None and not self.options.autocast
-        self._body_model = copy.deepcopy(self.model).to(self.dtype) if cast else self.model
+        # the body's weights: cast once to fp16/bf16 or fp8 (the front end and E stay on the fp32 classifier)
+        cast = self.dtype is not None and (engine.precision == "fp8" or not self.options.autocast)
+        self._body_model = precision_model(self.model, engine.precision) if cast else self.model
         self._autocast_dtype = None if cast else self.dtype
         if self.token_engine is None:
             self._description = f"torch {self.options.describe()} {engine.precision} on {self.device}"

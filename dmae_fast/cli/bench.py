@@ -70,7 +70,7 @@ class BenchConfig:
     compile_mode: str = "default"
     engines: tuple[str, ...] = ()  # user-supplied engine files, timed as they are
     variants: tuple[str, ...] = ()  # our variants to time, by key (see variant_key); () = all
-    precisions: tuple[str, ...] = ()  # our variants' precisions on CUDA (fp16, bf16); () = both
+    precisions: tuple[str, ...] = ()  # our variants' precisions on CUDA (fp16, bf16, fp8); () = fp16 and bf16
     export_models: tuple[str, ...] = ("vit-b16", "demo")  # exported to engines, then timed
     engine_dir: str | None = None  # where exports go (default: the output directory)
     certify_model: str = "vit-b16"
@@ -106,7 +106,8 @@ class BenchConfig:
             (not (set(self.variants) - set(VARIANT_KEYS)),
              f"unknown --variants {', '.join(sorted(set(self.variants) - set(VARIANT_KEYS)))}; choose from "
              f"{', '.join(VARIANT_KEYS)}"),
-            (set(self.precisions) <= {"fp16", "bf16"}, "--precisions takes fp16 and/or bf16 (the CUDA variants)"),
+            (set(self.precisions) <= {"fp16", "bf16", "fp8"},
+             "--precisions takes fp16, bf16 and/or fp8 (the CUDA variants)"),
             (self.compile_mode in COMPILE_MODES,
              f"--compile-mode must be one of {', '.join(COMPILE_MODES)}, got {self.compile_mode!r}"),
             (1 <= self.images <= PAPER_IMAGES,
@@ -130,7 +131,7 @@ def variant_key(name: str) -> str:
 
 def _variants(config: BenchConfig, device: torch.device) -> tuple[list[Variant], list[Variant]]:
     """(every variant, the subset swept over batch sizes); fp32 on the CPU."""
-    half = (config.precisions or ("fp16", "bf16")) if device.type == "cuda" else ("fp32",)
+    half = (config.precisions or ("fp16", "bf16")) if device.type == "cuda" else ("fp32",)  # fp8: when named
     mode = config.compile_mode
 
     def fast(fused=False, compiled=False, graphs=False):
@@ -387,7 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "for minutes)")
     parser.add_argument("--variants", nargs="+", help=f"only these of our variants ({', '.join(VARIANT_KEYS)}; "
                         "default all)")
-    parser.add_argument("--precisions", nargs="+", help="our variants' precisions on CUDA (fp16 bf16; default both)")
+    parser.add_argument("--precisions", nargs="+", help="our variants' precisions on CUDA (fp16 bf16 fp8; default fp16 bf16)")
     parser.add_argument("--engines", nargs="+", help="your exported engine files (.onnx, .pt2, .engine) to time too")
     parser.add_argument("--export-models", nargs="*", help="models exported to engines and timed (default vit-b16 "
                         "demo; none: no exports)")

@@ -25,6 +25,7 @@ from dmae_fast.certification.choices import (
     FUTILITY_MODES,
     NOISE_CHOICES,
     PAPER_RADII,
+    PRECISION_CHOICES,
     PROG,
     SHARD_CHOICES,
 )
@@ -52,8 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "noise is added (default: from the checkpoint; e.g. 32 for DMAE CIFAR-10 models)")
     model.add_argument("--normalize", help="input normalization for checkpoints without metadata: "
                        "imagenet (default), cifar10, or 'm1,m2,m3:s1,s2,s3'")
-    model.add_argument("--precision", default="auto", choices=["auto", "fp32", "fp16", "bf16"],
-                       help="classifier precision (auto: fp32 on CPU, fp16 on CUDA)")
+    model.add_argument("--precision", default="auto", choices=PRECISION_CHOICES,
+                       help="classifier precision (auto: fp32 on CPU, fp16 on CUDA; fp8: opt-in, float8 matrix products on Ada/Hopper GPUs)")
     data = parser.add_argument_group("data")
     data.add_argument("--data", required=True, help="'demo', an ImageFolder directory, a CIFAR-10 "
                       "python-batches directory, an image directory (with --labels) or a list file")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from dmae_fast.certification.choices import NOISE_CHOICES
+from dmae_fast.certification.choices import NOISE_CHOICES, PRECISION_CHOICES
 from dmae_fast.cli.common import Parser, run_reporting_errors
 from dmae_fast.data import DEMO
 from dmae_fast.demo import DEMO_CHECKPOINT
@@ -39,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--input-size", type=int, help="for checkpoints without our metadata (as dmae-certify)")
     model.add_argument("--normalize", help="for checkpoints without our metadata: imagenet, cifar10, 'm1,m2,m3:s1,s2,s3'")
     model.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
-    model.add_argument("--precision", default="auto", choices=["auto", "fp32", "fp16", "bf16"])
+    model.add_argument("--precision", default="auto", choices=PRECISION_CHOICES)
     model.add_argument("--fast", action="store_true", help="the fastest batch body for the device (as dmae-certify)")
     model.add_argument("--noise", default="compiled", choices=NOISE_CHOICES, help="noise implementation")
     http = parser.add_argument_group("server")

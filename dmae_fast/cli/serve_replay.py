@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from dmae_fast.certification.choices import NOISE_CHOICES
+from dmae_fast.certification.choices import NOISE_CHOICES, PRECISION_CHOICES
 from dmae_fast.cli.common import Parser, parse_normalization, run_reporting_errors
 from dmae_fast.data import DEMO
 from dmae_fast.demo import DEMO_CHECKPOINT
@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--input-size", type=int)
     parser.add_argument("--normalize")
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--precision", default="auto", choices=["auto", "fp32", "fp16", "bf16"])
+    parser.add_argument("--precision", default="auto", choices=PRECISION_CHOICES)
     parser.add_argument("--batch", type=int, default=1000, help="any batch size gives the same counts")
     parser.add_argument("--noise", default="compiled", choices=NOISE_CHOICES)
     parser.add_argument("--fast", action="store_true")

@@ -64,6 +64,12 @@ def open_engine(path: str | Path, options: EngineOptions = EngineOptions()) -> E
     if precision not in PRECISIONS:
         raise UserError(f"precision must be auto or one of {sorted(PRECISIONS)}, got {precision!r}")
     model = load_classifier(path, input_size=options.input_size, mean=options.mean, std=options.std)
+    if precision == "fp8":
+        from dmae_fast.model.fp8 import fp8_problem
+
+        problem = fp8_problem(model, device)
+        if problem is not None:
+            raise UserError(f"--precision fp8: {problem}")
     return TorchEngine(model, device, precision, input=options.input)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from contextlib import nullcontext
 
 import torch
@@ -10,7 +11,19 @@ from dmae_fast.engines.base import predicted_classes
 from dmae_fast.engines.sidecar import input_shape
 from dmae_fast.model import SmoothingClassifier
 
-PRECISIONS = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}
+# the dtype a precision computes in (fp8: the matrix products of the blocks in float8, the rest bf16)
+PRECISIONS = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16, "fp8": torch.bfloat16}
+
+
+def precision_model(model: SmoothingClassifier, precision: str) -> SmoothingClassifier:
+    """The model a precision runs without autocast: fp32 itself, fp16/bf16 a cast copy, fp8 a
+    bf16 copy with float8 linear layers (:mod:`dmae_fast.model.fp8`)."""
+    if precision == "fp8":
+        from dmae_fast.model.fp8 import to_fp8
+
+        return to_fp8(model)
+    dtype = PRECISIONS[precision]
+    return model if dtype is None else copy.deepcopy(model).to(dtype)
 
 
 def ieee_fp32_convolutions() -> None:
@@ -24,7 +37,8 @@ def ieee_fp32_convolutions() -> None:
 
 
 class TorchEngine:
-    """Runs a :class:`SmoothingClassifier` in inference mode; fp16/bf16 via autocast.
+    """Runs a :class:`SmoothingClassifier` in inference mode; fp16/bf16 via autocast, fp8 on a
+    float8 copy (:func:`precision_model`).
 
     ``input="tokens"`` runs only the body after the front end (``forward_tokens``).
     """
@@ -41,7 +55,8 @@ class TorchEngine:
         self.precision = precision
         self.input = input
         self.input_shape = input_shape(model.spec, input)
-        self._forward = model if input == "image" else model.forward_tokens
+        runs = precision_model(self.model, precision) if precision == "fp8" else self.model
+        self._forward = runs if input == "image" else runs.forward_tokens
         self.description = f"torch eager {precision} on {device}" + (" (token input)" if input == "tokens" else "")
 
     def _autocast(self):
@@ -50,5 +65,7 @@ class TorchEngine:
 
     @torch.inference_mode()
     def classify(self, inputs: torch.Tensor) -> torch.Tensor:
+        if self.precision == "fp8":  # a cast copy: no autocast
+            return predicted_classes(self._forward(inputs.to(PRECISIONS["fp8"])))
         with self._autocast():
             return predicted_classes(self._forward(inputs))

@@ -1,0 +1,81 @@
+"""fp8 bodies (``--precision fp8``, opt-in): the transformer blocks' linear layers in float8.
+
+Every ``nn.Linear`` inside the encoder blocks (qkv, attention projection, both MLP layers: all
+but ~2% of a ViT's FLOPs) becomes an :class:`Fp8Linear`: its weight stored once as e4m3 with
+one scale per output channel, its input quantized per row (per token) on every call, the
+product ``torch._scaled_mm`` on the fp8 tensor cores with the scales, the bias and a bfloat16
+output applied in the matmul's epilogue. Everything else (patch embedding, LayerNorm,
+attention, the head) runs in bfloat16. Under ``torch.compile`` the per-row quantization fuses
+with the LayerNorm or GELU that produces the input.
+
+fp8 changes some predictions. The certificate stays valid (it is a statement about *this*
+classifier: the fp8 one, applied the same way to every sample), but it certifies a slightly
+different classifier than fp16 would: the agreement is measured and recorded, never assumed.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import nn
+
+E4M3 = torch.float8_e4m3fn
+E4M3_MAX = torch.finfo(E4M3).max  # 448
+ACTIVATIONS = torch.bfloat16  # what the rest of an fp8 body computes in
+_TINY = 1e-12  # floor of a scale: an all-zero row quantizes to zeros, not NaN
+
+
+def _quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows of ``x`` [M, K] -> (e4m3 rows, float32 scales [M, 1]) with x ~= rows * scales."""
+    x = x.float()
+    scale = x.abs().amax(dim=1, keepdim=True).clamp(min=_TINY) / E4M3_MAX
+    return (x / scale).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3), scale
+
+
+class Fp8Linear(nn.Module):
+    """``nn.Linear`` with an e4m3 weight (per-output-channel scales) and per-row e4m3 inputs."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        weight, scale = _quantize_rows(linear.weight.detach())  # [out, in], [out, 1]
+        self.register_buffer("weight", weight)
+        self.register_buffer("weight_scale", scale.reshape(1, -1).contiguous())  # [1, out]
+        bias = linear.bias
+        self.register_buffer("bias", None if bias is None else bias.detach().to(ACTIVATIONS))
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows, scale = _quantize_rows(x.reshape(-1, self.in_features))
+        out = torch._scaled_mm(rows, self.weight.t(), scale_a=scale, scale_b=self.weight_scale, bias=self.bias,
+                               out_dtype=ACTIVATIONS)
+        return out.reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, e4m3 per-channel x per-row"
+
+
+def fp8_problem(model: nn.Module, device: torch.device) -> str | None:
+    """Why ``model`` cannot run in fp8 on ``device``, or None."""
+    if device.type == "cuda" and torch.cuda.get_device_capability(device) < (8, 9):
+        name = torch.cuda.get_device_name(device)
+        return f"fp8 matrix products need an Ada or Hopper GPU (compute capability 8.9+); {name} has not"
+    blocks = getattr(model, "blocks", None)
+    if blocks is None:
+        return "fp8 applies to ViT classifiers (no encoder blocks found)"
+    odd = sorted({n for m in blocks.modules() if isinstance(m, nn.Linear)
+                  for n in (m.in_features, m.out_features) if n % 16})
+    if odd:  # the fp8 tensor-core kernels take widths in multiples of 16
+        return f"fp8 needs linear layer widths that are multiples of 16; this classifier has {odd}"
+    return None
+
+
+def to_fp8(model: nn.Module) -> nn.Module:
+    """A copy of ``model`` in bfloat16 whose encoder blocks' linear layers are :class:`Fp8Linear`."""
+    body = copy.deepcopy(model).to(ACTIVATIONS)
+    for block in body.blocks:
+        for name, module in list(block.named_modules()):
+            if isinstance(module, nn.Linear):
+                parent_name, _, attr = name.rpartition(".")
+                setattr(block.get_submodule(parent_name) if parent_name else block, attr, Fp8Linear(module))
+    return body.eval()

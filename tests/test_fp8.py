@@ -1,0 +1,112 @@
+"""fp8 bodies (--precision fp8): the quantized linear layer, the model copy, where they run."""
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from dmae_fast.certification.fast_stream import FastBatches, FastPath
+from dmae_fast.certification.stream import SamplingPlan, StreamingCertifier
+from dmae_fast.checkpoints import save_classifier
+from dmae_fast.cli.certify import main
+from dmae_fast.engines import EngineOptions, TorchEngine, open_engine
+from dmae_fast.errors import UserError
+from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier
+from dmae_fast.model.fp8 import E4M3, Fp8Linear, fp8_problem, to_fp8
+
+CPU = torch.device("cpu")
+
+
+def _model(width=32):
+    torch.manual_seed(0)
+    spec = ClassifierSpec(EncoderConfig(width, 2, 2, patch_size=4, img_size=16), num_classes=10, input_size=16,
+                          sigma=0.5)
+    return SmoothingClassifier(spec).eval()
+
+
+def test_fp8_linear_is_the_scaled_product_of_its_quantized_operands():
+    torch.manual_seed(0)
+    linear = nn.Linear(64, 48)
+    x = torch.randn(5, 7, 64).to(torch.bfloat16)
+    layer = Fp8Linear(linear)
+    assert layer.weight.dtype == E4M3 and layer.weight_scale.shape == (1, 48)
+    out = layer(x)
+    assert out.shape == (5, 7, 48) and out.dtype == torch.bfloat16
+    # the same arithmetic spelled out: per-row input scales, per-channel weight scales
+    rows = x.reshape(-1, 64).float()
+    scale = rows.abs().amax(1, keepdim=True) / 448
+    dequantized = (rows / scale).to(E4M3).float() * scale
+    weight = layer.weight.float() * layer.weight_scale.reshape(-1, 1)
+    expected = dequantized @ weight.T + linear.bias.detach().to(torch.bfloat16).float()
+    torch.testing.assert_close(out.reshape(-1, 48).float(), expected, rtol=2e-2, atol=2e-2)
+    # and it is an approximation of the float layer (e4m3 keeps ~2 significant digits)
+    exact = linear(x.float()).reshape(-1, 48)
+    assert (out.reshape(-1, 48).float() - exact).abs().max() < 0.1 * exact.abs().max()
+
+
+def test_an_all_zero_row_quantizes_to_zeros_not_nan():
+    layer = Fp8Linear(nn.Linear(32, 16, bias=False))
+    assert torch.equal(layer(torch.zeros(3, 32, dtype=torch.bfloat16)), torch.zeros(3, 16, dtype=torch.bfloat16))
+
+
+def test_to_fp8_quantizes_the_blocks_linear_layers_only_and_leaves_the_model_alone():
+    model = _model()
+    body = to_fp8(model)
+    quantized = [name for name, m in body.named_modules() if isinstance(m, Fp8Linear)]
+    assert quantized == [f"blocks.{b}.{layer}" for b in range(2) for layer in ("attn.qkv", "attn.proj", "mlp.fc1",
+                                                                               "mlp.fc2")]
+    assert isinstance(body.head, nn.Linear) and body.head.weight.dtype == torch.bfloat16
+    assert not any(isinstance(m, Fp8Linear) for m in model.modules())  # a copy
+    assert next(model.parameters()).dtype == torch.float32
+
+
+def test_fp8_problem_names_widths_the_kernels_cannot_take():
+    assert fp8_problem(_model(32), CPU) is None
+    assert "multiples of 16" in fp8_problem(_model(40), CPU) and "[40" in fp8_problem(_model(40), CPU)
+
+
+def test_open_engine_refuses_fp8_for_a_classifier_it_cannot_run(tmp_path):
+    path = save_classifier(_model(40), tmp_path / "odd.safetensors")
+    with pytest.raises(UserError, match="--precision fp8: .*multiples of 16"):
+        open_engine(path, EngineOptions(device="cpu", precision="fp8"))
+
+
+def _counts(engine, body=None):
+    generator = torch.Generator().manual_seed(1)
+    images = [(i, torch.rand((3, 16, 16), generator=generator), i % 10) for i in range(4)]
+    certifier = StreamingCertifier(engine, SamplingPlan.certify(n0=10, n=50), 0.5, 11, 48, body)
+    return {o.index: o.counts for o in certifier.run(images)}
+
+
+def test_the_fast_fp8_body_counts_as_the_plain_fp8_body():
+    engine = TorchEngine(_model(), CPU, "fp8")
+    plain = _counts(engine)
+    fast = _counts(engine, FastBatches(engine, 0.5, 11, 48, FastPath()))
+    assert all(np.array_equal(plain[i], fast[i]) for i in plain)  # the same fp8 classifier, the same samples
+
+
+def test_dmae_certify_runs_the_demo_in_fp8(tmp_path):
+    out = tmp_path / "fp8.tsv"
+    assert main(["--data", "demo", "--max", "3", "--n0", "20", "--n", "100", "--precision", "fp8", "--device", "cpu",
+                 "--quiet", "--workers", "0", "--out", str(out)]) == 0
+    rows = out.read_text().splitlines()
+    assert len(rows) == 4 and rows[0].startswith("idx")
+
+
+gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@pytest.mark.gpu
+@gpu
+def test_cuda_fp8_fast_body_agrees_with_fp16():
+    """fp8 on the tensor cores, fused + compiled + CUDA graphs, against the plain fp16 body."""
+    cuda = torch.device("cuda")
+    model = _model().to(cuda)
+    fp8 = TorchEngine(model, cuda, "fp8")
+    body = FastBatches(fp8, 0.5, 11, 48, FastPath(fused=True, compile=True, cuda_graphs=True, compile_mode="default"))
+    fast, eager = _counts(fp8, body), _counts(fp8)
+    fp16 = _counts(TorchEngine(model, cuda, "fp16"))
+    total = sum(c.sum() for c in fp16.values())
+    assert sum(c.sum() for c in fast.values()) == total
+    assert sum(np.abs(eager[i] - fast[i]).sum() for i in eager) / 2 <= 0.02 * total  # rounding of the fusion
+    assert sum(np.abs(fp16[i] - fast[i]).sum() for i in fp16) / 2 <= 0.05 * total  # fp8 vs fp16
