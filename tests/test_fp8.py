@@ -85,6 +85,13 @@ def test_the_fast_fp8_body_counts_as_the_plain_fp8_body():
     assert all(np.array_equal(plain[i], fast[i]) for i in plain)  # the same fp8 classifier, the same samples
 
 
+def test_fp8_bodies_compile_in_the_default_mode_and_say_so(capsys):
+    engine = TorchEngine(_model(), CPU, "fp8")
+    body = FastBatches(engine, 0.5, 11, 48, FastPath(compile=True))  # the mode --fast asks for: max-autotune
+    assert body.options.compile and body.options.compile_mode == "default"
+    assert "fp8: torch.compile mode 'default' instead of 'max-autotune-no-cudagraphs'" in capsys.readouterr().err
+
+
 def test_dmae_certify_runs_the_demo_in_fp8(tmp_path):
     out = tmp_path / "fp8.tsv"
     assert main(["--data", "demo", "--max", "3", "--n0", "20", "--n", "100", "--precision", "fp8", "--device", "cpu",

@@ -136,7 +136,7 @@ class FastBatches:
                  timer: StageTimer | None = None, noise: NoiseSource | None = None) -> None:
         self.model, self.token_engine = _front_and_body(engine)
         self.noise = noise or NoiseSource(engine.device)  # the unfused front end's noise
-        self.device, self.spec = engine.device, engine.spec
+        self.device, self.spec, self.precision = engine.device, engine.spec, engine.precision
         self.sigma, self.seed, self.batch_size, self.timer = sigma, seed, batch_size, timer
         self.options = self._available(options)
         self.dtype = PRECISIONS[engine.precision] if self.token_engine is None else None  # engines take fp32
@@ -186,6 +186,12 @@ class FastBatches:
         if options.compile and self.token_engine is not None:
             _notice(f"torch.compile off ({self.token_engine.path.name} is compiled already)")
             options = dataclasses.replace(options, compile=False)
+        if options.compile and self.precision == "fp8" and options.compile_mode.startswith("max-autotune"):
+            # measured on an H200 (bench/results/2026-11-26-h200): autotuning the float8 products
+            # of even the tiny demo model had not finished after 85 s; the default mode takes seconds
+            _notice(f"fp8: torch.compile mode 'default' instead of {options.compile_mode!r} (autotuning the fp8 "
+                    "matrix products takes minutes)")
+            options = dataclasses.replace(options, compile_mode="default")
         if options.cuda_graphs:
             why = None
             if self.device.type != "cuda":
