@@ -12,7 +12,6 @@ import pytest
 import torch
 from PIL import Image
 
-from dmae_fast import data
 from dmae_fast.data import (
     DEMO,
     TensorImageDataset,
@@ -24,6 +23,7 @@ from dmae_fast.data import (
     open_dataset,
     subset_indices,
 )
+from dmae_fast.data.cifar import CIFAR_META, CIFAR_SUBDIR, CIFAR_TEST_BATCH, CIFAR_TRAIN_BATCHES
 from dmae_fast.errors import UserError
 
 
@@ -109,12 +109,12 @@ def write_batch(path: Path, data: np.ndarray, labels: list[int]) -> None:
 def write_cifar(directory: Path, per_batch: int = 4, meta: bool = True) -> None:
     """Fake CIFAR-10 batches; batch ``k`` has labels ``k, k+1, ...`` (mod 10)."""
     rng = np.random.default_rng(1)
-    for k, name in enumerate((*data.CIFAR_TRAIN_BATCHES, data.CIFAR_TEST_BATCH)):
+    for k, name in enumerate((*CIFAR_TRAIN_BATCHES, CIFAR_TEST_BATCH)):
         pixels = rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8)
         write_batch(directory / name, pixels, [(k + i) % 10 for i in range(per_batch)])
     if meta:
         names = [f"class{i}".encode() for i in range(10)]
-        with open(directory / data.CIFAR_META, "wb") as file:
+        with open(directory / CIFAR_META, "wb") as file:
             pickle.dump({b"label_names": names, b"num_vis": 3072}, file, protocol=2)
 
 
@@ -133,7 +133,7 @@ def test_cifar_pixel_layout_is_channel_major(tmp_path: Path) -> None:
 
 
 def test_cifar_splits_meta_and_subfolder(tmp_path: Path) -> None:
-    write_cifar(tmp_path / data.CIFAR_SUBDIR)
+    write_cifar(tmp_path / CIFAR_SUBDIR)
     test = open_dataset(str(tmp_path))
     train = open_dataset(str(tmp_path), split="train")
     assert (len(train), len(test)) == (20, 4)
@@ -176,9 +176,9 @@ def test_cifar_errors_name_the_file(tmp_path: Path) -> None:
 
 def test_cifar_labels_beyond_meta_names(tmp_path: Path) -> None:
     write_batch(tmp_path / "test_batch", np.zeros((1, 3072), dtype=np.uint8), [3])
-    with open(tmp_path / data.CIFAR_META, "wb") as file:
+    with open(tmp_path / CIFAR_META, "wb") as file:
         pickle.dump({b"label_names": [b"a", b"b"]}, file, protocol=2)
-    raises_user_error(lambda: cifar10(tmp_path), tmp_path / data.CIFAR_META)
+    raises_user_error(lambda: cifar10(tmp_path), tmp_path / CIFAR_META)
 
 
 # --------------------------------------------------------------------------- image folders
@@ -310,7 +310,7 @@ def test_unreadable_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     locked = tmp_path / "locked"
     locked.mkdir()
     real_access = os.access
-    monkeypatch.setattr(data.os, "access", lambda path, mode: Path(path) != locked and real_access(path, mode))
+    monkeypatch.setattr(os, "access", lambda path, mode: Path(path) != locked and real_access(path, mode))
     raises_user_error(lambda: open_dataset(str(locked)), locked, "not readable")
 
 

@@ -1,0 +1,152 @@
+"""The dataset sources, and :func:`open_dataset`, which picks one for a name or path."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from dmae_fast.certification.choices import DEMO
+from dmae_fast.data.checks import check_split, ensure_readable, one_line
+from dmae_fast.data.cifar import CIFAR_TEST_BATCH, cifar10, cifar_dir
+from dmae_fast.data.datasets import ImageFolderDataset, ImageListDataset, TensorImageDataset
+from dmae_fast.data.decode import check_image_size, common_size
+from dmae_fast.data.labels import read_label_file
+from dmae_fast.errors import UserError
+
+DEMO_TEST_SIZE = 500
+LIST_SUFFIXES = (".txt", ".tsv", ".csv")
+
+
+def demo_digits(split: str) -> TensorImageDataset:
+    """The built-in demo set: scikit-learn's 8x8 digits as ``[3, 8, 8]`` images.
+
+    The 1,797 images are split deterministically: the first 500 (``DEMO_TEST_SIZE``) of
+    ``np.random.default_rng(0).permutation(1797)`` are the test set, the rest (1,297)
+    the training set.
+    """
+    from sklearn.datasets import load_digits
+
+    check_split(split)
+    digits = load_digits()
+    perm = np.random.default_rng(0).permutation(len(digits.target))
+    indices = perm[:DEMO_TEST_SIZE] if split == "test" else perm[DEMO_TEST_SIZE:]
+    images = torch.from_numpy((digits.images[indices] / 16.0).astype(np.float32))
+    labels = torch.from_numpy(digits.target[indices].astype(np.int64))
+    return TensorImageDataset(
+        images.unsqueeze(1).repeat(1, 3, 1, 1), labels, [str(d) for d in range(10)]
+    )
+
+
+def image_folder(root: str | os.PathLike, image_size: int) -> ImageFolderDataset:
+    """ImageNet layout: class subfolders of images, resized and center-cropped to ``image_size``.
+
+    Classes and images are found as by :class:`torchvision.datasets.ImageFolder` (symbolic
+    links followed); a tree that reaches one directory twice (a symlink loop) is refused.
+    """
+    return ImageFolderDataset(root, image_size)
+
+
+def image_list(
+    path: str | os.PathLike, image_size: int | None, labels: str | os.PathLike | None = None
+) -> ImageListDataset:
+    """Images named by a list file, or a flat directory of images plus a labels file.
+
+    ``path`` is either a ``.txt``/``.tsv``/``.csv`` file of ``image label`` lines (image
+    paths relative to the list file's directory), or a directory of images, in which case
+    ``labels`` names a file of ``filename label`` lines relative to that directory.
+    Blank lines and lines starting with ``#`` are ignored; fields are separated by
+    whitespace or a comma; labels are ASCII digits (at most ``MAX_LABEL``).  With
+    ``image_size`` the images are resized and center-cropped as in :func:`image_folder`;
+    without it they must all have the same size.
+    """
+    if image_size is not None:
+        image_size = check_image_size(image_size)
+    if str(path) == "":
+        raise UserError("the dataset path is empty")
+    path = Path(path)
+    if ensure_readable(path):
+        if labels is None:
+            raise UserError(f"a directory of images needs a labels file of 'filename label' lines: {path}")
+        if str(labels) == "":
+            raise UserError("the labels file path is empty")
+        if ensure_readable(Path(labels)):
+            raise UserError(f"the labels file {labels} is a directory")
+        samples = read_label_file(Path(labels), path)
+    else:
+        if labels is not None:
+            raise UserError(f"a labels file only applies to a directory of images, not to the list file {path}")
+        if path.suffix.lower() not in LIST_SUFFIXES:
+            raise UserError(f"unsupported dataset file {path}: expected an image list ({', '.join(LIST_SUFFIXES)})")
+        samples = read_label_file(path, path.parent)
+    if not samples:
+        raise UserError(f"dataset is empty: no images listed in {labels if path.is_dir() else path}")
+    if image_size is not None:
+        return ImageListDataset(samples, image_size, (3, image_size, image_size))
+    width, height = common_size([image for image, _ in samples])
+    return ImageListDataset(samples, None, (3, height, width))
+
+
+def open_dataset(
+    spec: str,
+    *,
+    split: str = "test",
+    image_size: int | None = None,
+    labels: str | None = None,
+) -> Dataset:
+    """Open the dataset named by ``spec``.
+
+    * ``"demo"``: :func:`demo_digits` (``split``);
+    * a directory with CIFAR-10 python batches: :func:`cifar10` (``split``);
+    * a directory together with ``labels``: :func:`image_list`;
+    * a directory of class subfolders: :func:`image_folder` (``image_size`` required);
+    * a file: :func:`image_list`.
+
+    ``image_size`` (used by image files only) must be at least 1 whatever the source.
+    """
+    if image_size is not None:
+        image_size = check_image_size(image_size)
+    if spec == DEMO:
+        return demo_digits(split)
+    if str(spec) == "":
+        raise UserError("the dataset path is empty")
+    try:
+        path = Path(spec).expanduser()
+    except RuntimeError:  # ~user that does not exist
+        raise UserError(f"cannot expand '~' in the dataset path {spec}: no such user") from None
+    ensure_readable(path)
+    dataset = _open_path(path, split, image_size, labels)
+    if len(dataset) == 0:
+        raise UserError(f"dataset is empty: {spec}")
+    return dataset
+
+
+def _open_path(path: Path, split: str, image_size: int | None, labels: str | None) -> Dataset:
+    """Dispatch an existing, readable path to the matching dataset source."""
+    if not path.is_dir():
+        return image_list(path, image_size, labels)
+    if labels is not None:
+        return image_list(path, image_size, labels)
+    if cifar_dir(path) is not None:
+        return cifar10(path, split)
+    if _has_subdirectories(path):
+        if image_size is None:
+            raise UserError(f"an image size is required for the class-folder dataset {path}")
+        return image_folder(path, image_size)
+    raise UserError(
+        f"no recognised dataset layout in {path}: expected CIFAR-10 python batches "
+        f"({CIFAR_TEST_BATCH}, data_batch_1..5), class subfolders of images (ImageNet layout), "
+        f"or a flat directory of images together with a labels file"
+    )
+
+
+def _has_subdirectories(path: Path) -> bool:
+    """Whether ``path`` holds at least one non-hidden subdirectory."""
+    try:
+        with os.scandir(path) as entries:
+            return any(entry.is_dir() and not entry.name.startswith(".") for entry in entries)
+    except OSError as exc:
+        raise UserError(f"cannot list directory {path}: {one_line(exc)}") from None
