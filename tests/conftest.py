@@ -33,6 +33,16 @@ def two_torch_threads() -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True, scope="session")
+def plain_body_by_default() -> Iterator[None]:
+    """Commands run the plain body unless a test asks for another (or unsets DMAE_FAST_BODY to test
+    the default, the fast body): most tests check behaviour, not speed, and a fast start costs
+    an export per checkpoint."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DMAE_FAST_BODY", "plain")
+        yield
+
+
+@pytest.fixture(autouse=True, scope="session")
 def private_model_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """The whole suite uses a model cache of its own (dmae_fast.model_cache), never the user's;
     modules that need a cold cache per test point DMAE_FAST_CACHE elsewhere themselves."""

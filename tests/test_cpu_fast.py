@@ -300,11 +300,11 @@ def test_a_cpu_runtime_that_cannot_run_is_one_clear_error(demo, monkeypatch, pre
 
 @pytest.mark.parametrize("runtime,name", [("onnxruntime", "ONNX Runtime"),
                                           pytest.param("openvino", "OpenVINO", marks=needs_openvino)])
-def test_a_runtime_that_disagrees_with_pytorch_is_refused(demo, monkeypatch, runtime, name):
+def test_a_runtime_that_disagrees_with_pytorch_fails_its_parity_check(demo, monkeypatch, runtime, name):
     model, _ = demo
     kind = OrtChunks if runtime == "onnxruntime" else OpenVinoChunks
     monkeypatch.setattr(kind, "logits", lambda self, chunk: torch.zeros(len(chunk), 10))
-    with pytest.raises(cpu_batches.UserError, match=f"{name} differs from PyTorch"):
+    with pytest.raises(cpu_batches.ParityMismatch, match=f"{name} differs from PyTorch"):
         cpu_classifier(TorchEngine(model, CPU, "fp32"), "fp32", 0.25, print, 1, runtime)
 
 

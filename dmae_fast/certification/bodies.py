@@ -6,15 +6,20 @@
 * ``--fast`` on CUDA, or any of ``--fused/--compile/--cuda-graphs/--profile``:
   :class:`~dmae_fast.certification.fast_stream.FastBatches`.
 
-A body on the CPU makes the process keep freed memory (:mod:`dmae_fast.memory`).
+A body on the CPU makes the process keep freed memory (:mod:`dmae_fast.memory`). A fast body
+is used only after it has built, run and agreed with the plain body on a trial batch; where a
+stage fails (Triton, torch.compile, CUDA-graph capture, a runtime session, the agreement) the
+run says so in one line and continues on the next simpler body
+(:mod:`dmae_fast.certification.fallback`).
 
 Every body gives the same counts up to the classifier's floating-point rounding.
 """
 
 from __future__ import annotations
 
+import functools
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dmae_fast.certification.cpu_batches import (
     ChunkedCpuBatches,
@@ -23,11 +28,13 @@ from dmae_fast.certification.cpu_batches import (
     cpu_classifier,
     cpu_workers,
 )
+from dmae_fast.certification.fallback import Candidate, first_working
 from dmae_fast.certification.fast_stream import FastBatches, FastPath, StageTimer
 from dmae_fast.certification.stream import BatchBody, ImageBatches
 from dmae_fast.engines.base import Engine
 from dmae_fast.fast_noise import NoiseSource
 from dmae_fast.memory import keep_freed_memory
+from dmae_fast.model import SmoothingClassifier
 
 
 @dataclass(frozen=True)
@@ -59,25 +66,70 @@ def _notice(message: str) -> None:
 
 def batch_body(engine: Engine, sigma: float, seed: int, batch: int, options: BodyOptions,
                timer: StageTimer | None = None) -> BatchBody:
-    """The batch body for ``engine`` and ``options`` (see the module doc)."""
+    """The batch body for ``engine`` and ``options`` (see the module doc): the fastest one asked
+    for that builds, runs and agrees with the plain body on a trial batch, else the next simpler
+    one (:mod:`dmae_fast.certification.fallback`). ``body.fallbacks`` lists the one-line notices
+    of the bodies that were passed over (also printed)."""
     compiled = options.noise == "compiled"
     if engine.device.type == "cpu":
         keep_freed_memory()
+    path = options.gpu_path(engine.device.type, timer is not None)
     if options.fast and engine.device.type == "cpu" and timer is None and engine.input == "image":
-        ignored = [flag for flag, on in (("--fused", options.fused), ("--compile", options.compile),
-                                         ("--cuda-graphs", options.cuda_graphs)) if on]
-        if ignored:
-            _notice(f"{' and '.join(ignored)} ignored: --fast on a CPU runs its own body (one worker per core, "
-                    "an exported graph per worker); drop --fast to use them")
-        workers = options.workers or cpu_workers()
-        chunk = options.chunk or chunk_rows(engine.spec)
-        classifier = cpu_classifier(engine, engine.precision, sigma, _notice, workers, options.cpu_runtime,
+        candidates = _cpu_candidates(engine, sigma, seed, batch, options, compiled)
+    elif path is not None or engine.input == "tokens":
+        candidates = _fast_candidates(engine, sigma, seed, batch, path or FastPath(), timer, compiled)
+    else:
+        candidates = []
+    if engine.input == "tokens":  # no plain body runs a token engine: the simplest fast body is the last resort
+        *candidates, last = candidates
+        plain = last.build()
+        reference = FastBatches(engine, sigma, seed, batch, FastPath(), None, NoiseSource(engine.device, False))
+    else:
+        plain = ImageBatches(engine, sigma, seed, batch, NoiseSource(engine.device, compiled))
+        reference = ImageBatches(engine, sigma, seed, batch, NoiseSource(engine.device, False))
+    body, fallbacks = first_working(candidates, reference, engine, _notice) if candidates else (plain, [])
+    body = plain if body is reference else body
+    if timer is not None:
+        timer.reset()  # the trial batches are not part of the profile
+    body.fallbacks = fallbacks
+    return body
+
+
+def _fast_candidates(engine: Engine, sigma: float, seed: int, batch: int, path: FastPath,
+                     timer: StageTimer | None, compiled: bool) -> list[Candidate]:
+    """``path``, then the same without CUDA graphs, without compiling, unfused (those that differ)."""
+    chain = [path]
+    for part in ("cuda_graphs", "compile", "fused"):
+        if getattr(chain[-1], part):
+            chain.append(replace(chain[-1], **{part: False}))
+
+    def build(option: FastPath) -> FastBatches:
+        return FastBatches(engine, sigma, seed, batch, option, timer, NoiseSource(engine.device, compiled))
+
+    return [Candidate(f"the fast body ({option.describe()})", functools.partial(build, option)) for option in chain]
+
+
+def _cpu_candidates(engine: Engine, sigma: float, seed: int, batch: int, options: BodyOptions,
+                    compiled: bool) -> list[Candidate]:
+    """The CPU fast body on the runtime asked for (auto: the fastest installed), then, for an fp32
+    checkpoint, on PyTorch."""
+    ignored = [flag for flag, on in (("--fused", options.fused), ("--compile", options.compile),
+                                     ("--cuda-graphs", options.cuda_graphs)) if on]
+    if ignored:
+        _notice(f"{' and '.join(ignored)} ignored: --fast on a CPU runs its own body (one worker per core, "
+                "an exported graph per worker); drop --fast to use them")
+    workers = options.workers or cpu_workers()
+    chunk = options.chunk or chunk_rows(engine.spec)
+
+    def build(runtime: str) -> ChunkedCpuBatches:
+        classifier = cpu_classifier(engine, engine.precision, sigma, _notice, workers, runtime,
                                     chunk_sizes(batch, chunk, workers), options.patch_input)
         # made by each worker for its own chunks, as the classifier takes them
         noise = NoiseSource(engine.device, compiled, serial=True, layout=classifier.layout)
         return ChunkedCpuBatches(classifier, engine.spec, sigma, seed, batch, workers, chunk, noise)
-    noise = NoiseSource(engine.device, compiled)
-    path = options.gpu_path(engine.device.type, timer is not None)
-    if path is not None or engine.input == "tokens":
-        return FastBatches(engine, sigma, seed, batch, path or FastPath(), timer, noise)
-    return ImageBatches(engine, sigma, seed, batch, noise)
+
+    candidates = [Candidate("the CPU fast body", functools.partial(build, options.cpu_runtime))]
+    checkpoint = isinstance(getattr(engine, "model", None), SmoothingClassifier)
+    if checkpoint and engine.precision == "fp32" and options.cpu_runtime != "torch":
+        candidates.append(Candidate("the CPU fast body on PyTorch", functools.partial(build, "torch")))
+    return candidates

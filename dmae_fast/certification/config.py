@@ -49,6 +49,7 @@ class CertifyConfig:
     radii: tuple[float, ...] | None = None  # summary radii; radii of interest with --sequential
     progress: bool = True
     fast: bool = False  # the fastest body for the device (CPU: cpu_batches; CUDA: the three below)
+    body_reason: str | None = None  # why this body (dmae-certify's --body choice), for the start line and record
     fused: bool = False  # fast path: Triton noise + patch embedding
     compile: bool = False  # fast path: torch.compile the body
     cuda_graphs: bool = False  # fast path: capture and replay each batch

@@ -85,6 +85,10 @@ class StageTimer:
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget what was timed so far (e.g. a trial batch before the run)."""
         self.seconds = dict.fromkeys(STAGES, 0.0)
         self.batches = 0
 

@@ -245,8 +245,8 @@ class OpenedRun:
     def announce(self, images: int, body: BatchBody, ranks: str = "") -> None:
         c, plan = self.config, self.procedure.plan
         print(f"{PROG}: {images} images, {'up to ' if plan.looks else ''}{plan.total:,} samples each, "
-              f"{self.procedure.name}, sigma {c.sigma}, {body.description}, batch {c.batch}{ranks} -> {c.out}",
-              file=sys.stderr)
+              f"{self.procedure.name}, sigma {c.sigma}, {body.description}, batch {c.batch}{ranks} -> {c.out}"
+              + (f" ({c.body_reason})" if c.body_reason else ""), file=sys.stderr)
 
 
 def open_run(config: CertifyConfig, device: str | None = None) -> OpenedRun:
@@ -318,6 +318,7 @@ class RunRecord:
             "plan": {"phases": [p.name for p in procedure.plan.phases], "sizes": procedure.plan.sizes,
                      "looks": procedure.plan.looks},
             "engine": self.body.description,
+            "body_fallbacks": getattr(self.body, "fallbacks", []),
             "model_sha256": self.model_sha256,
             "threads": {"torch_intra_op": torch.get_num_threads(), "dataloader_workers": opened.workers,
                         "body_workers": getattr(self.body, "workers", None)},

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -19,6 +20,8 @@ from typing import TYPE_CHECKING
 
 # Only light modules here: --help and option errors answer without importing torch.
 from dmae_fast.certification.choices import (
+    BODY_CHOICES,
+    BODY_ENV,
     CPU_RUNTIMES,
     DEMO,
     DEMO_CHECKPOINT,
@@ -28,6 +31,7 @@ from dmae_fast.certification.choices import (
     PRECISION_CHOICES,
     PROG,
     SHARD_CHOICES,
+    chosen_body,
 )
 from dmae_fast.cli.common import Parser, run_reporting_errors
 from dmae_fast.errors import AlreadyReported, Interrupted, UserError
@@ -105,9 +109,12 @@ def build_parser() -> argparse.ArgumentParser:
                       "(falls back, with a notice, for classifiers that resize inside, e.g. CIFAR-10)")
     fast.add_argument("--compile", action="store_true", help="torch.compile the transformer body")
     fast.add_argument("--cuda-graphs", action="store_true", help="capture each batch's work once, replay it (CUDA)")
-    fast.add_argument("--fast", action="store_true", help="the fastest body for the device: on CUDA --fused "
-                      "--compile --cuda-graphs; on a CPU one worker per core on cache-sized chunks, OpenVINO or ONNX "
-                      "Runtime (fp32) or PyTorch (--precision bf16) (docs/performance.md)")
+    fast.add_argument("--body", choices=BODY_CHOICES, help="fast (the default): the fastest body for the device "
+                      "that passes a check against the plain body on a trial batch (on CUDA fused + compiled + CUDA "
+                      "graphs; on a CPU one worker per core on cache-sized chunks, OpenVINO or ONNX Runtime for fp32, "
+                      "PyTorch otherwise), falling back one step at a time with a notice; plain: the reference body "
+                      f"(default from ${BODY_ENV} where set; docs/performance.md)")
+    fast.add_argument("--fast", action="store_true", help="the same as --body fast")
     fast.add_argument("--cpu-runtime", default="auto", choices=CPU_RUNTIMES, help="--fast on a CPU: the classifier's "
                       "runtime (default auto: OpenVINO, else ONNX Runtime, else PyTorch; for fp32)")
     fast.add_argument("--noise", default="compiled", choices=NOISE_CHOICES, help="compiled (default): the noise "
@@ -129,7 +136,10 @@ def _config_from_args(args: argparse.Namespace) -> CertifyConfig:
     out = args.out or f"certify-{Path(args.data).name or 'data'}-{datetime.now():%Y%m%d-%H%M%S}.tsv"
     fields = {f.name for f in dataclasses.fields(CertifyConfig)}
     values = {k: v for k, v in vars(args).items() if k in fields and v is not None}
-    values.update(engine=engine, out=out, progress=not args.quiet, sigma=args.sigma,
+    parts = args.fused or args.compile or args.cuda_graphs or args.profile is not None
+    body, why = chosen_body(args.body, args.fast, parts, os.environ)
+    values.update(engine=engine, out=out, progress=not args.quiet, sigma=args.sigma, fast=body == "fast",
+                  body_reason=f"{body} body: {why}",
                   radii=tuple(args.radii) if args.radii else None, looks=tuple(args.looks) if args.looks else None)
     return CertifyConfig(**values)
 

@@ -10,9 +10,10 @@ A parser over :func:`dmae_fast.serve.server.serve` (docs/serving.md).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
-from dmae_fast.certification.choices import NOISE_CHOICES, PRECISION_CHOICES
+from dmae_fast.certification.choices import BODY_CHOICES, BODY_ENV, NOISE_CHOICES, PRECISION_CHOICES, chosen_body
 from dmae_fast.cli.common import Parser, run_reporting_errors
 from dmae_fast.data import DEMO
 from dmae_fast.demo import DEMO_CHECKPOINT
@@ -40,7 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--normalize", help="for checkpoints without our metadata: imagenet, cifar10, 'm1,m2,m3:s1,s2,s3'")
     model.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     model.add_argument("--precision", default="auto", choices=PRECISION_CHOICES)
-    model.add_argument("--fast", action="store_true", help="the fastest batch body for the device (as dmae-certify)")
+    model.add_argument("--body", choices=BODY_CHOICES, help="fast (the default): the fastest batch body for the "
+                       "device that passes its trial check, falling back with a notice; plain: the reference body "
+                       f"(as dmae-certify; default from ${BODY_ENV} where set)")
+    model.add_argument("--fast", action="store_true", help="the same as --body fast")
     model.add_argument("--noise", default="compiled", choices=NOISE_CHOICES, help="noise implementation")
     http = parser.add_argument_group("server")
     http.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
@@ -91,7 +95,9 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
         engine=engine, host=args.host, port=args.port, batch=args.batch, max_wait_ms=args.max_wait_ms,
         max_queue=args.max_queue, slots=args.slots, token_file=args.token_file, seed=args.seed,
         first_index=args.first_index, sigma=args.sigma, device=args.device, precision=args.precision,
-        input_size=args.input_size, normalize=args.normalize, fast=args.fast, noise=args.noise,
+        input_size=args.input_size, normalize=args.normalize, fast=chosen_body(args.body, args.fast, False,
+                                                                               os.environ)[0] == "fast",
+        noise=args.noise,
         max_connections=args.max_connections, keep_alive_s=args.keep_alive, read_timeout_s=args.read_timeout,
         access_log=args.access_log, limits=limits,
         defaults=Defaults(args.n0, args.n, args.alpha))
