@@ -1,6 +1,6 @@
 """OpenVINO's CPU pinning with one process and with two processes at once (demo graph, 125 rows).
 
-    python bench/results/2026-11-25-cpu-fast/openvino/pinning.py > .../pinning.txt   # from the repository root
+    python bench/experiments/2026-11-25-cpu-fast-openvino/pinning.py > bench/results/2026-11-25-cpu-fast/openvino/pinning.txt
 
 Each line: W worker threads, each with its own infer request, classifying back to back for 3 s,
 3 rounds (median and rounds). Then two processes of one worker each, started together.

@@ -2,7 +2,7 @@
 
 Record of the ninth 2026-11-25 session (issue 12); run from the repository root:
 
-    python bench/results/2026-11-25-cpu-fast/patch-input/patch_input_record.py \
+    python bench/experiments/2026-11-25-cpu-fast-patch-input/patch_input_record.py \
         > bench/results/2026-11-25-cpu-fast/patch-input/patch_input_record.txt 2>&1
 
 * profile: OpenVINO's per-node counters for dmae-bench's small-224 ViT (4 blocks, width 64,
@@ -16,6 +16,10 @@ Record of the ninth 2026-11-25 session (issue 12); run from the repository root:
   input and with patch input, per runtime, 6 interleaved rounds; small-224 (1 image, 100 +
   2,000 samples) and small-32 (2 images, 100 + 2,000), batch 1000; counts compared with the
   plain body's.
+
+Cohen et al.'s loop and our bodies are timed as ``dmae-bench cpu`` times them (``reference``,
+``ours`` and ``timed`` below are copies of that module's helpers, so that this script uses only
+public names).
 """
 import collections
 import statistics
@@ -26,22 +30,46 @@ import numpy as np
 import openvino as ov
 import torch
 
-from dmae_fast.bench.cpu import CPU, Workload, _ours, _reference, _time
-from dmae_fast.bench.reference_loops import COHEN
+from dmae_fast.bench.cpu import CPU, SEED, SIGMA, Workload
+from dmae_fast.bench.reference_loops import COHEN, ReferenceLoop
 from dmae_fast.bench.throughput import build_model
 from dmae_fast.certification.bodies import BodyOptions, batch_body
 from dmae_fast.certification.cpu_batches import onnx_bytes
+from dmae_fast.certification.stream import SamplingPlan, StreamingCertifier
 from dmae_fast.engines import TorchEngine
 from dmae_fast.fast_noise import NoiseSource
 from dmae_fast.memory import keep_freed_memory
 from dmae_fast.patch_layout import PatchLayout
 
-keep_freed_memory()
-warnings.simplefilter("ignore")
 ROWS = 125
 ONE_THREAD = {"INFERENCE_NUM_THREADS": 1, "NUM_STREAMS": 1, "INFERENCE_PRECISION_HINT": "f32",
               "ENABLE_CPU_PINNING": False}
-core = ov.Core()
+core = None  # the OpenVINO Core, made by main
+
+
+def reference(loop: ReferenceLoop, model, images, load: Workload):
+    """A reference loop certifying ``images`` (as dmae_fast.bench.cpu times it): its counts."""
+    def run() -> np.ndarray:
+        return np.stack([np.stack([loop.counts(model, image, load.n0, SIGMA), loop.counts(model, image, load.n, SIGMA)])
+                         for image in images])
+    return run
+
+
+def ours(engine: TorchEngine, body, images, load: Workload):
+    """Our streaming certifier with ``body`` certifying ``images`` (as dmae_fast.bench.cpu times it): its counts."""
+    items = [(i, image, 0) for i, image in enumerate(images)]
+
+    def run() -> np.ndarray:
+        plan = SamplingPlan.certify(load.n0, load.n)
+        done = StreamingCertifier(engine, plan, SIGMA, SEED, load.batch, body).run(items)
+        return np.stack([d.counts for d in done])
+    return run
+
+
+def timed(run) -> tuple[float, np.ndarray]:
+    start = time.perf_counter()
+    counts = run()
+    return time.perf_counter() - start, counts
 
 
 def interleaved(methods: dict, rate, rounds=5) -> dict:
@@ -136,21 +164,21 @@ def bodies(name: str, load: Workload) -> None:
     images = [torch.rand(model.spec.input_shape, generator=generator) for _ in range(load.images)]
     engine = TorchEngine(model, CPU, "fp32")
     made = {"plain (compiled noise)": batch_body(engine, 0.25, 0, load.batch, BodyOptions())}
-    cohen = _reference(COHEN, model, images, load)
+    cohen = reference(COHEN, model, images, load)
     for runtime in ("openvino", "onnxruntime"):
         for patch_input in (False, True):
             made[f"{runtime}, {'patch rows' if patch_input else 'images'}"] = batch_body(
                 engine, 0.25, 0, load.batch, BodyOptions(fast=True, workers=2, cpu_runtime=runtime,
                                                          patch_input=patch_input))
-    runs = {"Cohen et al.'s loop (2 threads)": cohen, **{key: _ours(engine, body, images, load)
+    runs = {"Cohen et al.'s loop (2 threads)": cohen, **{key: ours(engine, body, images, load)
                                                          for key, body in made.items()}}
     warm = Workload(name, 1, load.n0, 2 * load.batch, load.batch)  # compile, first-touch, every chunk size
     for body in made.values():
-        _ours(engine, body, images[:1], warm)()
+        ours(engine, body, images[:1], warm)()
     counts = {}
 
     def rate(key):
-        seconds, counts[key] = _time(runs[key])
+        seconds, counts[key] = timed(runs[key])
         return load.images * (load.n0 + load.n) / seconds
     interleaved({key: key for key in runs}, rate, rounds=6)
     plain = counts.pop("plain (compiled noise)")
@@ -158,7 +186,11 @@ def bodies(name: str, load: Workload) -> None:
     print(f"  counts equal the plain body's: {all(np.array_equal(c, plain) for c in counts.values())}")
 
 
-if __name__ == "__main__":
+def main() -> None:
+    global core
+    keep_freed_memory()
+    warnings.simplefilter("ignore")
+    core = ov.Core()
     print(f"torch {torch.__version__}, OpenVINO {ov.__version__}")
     torch.set_num_threads(1)
     small = build_model("small-224", CPU)
@@ -174,3 +206,7 @@ if __name__ == "__main__":
         print(f"  {name} input: {2 / seconds:,.0f} ({seconds * 1e3:.2f} ms per sample per core)")
     bodies("small-224", Workload("small-224", 1, 100, 2_000, 1000))
     bodies("small-32", Workload("small-32", 2, 100, 2_000, 1000))
+
+
+if __name__ == "__main__":
+    main()

@@ -2,7 +2,7 @@
 
 Record of the eighth 2026-11-25 session (issue 12); run from the repository root:
 
-    python bench/results/2026-11-25-cpu-fast/openvino/openvino_record.py shapes variants profile pipeline \
+    python bench/experiments/2026-11-25-cpu-fast-openvino/openvino_record.py shapes variants profile pipeline \
         > bench/results/2026-11-25-cpu-fast/openvino/openvino_record.txt 2>&1
 
 * shapes: the demo graph compiled for exactly 125 rows, for 1-128 rows, and for any rows (one
@@ -36,16 +36,21 @@ from dmae_fast.engines import TorchEngine
 from dmae_fast.export.graphs import ImageGraph
 from dmae_fast.memory import keep_freed_memory
 
-keep_freed_memory()
-warnings.simplefilter("ignore")
 ROWS = 125  # the chunk of a 1000-row batch on 2 workers
 ONE_THREAD = {"INFERENCE_NUM_THREADS": 1, "NUM_STREAMS": 1, "INFERENCE_PRECISION_HINT": "f32"}
-model = load_classifier(DEMO_CHECKPOINT).eval()
-core = ov.Core()
-chunk = torch.rand((ROWS, 3, 8, 8), generator=torch.Generator().manual_seed(0))
-chunk = chunk + 0.25 * torch.randn(chunk.shape, generator=torch.Generator().manual_seed(1))
-with torch.inference_mode():
-    WANT = model(chunk)
+model = core = chunk = WANT = None  # set by setup(), which main runs first
+
+
+def setup() -> None:
+    global model, core, chunk, WANT
+    keep_freed_memory()
+    warnings.simplefilter("ignore")
+    model = load_classifier(DEMO_CHECKPOINT).eval()
+    core = ov.Core()
+    chunk = torch.rand((ROWS, 3, 8, 8), generator=torch.Generator().manual_seed(0))
+    chunk = chunk + 0.25 * torch.randn(chunk.shape, generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        WANT = model(chunk)
 
 
 def compiled(graph_bytes: bytes, rows, config=ONE_THREAD):
@@ -217,6 +222,7 @@ def pipeline() -> None:
 
 
 if __name__ == "__main__":
+    setup()
     torch.set_num_threads(1)
     print(f"OpenVINO {ov.__version__}, torch {torch.__version__}")
     for step in sys.argv[1:]:

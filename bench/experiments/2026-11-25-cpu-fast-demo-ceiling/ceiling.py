@@ -2,7 +2,7 @@
 
 Record of the fifth 2026-11-25 session (issue 12); run from the repository root:
 
-    python bench/results/2026-11-25-cpu-fast/demo-ceiling/ceiling.py > bench/results/2026-11-25-cpu-fast/demo-ceiling/ceiling.txt
+    python bench/experiments/2026-11-25-cpu-fast-demo-ceiling/ceiling.py > bench/results/2026-11-25-cpu-fast/demo-ceiling/ceiling.txt
 
 ONNX Runtime (today's --fast classifier, 128-row chunks, no noise) on three graphs of the demo
 model: as it is; with attention costing nothing (each block's attention replaced by the value
@@ -29,10 +29,6 @@ from dmae_fast.demo import DEMO_CHECKPOINT
 from dmae_fast.memory import keep_freed_memory
 
 ROUNDS, CHUNK, SECONDS = 5, 128, 2.0
-allocator = keep_freed_memory()
-model = load_classifier(DEMO_CHECKPOINT).eval()
-image = demo_digits("test")[0][0]
-chunk = torch.rand((CHUNK, *model.spec.input_shape), generator=torch.Generator().manual_seed(0)).numpy()
 
 
 class ValueOnly(torch.nn.Module):
@@ -47,14 +43,6 @@ class ValueOnly(torch.nn.Module):
         return self.proj(self.qkv(x).reshape(batch, tokens, 3, width)[:, :, 2])
 
 
-no_attention = copy.deepcopy(model)
-for block in no_attention.blocks:
-    block.attn = ValueOnly(block.attn)
-no_gelu = copy.deepcopy(no_attention)
-for block in no_gelu.blocks:
-    block.mlp.act = torch.nn.Identity()
-
-
 def session(graph: bytes) -> ort.InferenceSession:
     options = ort.SessionOptions()
     options.intra_op_num_threads = options.inter_op_num_threads = 1
@@ -62,11 +50,7 @@ def session(graph: bytes) -> ort.InferenceSession:
     return ort.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
 
 
-graphs = {"ORT, the model": onnx_bytes(model), "ORT, attention free": onnx_bytes(no_attention),
-          "ORT, attention and GELU free": onnx_bytes(no_gelu)}
-
-
-def ort_rate(graph: bytes, threads: int) -> float:
+def ort_rate(graph: bytes, chunk, threads: int) -> float:
     sessions = [session(graph) for _ in range(threads)]
     for s in sessions:
         s.run(None, {"images": chunk})
@@ -86,7 +70,7 @@ def ort_rate(graph: bytes, threads: int) -> float:
     return sum(calls) * CHUNK / (time.perf_counter() - start)
 
 
-def cohen_rate(threads: int) -> float:
+def cohen_rate(model, image, threads: int) -> float:
     torch.set_num_threads(threads)
     calls, start = 0, time.perf_counter()
     while time.perf_counter() - start < SECONDS:
@@ -95,15 +79,32 @@ def cohen_rate(threads: int) -> float:
     return calls * 2000 / (time.perf_counter() - start)
 
 
-print(f"torch {torch.__version__}, ONNX Runtime {ort.__version__}; {allocator}; medians of {ROUNDS} interleaved rounds")
-for threads in (1, 2):
-    rates = {"Cohen et al. loop": []} | {name: [] for name in graphs}
-    cohen_rate(threads)
-    for _ in range(ROUNDS):
-        rates["Cohen et al. loop"].append(cohen_rate(threads))
-        for name, graph in graphs.items():
-            rates[name].append(ort_rate(graph, threads))
-    cohen = statistics.median(rates["Cohen et al. loop"])
-    for name, values in rates.items():
-        rate = statistics.median(values)
-        print(f"{threads} thread(s)  {name:30s} {rate:8,.0f} samples/s  {rate / cohen:.2f}x Cohen")
+def main() -> None:
+    allocator = keep_freed_memory()
+    model = load_classifier(DEMO_CHECKPOINT).eval()
+    image = demo_digits("test")[0][0]
+    chunk = torch.rand((CHUNK, *model.spec.input_shape), generator=torch.Generator().manual_seed(0)).numpy()
+    no_attention = copy.deepcopy(model)
+    for block in no_attention.blocks:
+        block.attn = ValueOnly(block.attn)
+    no_gelu = copy.deepcopy(no_attention)
+    for block in no_gelu.blocks:
+        block.mlp.act = torch.nn.Identity()
+    graphs = {"ORT, the model": onnx_bytes(model), "ORT, attention free": onnx_bytes(no_attention),
+              "ORT, attention and GELU free": onnx_bytes(no_gelu)}
+    print(f"torch {torch.__version__}, ONNX Runtime {ort.__version__}; {allocator}; medians of {ROUNDS} interleaved rounds")
+    for threads in (1, 2):
+        rates = {"Cohen et al. loop": []} | {name: [] for name in graphs}
+        cohen_rate(model, image, threads)
+        for _ in range(ROUNDS):
+            rates["Cohen et al. loop"].append(cohen_rate(model, image, threads))
+            for name, graph in graphs.items():
+                rates[name].append(ort_rate(graph, chunk, threads))
+        cohen = statistics.median(rates["Cohen et al. loop"])
+        for name, values in rates.items():
+            rate = statistics.median(values)
+            print(f"{threads} thread(s)  {name:30s} {rate:8,.0f} samples/s  {rate / cohen:.2f}x Cohen")
+
+
+if __name__ == "__main__":
+    main()
