@@ -18,7 +18,9 @@ the same thread count in the same run: how far from the CPU's limit each method 
 method runs with the process keeping freed memory (:mod:`dmae_fast.memory`), set before the
 first one, so that no method page-faults its per-batch tensors in anew each batch. The noise
 table compares Gaussians/s of torch.randn, the compiled noise and the reference at the same
-thread count. Writes ``<stem>.json`` and ``<stem>.md``.
+thread count. With ``commands`` (``--commands 10 100``), whole commands too: Cohen's loop as
+a program against ``dmae-certify`` plain and fast, start-up included (:mod:`.commands`).
+Writes ``<stem>.json`` and ``<stem>.md``.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import torch
 from tqdm import tqdm
 
 from dmae_fast import __version__
+from dmae_fast.bench.commands import N, N0, PROGRAMS, time_commands
 from dmae_fast.bench.flops import vit_forward_flops
 from dmae_fast.bench.peak import matmul_peak
 from dmae_fast.bench.reference_loops import COHEN, DMAE, ReferenceLoop
@@ -47,6 +50,7 @@ from dmae_fast.certification.fast_stream import FastBatches, FastPath
 from dmae_fast.certification.run import device_name
 from dmae_fast.certification.stream import SamplingPlan, StreamingCertifier
 from dmae_fast.engines import TorchEngine
+from dmae_fast.data.sources import DEMO_TEST_SIZE
 from dmae_fast.errors import UserError
 from dmae_fast.fast_noise import NoiseSource
 from dmae_fast.memory import keep_freed_memory
@@ -82,6 +86,7 @@ class CpuBenchConfig:
     models: tuple[str, ...] = tuple(WORKLOADS)
     rounds: int = 3
     quick: bool = False  # a few seconds: tiny sample counts (tests)
+    commands: tuple[int, ...] = ()  # whole commands, start-up included, for these demo image counts (.commands)
 
     def validate(self) -> None:
         unknown = [m for m in self.models if m not in WORKLOADS]
@@ -91,6 +96,8 @@ class CpuBenchConfig:
             raise UserError("--threads must be whole numbers in [1, 1024]")
         if not 1 <= self.rounds <= 100:
             raise UserError(f"--rounds must be in [1, 100], got {self.rounds}")
+        if not all(1 <= images <= DEMO_TEST_SIZE for images in self.commands):
+            raise UserError(f"--commands takes demo image counts in [1, {DEMO_TEST_SIZE}]")
 
 
 @dataclass
@@ -256,6 +263,7 @@ def run_cpu_bench(config: CpuBenchConfig) -> tuple[dict, list[Path]]:
     noise: list[NoiseRow] = []
     peaks: dict[int, float] = {}
     steps = len(config.threads) * len(loads) * config.rounds * (8 if bf16_supported() else 7)
+    steps += len(config.commands) * len(PROGRAMS) * (config.rounds + 1)
     try:
         with tqdm(total=steps, desc="dmae-bench cpu", unit="run") as progress:
             for threads in config.threads:
@@ -266,6 +274,7 @@ def run_cpu_bench(config: CpuBenchConfig) -> tuple[dict, list[Path]]:
                     noise.append(measure_noise(shape, threads, 0.2 if config.quick else 2.0))
                 for load in loads:
                     rows += measure_model(load, threads, config.rounds, progress, peaks[threads])
+            commands = time_commands(config.commands, config.rounds, progress)
     finally:
         torch.set_num_threads(saved_threads)
     record = {
@@ -278,6 +287,7 @@ def run_cpu_bench(config: CpuBenchConfig) -> tuple[dict, list[Path]]:
         "matmul_peak_flops": {str(threads): peak for threads, peak in peaks.items()},
         "methods": [asdict(row) for row in rows],
         "noise": [asdict(row) for row in noise],
+        "commands": [asdict(row) for row in commands],
     }
     stem = out / result_stem(out, CPU, "-cpu")
     paths = [Path(f"{stem}.json"), Path(f"{stem}.md")]
@@ -320,4 +330,12 @@ def markdown(record: dict) -> str:
         lines.append(f"| {row['threads']} | {'x'.join(map(str, row['shape']))} | {rates['torch.randn'] / 1e6:,.0f} | "
                      f"{rates['compiled eta'] / 1e6:,.0f} | {rates['compiled (x + sigma * eta)'] / 1e6:,.0f} | "
                      f"{rates['torch-op reference'] / 1e6:,.1f} | {rates['compiled eta'] / rates['torch.randn']:.2f}x |")
+    if record.get("commands"):
+        lines += ["", f"Whole commands on the first N demo test digits (CERTIFY n0 {N0}, n {N:,}; each a new process, "
+                  f"start-up included; medians of {record['config']['rounds']} interleaved rounds after a cold, "
+                  "untimed-for-the-median first run; bench/commands.py)", "",
+                  "| images | program | median s | vs Cohen | cold s |", "| --- | --- | --- | --- | --- |"]
+        for row in record["commands"]:
+            lines.append(f"| {row['images']} | {row['program']} | {row['median_s']:.1f} | {row['vs_cohen']:.2f}x | "
+                         f"{row['cold_seconds']:.1f} |")
     return "\n".join(lines) + "\n"

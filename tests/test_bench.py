@@ -213,3 +213,20 @@ def test_a_signal_swallowed_by_compiled_code_stops_the_bench_at_the_next_row(mon
     with pytest.raises(errors.Interrupted) as stop:
         bench._measure(None, "demo", None, None, 1, 1.0, None)
     assert stop.value.signum == signal.SIGTERM
+
+
+def test_whole_command_programs_certify_the_same_digits(capsys):
+    """bench/commands.py: Cohen et al.'s loop as a program certifies the demo digits it is given,
+    and the dmae-certify command lines name the same images and sample counts."""
+    from dmae_fast.bench.commands import N, N0, PROGRAMS, argv_for, cohen_program
+
+    cohen_program(2, n0=20, n=200)
+    header, *rows = capsys.readouterr().out.splitlines()
+    assert header.split("\t") == ["idx", "label", "predict", "radius", "correct"] and len(rows) == 2
+    assert all(row.split("\t")[4] == "1" and float(row.split("\t")[3]) > 0 for row in rows)  # easy digits
+    plain, fast = (argv_for(program, 7, "x.tsv") for program in PROGRAMS[1:])
+    for argv in (plain, fast):
+        assert argv[argv.index("--max") + 1] == "7" and argv[argv.index("--n") + 1] == str(N)
+        assert argv[argv.index("--n0") + 1] == str(N0)
+    assert plain[-2:] == ["--body", "plain"] and "--body" not in fast
+    assert argv_for(PROGRAMS[0], 7, "x.tsv")[-2:] == ["--images", "7"]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from dmae_fast.bench.cpu import WORKLOADS, CpuBenchConfig, run_cpu_bench
 from dmae_fast.cli.common import Parser, run_reporting_errors
 
 PROG = "dmae-bench cpu"
@@ -20,17 +19,23 @@ def build_parser() -> argparse.ArgumentParser:
                     "compiled noise, --fast, compiled body, bf16) on the CPU, interleaved, at equal thread counts; "
                     "writes <date>-cpu-cpu.json/.md")
     parser.add_argument("--out", default="bench/results", help="output directory (default bench/results)")
-    parser.add_argument("--models", nargs="+", choices=list(WORKLOADS), help="default: all")
+    parser.add_argument("--models", nargs="+", help="default: all (demo, small-32, small-224)")
     parser.add_argument("--threads", type=int, nargs="+", help="thread counts (default 1 2)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; medians are kept (default 3)")
     parser.add_argument("--quick", action="store_true", help="tiny sample counts: seconds, for checking the setup")
+    parser.add_argument("--commands", type=int, nargs="*", metavar="IMAGES", help="also time whole commands "
+                        "(start-up included: Cohen et al.'s loop as a program, dmae-certify plain and fast) on this "
+                        "many demo digits each (default 10 100; none with --quick; '--commands' alone: none)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     def body() -> int:
         args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-        config = CpuBenchConfig(out=args.out, rounds=args.rounds, quick=args.quick,
+        from dmae_fast.bench.cpu import CpuBenchConfig, run_cpu_bench
+
+        commands = args.commands if args.commands is not None else ([] if args.quick else [10, 100])
+        config = CpuBenchConfig(out=args.out, rounds=args.rounds, quick=args.quick, commands=tuple(commands),
                                 **{k: tuple(v) for k, v in (("models", args.models), ("threads", args.threads)) if v})
         record, paths = run_cpu_bench(config)
         print(paths[1].read_text(encoding="utf-8"))
