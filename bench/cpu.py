@@ -131,14 +131,14 @@ def bf16_supported() -> bool:
     return " avx512_bf16" in flags or " amx_bf16" in flags
 
 
-def _reference(loop: ReferenceLoop, model, images, load: Workload) -> Callable[[], np.ndarray]:
+def reference_run(loop: ReferenceLoop, model, images, load: Workload) -> Callable[[], np.ndarray]:
     def run() -> np.ndarray:
         return np.stack([np.stack([loop.counts(model, image, load.n0, SIGMA), loop.counts(model, image, load.n, SIGMA)])
                          for image in images])
     return run
 
 
-def _ours(engine: TorchEngine, body, images, load: Workload) -> Callable[[], np.ndarray]:
+def ours_run(engine: TorchEngine, body, images, load: Workload) -> Callable[[], np.ndarray]:
     items = [(i, image, 0) for i, image in enumerate(images)]
 
     def run() -> np.ndarray:
@@ -158,24 +158,24 @@ def _methods(model, images, load: Workload, threads: int) -> dict[str, tuple[Cal
                           BodyOptions(fast=True, workers=threads, cpu_runtime="onnxruntime"))
     compiled = FastBatches(engine, SIGMA, SEED, batch, FastPath(compile=True, compile_mode="default"))
     methods = {
-        "reference: Cohen et al. (fp32, batch 400)": (_reference(COHEN, model, images, load), COHEN.name, False),
+        "reference: Cohen et al. (fp32, batch 400)": (reference_run(COHEN, model, images, load), COHEN.name, False),
         "reference: DMAE (fp32 on CPU, batch 1000)": (
-            _reference(ReferenceLoop(DMAE.name, "fp32", DMAE.batch_size, DMAE.host_counts), model, images, load),
+            reference_run(ReferenceLoop(DMAE.name, "fp32", DMAE.batch_size, DMAE.host_counts), model, images, load),
             DMAE.name, False),
-        "ours: plain, reference noise": (_ours(engine, plain_reference, images, load), plain_reference.description,
+        "ours: plain, reference noise": (ours_run(engine, plain_reference, images, load), plain_reference.description,
                                          True),
-        "ours: plain (compiled noise)": (_ours(engine, plain, images, load), plain.description, True),
-        "ours: --fast (fp32)": (_ours(engine, fast, images, load), fast.description, True),
-        "ours: --fast --cpu-runtime onnxruntime": (_ours(engine, fast_ort, images, load), fast_ort.description, True),
-        "ours: compiled body": (_ours(engine, compiled, images, load), compiled.description, True),
+        "ours: plain (compiled noise)": (ours_run(engine, plain, images, load), plain.description, True),
+        "ours: --fast (fp32)": (ours_run(engine, fast, images, load), fast.description, True),
+        "ours: --fast --cpu-runtime onnxruntime": (ours_run(engine, fast_ort, images, load), fast_ort.description, True),
+        "ours: compiled body": (ours_run(engine, compiled, images, load), compiled.description, True),
     }
     if bf16_supported():
         bf16 = batch_body(TorchEngine(model, CPU, "bf16"), SIGMA, SEED, batch, BodyOptions(fast=True, workers=threads))
-        methods["ours: --fast --precision bf16"] = (_ours(engine, bf16, images, load), bf16.description, False)
+        methods["ours: --fast --precision bf16"] = (ours_run(engine, bf16, images, load), bf16.description, False)
     return methods
 
 
-def _time(run: Callable[[], np.ndarray]) -> tuple[float, np.ndarray]:
+def timed(run: Callable[[], np.ndarray]) -> tuple[float, np.ndarray]:
     start = time.perf_counter()
     counts = run()
     return time.perf_counter() - start, counts
@@ -202,7 +202,7 @@ def measure_model(load: Workload, threads: int, rounds: int, progress: tqdm, pea
     counts: dict[str, np.ndarray] = {}
     for _ in range(rounds):
         for name, (run, _, _) in methods.items():
-            seconds, counts[name] = _time(run)
+            seconds, counts[name] = timed(run)
             rows[name].seconds.append(seconds)
             progress.update()
     plain = counts["ours: plain (compiled noise)"]

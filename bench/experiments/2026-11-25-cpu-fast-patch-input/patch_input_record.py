@@ -17,9 +17,8 @@ Record of the ninth 2026-11-25 session (issue 12); run from the repository root:
   2,000 samples) and small-32 (2 images, 100 + 2,000), batch 1000; counts compared with the
   plain body's.
 
-Cohen et al.'s loop and our bodies are timed as ``dmae-bench cpu`` times them (``reference``,
-``ours`` and ``timed`` below are copies of that module's helpers, so that this script uses only
-public names).
+Cohen et al.'s loop and our bodies are timed as ``dmae-bench cpu`` times them (its public
+``reference_run``, ``ours_run`` and ``timed``).
 """
 import collections
 import statistics
@@ -30,12 +29,11 @@ import numpy as np
 import openvino as ov
 import torch
 
-from dmae_fast.bench.cpu import CPU, SEED, SIGMA, Workload
-from dmae_fast.bench.reference_loops import COHEN, ReferenceLoop
+from dmae_fast.bench.cpu import CPU, Workload, ours_run, reference_run, timed
+from dmae_fast.bench.reference_loops import COHEN
 from dmae_fast.bench.throughput import build_model
 from dmae_fast.certification.bodies import BodyOptions, batch_body
 from dmae_fast.certification.cpu_batches import onnx_bytes
-from dmae_fast.certification.stream import SamplingPlan, StreamingCertifier
 from dmae_fast.engines import TorchEngine
 from dmae_fast.fast_noise import NoiseSource
 from dmae_fast.memory import keep_freed_memory
@@ -45,31 +43,6 @@ ROWS = 125
 ONE_THREAD = {"INFERENCE_NUM_THREADS": 1, "NUM_STREAMS": 1, "INFERENCE_PRECISION_HINT": "f32",
               "ENABLE_CPU_PINNING": False}
 core = None  # the OpenVINO Core, made by main
-
-
-def reference(loop: ReferenceLoop, model, images, load: Workload):
-    """A reference loop certifying ``images`` (as dmae_fast.bench.cpu times it): its counts."""
-    def run() -> np.ndarray:
-        return np.stack([np.stack([loop.counts(model, image, load.n0, SIGMA), loop.counts(model, image, load.n, SIGMA)])
-                         for image in images])
-    return run
-
-
-def ours(engine: TorchEngine, body, images, load: Workload):
-    """Our streaming certifier with ``body`` certifying ``images`` (as dmae_fast.bench.cpu times it): its counts."""
-    items = [(i, image, 0) for i, image in enumerate(images)]
-
-    def run() -> np.ndarray:
-        plan = SamplingPlan.certify(load.n0, load.n)
-        done = StreamingCertifier(engine, plan, SIGMA, SEED, load.batch, body).run(items)
-        return np.stack([d.counts for d in done])
-    return run
-
-
-def timed(run) -> tuple[float, np.ndarray]:
-    start = time.perf_counter()
-    counts = run()
-    return time.perf_counter() - start, counts
 
 
 def interleaved(methods: dict, rate, rounds=5) -> dict:
@@ -164,17 +137,17 @@ def bodies(name: str, load: Workload) -> None:
     images = [torch.rand(model.spec.input_shape, generator=generator) for _ in range(load.images)]
     engine = TorchEngine(model, CPU, "fp32")
     made = {"plain (compiled noise)": batch_body(engine, 0.25, 0, load.batch, BodyOptions())}
-    cohen = reference(COHEN, model, images, load)
+    cohen = reference_run(COHEN, model, images, load)
     for runtime in ("openvino", "onnxruntime"):
         for patch_input in (False, True):
             made[f"{runtime}, {'patch rows' if patch_input else 'images'}"] = batch_body(
                 engine, 0.25, 0, load.batch, BodyOptions(fast=True, workers=2, cpu_runtime=runtime,
                                                          patch_input=patch_input))
-    runs = {"Cohen et al.'s loop (2 threads)": cohen, **{key: ours(engine, body, images, load)
+    runs = {"Cohen et al.'s loop (2 threads)": cohen, **{key: ours_run(engine, body, images, load)
                                                          for key, body in made.items()}}
     warm = Workload(name, 1, load.n0, 2 * load.batch, load.batch)  # compile, first-touch, every chunk size
     for body in made.values():
-        ours(engine, body, images[:1], warm)()
+        ours_run(engine, body, images[:1], warm)()
     counts = {}
 
     def rate(key):
