@@ -47,7 +47,7 @@ from dmae_fast.bench.report import result_stem
 from dmae_fast.bench.throughput import build_model
 from dmae_fast.certification.bodies import BodyOptions, batch_body
 from dmae_fast.certification.fast_stream import FastBatches, FastPath
-from dmae_fast.certification.run import device_name
+from dmae_fast.certification.host import device_name
 from dmae_fast.certification.stream import SamplingPlan, StreamingCertifier
 from dmae_fast.engines import TorchEngine
 from dmae_fast.data.sources import DEMO_TEST_SIZE

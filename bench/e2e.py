@@ -12,14 +12,13 @@ from dataclasses import dataclass
 
 import torch
 
+from dmae_fast.bench.config import PAPER_IMAGES
 from dmae_fast.bench.reference_loops import ReferenceLoop
 from dmae_fast.certification.fast_stream import FastBatches, FastPath
 from dmae_fast.certification.sequential import SequentialCertifier
 from dmae_fast.certification.stream import SamplingPlan, StreamingCertifier
 from dmae_fast.engines import TorchEngine
 from dmae_fast.model import SmoothingClassifier
-
-PAPER_IMAGES = 1000
 
 
 @dataclass

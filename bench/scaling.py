@@ -23,37 +23,16 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
 from dmae_fast import __version__
+from dmae_fast.bench.config import ScalingConfig
 from dmae_fast.bench.report import result_stem
 from dmae_fast.errors import UserError
-
-DEFAULT_CERTIFY = ("--data", "demo", "--max", "40", "--n", "10000")
-
-
-@dataclass(frozen=True)
-class ScalingConfig:
-    out: str = "bench/results"
-    procs: tuple[int, ...] = (1, 2)
-    rounds: int = 3
-    threads: int | None = 1  # intra-op threads per process (None: dmae-certify's default)
-    certify: tuple[str, ...] = DEFAULT_CERTIFY  # dmae-certify arguments (no --out)
-
-    def validate(self) -> None:
-        if not self.procs or min(self.procs) < 1:
-            raise UserError(f"--procs must be >= 1, got {list(self.procs)}")
-        if self.rounds < 1:
-            raise UserError(f"--rounds must be >= 1, got {self.rounds}")
-        if self.threads is not None and self.threads < 1:
-            raise UserError(f"--threads must be >= 1, got {self.threads}")
-        if "--out" in self.certify or any(a.startswith("--out=") for a in self.certify):
-            raise UserError("give no --out to dmae-certify: the benchmark names its own results files")
-
 
 def _certify_device(certify: tuple[str, ...]) -> torch.device:
     """The device the dmae-certify arguments run on (--device, else auto): it names the results."""

@@ -24,7 +24,6 @@ from __future__ import annotations
 import http.client
 import io
 import json
-import math
 import os
 import platform
 import queue
@@ -35,63 +34,22 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from dmae_fast import __version__
+from dmae_fast.bench.config import ServeBenchConfig
 from dmae_fast.certification.bodies import BodyOptions, batch_body
-from dmae_fast.certification.run import device_name
+from dmae_fast.certification.host import device_name
 from dmae_fast.certification.stream import SamplingPlan, StreamingCertifier
-from dmae_fast.data import DEMO, demo_digits
-from dmae_fast.demo import DEMO_CHECKPOINT
+from dmae_fast.data import demo_digits
 from dmae_fast.engines import EngineOptions, open_engine, resolve_device
 from dmae_fast.errors import UserError
 
 SEED = 0
-
-
-@dataclass(frozen=True)
-class ServeBenchConfig:
-    out: str = "bench/results/serve"
-    ckpt: str = DEMO
-    device: str = "auto"
-    batch: int = 1000
-    n: int = 200  # PREDICT samples per request (one image each)
-    max_waits_ms: tuple[float, ...] = (0.0, 5.0, 20.0, 50.0)
-    loads: tuple[float, ...] = (0.25, 0.5, 0.9)
-    clients: int = 32  # closed-loop clients at saturation
-    rounds: int = 4  # saturation: offline and server measurements interleaved, medians kept
-    saturation_s: float = 5.0  # per saturation round and server
-    seconds: float = 20.0  # per latency measurement
-    warmup_s: float = 3.0
-    offline_images: int = 150
-    fast: bool = False
-    quick: bool = False  # a few seconds per step, for checking the setup
-
-    def validate(self) -> None:
-        checks = [
-            (1 <= self.batch <= 2**20, f"--batch must be in [1, 2**20], got {self.batch}"),
-            (1 <= self.n <= 100_000, f"--n must be in [1, 100000], got {self.n}"),
-            (bool(self.max_waits_ms) and all(0 <= t <= 60_000 for t in self.max_waits_ms),
-             "--max-wait-ms values must be in [0, 60000]"),
-            (bool(self.loads) and all(0 < f < 1 for f in self.loads), "--loads must be fractions in (0, 1)"),
-            (self.clients >= 1, f"--clients must be >= 1, got {self.clients}"),
-            (math.isfinite(self.seconds) and self.seconds > 0, f"--seconds must be > 0, got {self.seconds}"),
-            (math.isfinite(self.saturation_s) and self.saturation_s > 0,
-             f"--saturation-seconds must be > 0, got {self.saturation_s}"),
-            (self.rounds >= 1, f"--rounds must be >= 1, got {self.rounds}"),
-            (self.offline_images >= 1, f"--offline-images must be >= 1, got {self.offline_images}"),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise UserError(message)
-
-    @property
-    def checkpoint(self) -> str:
-        return str(DEMO_CHECKPOINT) if self.ckpt == DEMO else self.ckpt
 
 
 def _npy(image: torch.Tensor) -> bytes:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from dmae_fast.bench.config import MODEL_SPECS
 from dmae_fast.bench.flops import vit_forward_flops
 from dmae_fast.bench.reference_loops import ReferenceLoop
 from dmae_fast.certification.fast_stream import FastBatches, FastPath
@@ -21,23 +22,9 @@ from dmae_fast.certification.stream import ImageBatches
 from dmae_fast.checkpoints import load_classifier
 from dmae_fast.demo import DEMO_CHECKPOINT
 from dmae_fast.engines import Engine, TorchEngine
-from dmae_fast.model import (
-    ENCODER_PRESETS,
-    ClassifierSpec,
-    EncoderConfig,
-    SmoothingClassifier,
-)
+from dmae_fast.model import SmoothingClassifier
 
 SIGMA, SEED, SLOTS = 0.25, 0, 8
-MODEL_SPECS = {  # random weights: speed does not depend on them
-    "vit-b16": ClassifierSpec(ENCODER_PRESETS["base"], num_classes=1000, input_size=224),
-    "vit-l16": ClassifierSpec(ENCODER_PRESETS["large"], num_classes=1000, input_size=224),
-    "tiny-cpu": ClassifierSpec(EncoderConfig(32, 2, 2, patch_size=4, img_size=16), num_classes=10, input_size=16),
-    # small ViTs for CPU comparisons (dmae-bench cpu): width 64, 4 blocks, 4 heads, 64 and 196 patches
-    "small-32": ClassifierSpec(EncoderConfig(64, 4, 4, patch_size=4, img_size=32), num_classes=10, input_size=32),
-    "small-224": ClassifierSpec(EncoderConfig(64, 4, 4, patch_size=16, img_size=224), num_classes=10,
-                                input_size=224),
-}
 
 
 def build_model(name: str, device: torch.device) -> SmoothingClassifier:

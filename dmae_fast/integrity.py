@@ -15,10 +15,12 @@ from __future__ import annotations
 import functools
 import hashlib
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from dmae_fast.errors import UserError
+
+if TYPE_CHECKING:
+    import torch
 
 CONTENT_KEY = "content_sha256"
 
@@ -34,6 +36,8 @@ def file_sha256(path: str | Path) -> str:
 
 def tensors_sha256(state: dict[str, torch.Tensor]) -> str:
     """The SHA-256 of a state dict: each tensor's name, dtype, shape and bytes, in name order."""
+    import torch  # here, so that engine sidecars are read without torch
+
     digest = hashlib.sha256()
     for key in sorted(state):
         tensor = state[key].detach().cpu().contiguous()

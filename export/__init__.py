@@ -1,10 +1,24 @@
 """Checkpoint -> ONNX / TensorRT / AOTInductor engine files (installed as ``dmae_fast.export``).
 
 ``export_engines(ExportConfig(...))`` is what ``dmae-export`` runs; docs/export.md describes
-the engine kinds and the sidecar format (:mod:`dmae_fast.engines.sidecar`).
+the engine kinds and the sidecar format (:mod:`dmae_fast.engines.sidecar`). The names are
+loaded on first use, so that ``dmae-export``'s parser imports :mod:`.config` without torch.
 """
 
-from dmae_fast.export.config import ExportConfig
-from dmae_fast.export.pipeline import export_engines
+from __future__ import annotations
 
-__all__ = ["ExportConfig", "export_engines"]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_HOME = {"ExportConfig": "config", "export_engines": "pipeline"}
+__all__ = sorted(_HOME)
+
+if TYPE_CHECKING:
+    from dmae_fast.export.config import ExportConfig
+    from dmae_fast.export.pipeline import export_engines
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)

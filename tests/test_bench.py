@@ -207,11 +207,11 @@ def test_a_signal_swallowed_by_compiled_code_stops_the_bench_at_the_next_row(mon
     import signal
 
     from dmae_fast import errors
-    from dmae_fast.cli import bench
+    from dmae_fast.bench import suite
 
     monkeypatch.setattr(errors, "_received", signal.SIGTERM)
     with pytest.raises(errors.Interrupted) as stop:
-        bench._measure(None, "demo", None, None, 1, 1.0, None)
+        suite._measure(None, "demo", None, None, 1, 1.0, None)
     assert stop.value.signum == signal.SIGTERM
 
 

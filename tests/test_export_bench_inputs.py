@@ -13,11 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from dmae_fast.bench import report
+from dmae_fast.bench import report, suite
 from dmae_fast.bench import train_throughput as train_bench
 from dmae_fast.bench.compare_counts import main as compare_main
 from dmae_fast.checkpoints import load_classifier
-from dmae_fast.cli import bench as bench_cli
 from dmae_fast.cli.bench import main as bench_main
 from dmae_fast.cli.export import main as export_main
 from dmae_fast.demo import DEMO_CHECKPOINT
@@ -31,7 +30,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 @pytest.fixture(autouse=True)
 def no_timing(monkeypatch):
     """Every bad input here must be refused before a benchmark starts timing."""
-    monkeypatch.setattr(bench_cli, "matmul_peak", lambda *a, **k: pytest.fail("timing started"))
+    monkeypatch.setattr(suite, "matmul_peak", lambda *a, **k: pytest.fail("timing started"))
     monkeypatch.setattr(train_bench, "measure", lambda *a, **k: pytest.fail("timing started"))
 
 

@@ -33,22 +33,23 @@ from pathlib import Path
 
 import torch.distributed as dist
 
+from dmae_fast.certification.config import CertifyConfig
+from dmae_fast.certification.host import device_name
+from dmae_fast.certification.opened import OpenedRun, open_run
+from dmae_fast.certification.output import (
+    images_to_do,
+    kept_after_interrupt,
+    output_mode,
+    rows_file,
+)
 from dmae_fast.certification.parts import merge_parts, part_path, start_parts
 from dmae_fast.certification.procedures import Row
 from dmae_fast.certification.ranks import Ranks, rank_device, restart_count
-from dmae_fast.certification.run import (
-    CertifyConfig,
-    OpenedRun,
+from dmae_fast.certification.record import (
     RowWriter,
     RunRecord,
     RunResult,
-    device_name,
-    images_to_do,
-    kept_after_interrupt,
-    open_run,
-    output_mode,
     progress_bar,
-    rows_file,
     show_progress,
 )
 from dmae_fast.certification.sample_shards import SampleShardedCertifier

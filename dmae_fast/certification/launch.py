@@ -22,7 +22,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from dmae_fast.errors import Interrupted, UserError, interrupt_on_signals
+from dmae_fast.errors import UserError
 
 LAUNCHER = "DMAE_CERTIFY_LAUNCHER"  # environment of the ranks: the launcher's pid
 KEPT = "DMAE_CERTIFY_KEPT"  # ... and the file where rank 0 leaves what an interrupted run kept
@@ -48,7 +48,7 @@ def launch_local(argv: list[str], nproc: int, max_restarts: int, overwrite: bool
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    from dmae_fast.certification.run import PROG
+    from dmae_fast.certification.choices import PROG
 
     if nproc < 1 or max_restarts < 0:
         raise UserError(f"--nproc-per-node must be >= 1 and --max-restarts >= 0, got {nproc} and {max_restarts}")
@@ -70,7 +70,7 @@ def launch_local(argv: list[str], nproc: int, max_restarts: int, overwrite: bool
             print(f"{PROG}: {what}; {kept}", file=sys.stderr)
 
         try:
-            elastic_launch(config, entrypoint=sys.executable)("-m", "dmae_fast.certification.launch", *argv)
+            elastic_launch(config, entrypoint=sys.executable)("-m", "dmae_fast.cli.certify_rank", *argv)
         except ChildFailedError as failure:
             # torch's timestamps are in seconds: within one, the rank whose end explains the others'
             rank, first = min(failure.failures.items(), key=lambda item: (item[1].timestamp, _cause(item[1].exitcode)))
@@ -106,24 +106,9 @@ def leave_to_launcher(kept: str) -> bool:
     return True
 
 
-def _die_with_launcher() -> None:
+def die_with_launcher() -> None:
     """Have the kernel SIGKILL this rank when the launcher (its parent) dies; die now if it already has."""
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
         if os.getppid() != int(os.environ[LAUNCHER]):
             os.kill(os.getpid(), signal.SIGKILL)
-
-
-def rank_main(argv: list[str]) -> int:
-    """One rank of :func:`launch_local`: ``dmae-certify argv``, tied to the launcher's life."""
-    _die_with_launcher()
-    interrupt_on_signals()  # before the slow imports
-    try:
-        from dmae_fast.cli.certify import main
-    except Interrupted as stop:  # the launcher says so
-        return stop.exit_status
-    return main(argv)
-
-
-if __name__ == "__main__":
-    sys.exit(rank_main(sys.argv[1:]))

@@ -26,7 +26,7 @@ from dmae_fast.results import CertifyRow, PredictRow
 from dmae_fast.resume import RowRules
 
 if TYPE_CHECKING:
-    from dmae_fast.certification.run import CertifyConfig
+    from dmae_fast.certification.config import CertifyConfig
 
 Row = CertifyRow | PredictRow
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from dmae_fast.bench.scaling import DEFAULT_CERTIFY, ScalingConfig, run_scaling
+from dmae_fast.bench.config import DEFAULT_CERTIFY, ScalingConfig
 from dmae_fast.cli.common import Parser, run_reporting_errors
 
 PROG = "dmae-bench scaling"
@@ -36,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
         certify = tuple(args_list[split + 1:]) or DEFAULT_CERTIFY
         config = ScalingConfig(out=args.out, procs=tuple(args.procs), rounds=args.rounds,
                                threads=args.threads or None, certify=certify)
+        config.validate()  # before torch is imported: option errors answer at once
+        from dmae_fast.bench.scaling import run_scaling
+
         _, paths = run_scaling(config)
         print(paths[1].read_text(encoding="utf-8"))
         print(f"{PROG}: wrote {', '.join(map(str, paths))}", file=sys.stderr)

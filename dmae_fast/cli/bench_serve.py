@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from dmae_fast.bench.serve import ServeBenchConfig, run_serve_bench
+from dmae_fast.bench.config import ServeBenchConfig
 from dmae_fast.cli.common import Parser, run_reporting_errors
 
 PROG = "dmae-bench serve"
@@ -46,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
         config = ServeBenchConfig(**{**vars(args), "max_waits_ms": tuple(args.max_waits_ms),
                                      "loads": tuple(args.loads)})
+        config.validate()  # before torch is imported: option errors answer at once
+        from dmae_fast.bench.serve import run_serve_bench
+
         record, paths = run_serve_bench(config)
         print(paths[1].read_text(encoding="utf-8"))
         print(f"{PROG}: wrote {', '.join(map(str, paths))}", file=sys.stderr)

@@ -38,7 +38,7 @@ from dmae_fast.errors import AlreadyReported, Interrupted, UserError
 
 if TYPE_CHECKING:
     from dmae_fast.certification.config import CertifyConfig
-    from dmae_fast.certification.run import RunResult
+    from dmae_fast.certification.record import RunResult
 
 
 def build_parser() -> argparse.ArgumentParser:

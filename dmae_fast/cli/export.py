@@ -21,7 +21,6 @@ from dmae_fast.export.config import (
     MAX_PARITY_SAMPLES,
     ExportConfig,
 )
-from dmae_fast.export.pipeline import export_engines
 
 PROG = "dmae-export"
 
@@ -79,7 +78,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
 
     def body() -> int:
-        export_engines(config_from_args(build_parser().parse_args(argv)))
+        config = config_from_args(build_parser().parse_args(argv))
+        config.validate()  # before torch is imported: --help and option errors answer at once
+        from dmae_fast.export.pipeline import export_engines
+
+        export_engines(config)
         return 0
 
     return run_reporting_errors(PROG, body)

@@ -13,13 +13,19 @@ import argparse
 import os
 import sys
 
-from dmae_fast.certification.choices import BODY_CHOICES, BODY_ENV, NOISE_CHOICES, PRECISION_CHOICES, chosen_body
+# Only light modules here: --help and option errors answer without importing torch or uvicorn.
+from dmae_fast.certification.choices import (
+    BODY_CHOICES,
+    BODY_ENV,
+    DEMO,
+    DEMO_CHECKPOINT,
+    NOISE_CHOICES,
+    PRECISION_CHOICES,
+    chosen_body,
+)
 from dmae_fast.cli.common import Parser, run_reporting_errors
-from dmae_fast.data import DEMO
-from dmae_fast.demo import DEMO_CHECKPOINT
 from dmae_fast.errors import UserError
-from dmae_fast.serve.config import Defaults, Limits, ServeConfig
-from dmae_fast.serve.server import PROG, serve
+from dmae_fast.serve.config import PROG, Defaults, Limits, ServeConfig
 
 LIMIT_FLAGS = {  # flag -> Limits field
     "--max-body-bytes": "max_body_bytes", "--max-image-pixels": "max_image_pixels", "--max-images": "max_images",
@@ -113,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     def body() -> int:
         config = config_from_args(build_parser().parse_args(argv))
         config.validate()  # before the classifier is loaded
+        from dmae_fast.serve.server import serve
+
         result = serve(config)
         how = f"stopped by {result.stopped_by}" if result.stopped_by else "stopped"
         print(f"{PROG}: {how} after answering {result.requests:,} requests", file=sys.stderr)

@@ -13,15 +13,15 @@ import json
 import sys
 from pathlib import Path
 
-from dmae_fast.certification.choices import NOISE_CHOICES, PRECISION_CHOICES
+from dmae_fast.certification.choices import (
+    DEMO,
+    DEMO_CHECKPOINT,
+    NOISE_CHOICES,
+    PRECISION_CHOICES,
+)
 from dmae_fast.cli.common import Parser, parse_normalization, run_reporting_errors
-from dmae_fast.data import DEMO
-from dmae_fast.demo import DEMO_CHECKPOINT
-from dmae_fast.engines import EngineOptions, open_engine
 from dmae_fast.errors import UserError
 from dmae_fast.serve.config import Limits
-from dmae_fast.serve.payloads import PayloadError, decode_image
-from dmae_fast.serve.receipt import replay_answer
 
 PROG = "dmae-serve replay"
 
@@ -45,6 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def replay(args: argparse.Namespace) -> int:
+    from dmae_fast.engines import EngineOptions, open_engine
+    from dmae_fast.serve.payloads import PayloadError, decode_image
+    from dmae_fast.serve.receipt import replay_answer
+
     try:
         answer = json.loads(Path(args.answer).read_text(encoding="utf-8"))
     except ValueError as error:

@@ -19,18 +19,13 @@ import math
 import sys
 from pathlib import Path
 
+# Only light modules here (the checkpointing module, which imports torch, is imported where a run
+# needs it): --help, option errors and 'dmae-train presets' answer without importing torch.
+from dmae_fast.certification.choices import DEMO, DEMO_CHECKPOINT
 from dmae_fast.cli.common import Parser, run_reporting_errors
 from dmae_fast.errors import Interrupted, UserError
 from dmae_fast.locking import OutputLock
 from dmae_fast.train import config as cfg
-from dmae_fast.train.checkpointing import (
-    CHECKPOINT,
-    CONFIG,
-    check_resumable,
-    read_config,
-    write_config,
-    write_status,
-)
 
 PROG = "dmae-train"
 TRAINING = ("pretrain", "finetune", "linprobe")
@@ -72,6 +67,8 @@ def _resolve(args) -> object:
                             "do not combine it with --preset, --set or --init")
         if args.out is None:
             raise UserError("--resume needs --out DIR (the run directory to continue)")
+        from dmae_fast.train.checkpointing import CONFIG, read_config
+
         config = cfg.from_json(read_config(args.out), str(args.out / CONFIG))
         kind = cfg.to_json(config)["subcommand"]
         if kind != args.command:
@@ -81,9 +78,6 @@ def _resolve(args) -> object:
     if args.init == "":
         raise UserError("--init: empty path")
     if args.init is not None:
-        from dmae_fast.data import DEMO
-        from dmae_fast.demo import DEMO_CHECKPOINT
-
         init = str(DEMO_CHECKPOINT) if args.init == DEMO else args.init  # as dmae-certify --ckpt demo
         overrides.append(("checkpoint=" if args.command == "visualize" else "init=") + init)
     return cfg.resolve(args.command, args.preset, overrides)
@@ -91,6 +85,8 @@ def _resolve(args) -> object:
 
 def _check_out(args) -> None:
     """Never overwrite a run: a new run needs a directory without one."""
+    from dmae_fast.train.checkpointing import CHECKPOINT, CONFIG
+
     if args.out is None:
         raise UserError("--out DIR is required (the run directory)")
     for path in (args.out, *args.out.parents):
@@ -108,6 +104,7 @@ def _check_out(args) -> None:
 def _prepare(args, config, context):
     """The data, the task and whether to resume, every input checked (data, batch, --init,
     the checkpoint to continue) before anything is written."""
+    from dmae_fast.train.checkpointing import CHECKPOINT, check_resumable
     from dmae_fast.train.datasets import open_training_data
     from dmae_fast.train.finetune import FinetuneTask
     from dmae_fast.train.loop import _micro_batch
@@ -135,6 +132,7 @@ def _prepare(args, config, context):
 
 def _train_locked(args, config, context, held: contextlib.ExitStack):
     """Rank 0 locks the run directory (a second writer is refused) and keeps status.json."""
+    from dmae_fast.train.checkpointing import write_config, write_status
     from dmae_fast.train.distributed import barrier
     from dmae_fast.train.loop import train
 

@@ -1,4 +1,5 @@
-"""What a ``dmae-serve`` process is: the classifier, the scheduler's settings, the request limits."""
+"""What a ``dmae-serve`` process is: the classifier, the scheduler's settings, the request limits
+(no torch here: the command checks its options before loading anything)."""
 
 from __future__ import annotations
 
@@ -6,11 +7,11 @@ import math
 from dataclasses import dataclass, field
 
 from dmae_fast.certification.choices import NOISE_CHOICES
-from dmae_fast.certification.run import MAX_BATCH
+from dmae_fast.certification.config import MAX_BATCH
 from dmae_fast.errors import UserError
 from dmae_fast.model.config import sigma_problem
-from dmae_fast.noise import MASK32
 
+PROG = "dmae-serve"
 MiB = 1 << 20
 
 
@@ -33,8 +34,8 @@ class Limits:
             (self.max_body_bytes >= 1024, f"--max-body-bytes must be >= 1024, got {self.max_body_bytes}"),
             (self.max_image_pixels >= 1, f"--max-image-pixels must be >= 1, got {self.max_image_pixels}"),
             (self.max_images >= 1, f"--max-images must be >= 1, got {self.max_images}"),
-            (1 <= self.max_n <= MASK32, f"--max-n must be in [1, 2**32), got {self.max_n}"),
-            (1 <= self.max_n0 <= MASK32, f"--max-n0 must be in [1, 2**32), got {self.max_n0}"),
+            (1 <= self.max_n < 2**32, f"--max-n must be in [1, 2**32), got {self.max_n}"),
+            (1 <= self.max_n0 < 2**32, f"--max-n0 must be in [1, 2**32), got {self.max_n0}"),
             (self.max_request_samples >= 1, f"--max-request-samples must be >= 1, got {self.max_request_samples}"),
             (0 < self.min_alpha <= self.max_alpha < 1,
              f"need 0 < --min-alpha <= --max-alpha < 1, got {self.min_alpha} and {self.max_alpha}"),
@@ -90,7 +91,7 @@ class ServeConfig:
             (self.max_queue >= 1, f"--max-queue must be >= 1, got {self.max_queue}"),
             (self.slots is None or self.slots >= 1, f"--slots must be >= 1, got {self.slots}"),
             (self.seed is None or 0 <= self.seed < 2**64, f"--seed must be in [0, 2**64), got {self.seed}"),
-            (self.first_index is None or 0 <= self.first_index <= MASK32,
+            (self.first_index is None or 0 <= self.first_index < 2**32,
              f"--first-index must be in [0, 2**32), got {self.first_index}"),
             (self.sigma is None or sigma_problem(self.sigma) is None, f"--{sigma_problem(self.sigma)}"),
             (self.input_size is None or self.input_size >= 1, f"--input-size must be >= 1, got {self.input_size}"),

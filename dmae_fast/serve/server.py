@@ -29,10 +29,9 @@ from uvicorn.protocols.http.httptools_impl import (
 
 from dmae_fast.errors import UserError
 from dmae_fast.serve.app import build_app
-from dmae_fast.serve.config import ServeConfig
+from dmae_fast.serve.config import PROG, ServeConfig
 from dmae_fast.serve.service import Service
 
-PROG = "dmae-serve"
 BACKLOG = 2048
 
 

@@ -19,7 +19,7 @@ import torch
 
 from dmae_fast import __version__
 from dmae_fast.certification.bodies import BodyOptions, batch_body
-from dmae_fast.certification.run import device_name
+from dmae_fast.certification.host import device_name
 from dmae_fast.engines import EngineOptions, open_engine
 from dmae_fast.engines.sidecar import KIND_BY_SUFFIX, read_sidecar
 from dmae_fast.errors import UserError

@@ -1,0 +1,130 @@
+"""What every process of a run opens: the classifier, the data, the images to certify and the
+procedure, checked against each other (:func:`open_run`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from dmae_fast.certification.bodies import batch_body
+from dmae_fast.certification.choices import PROG
+from dmae_fast.certification.config import CertifyConfig
+from dmae_fast.certification.fast_stream import StageTimer
+from dmae_fast.certification.procedures import Procedure, procedure_for
+from dmae_fast.certification.stream import BatchBody, StreamingCertifier
+from dmae_fast.data import TensorImageDataset, open_dataset, subset_indices
+from dmae_fast.engines import Engine, EngineOptions, open_engine
+from dmae_fast.engines.sidecar import KIND_BY_SUFFIX, read_sidecar
+from dmae_fast.errors import UserError
+from dmae_fast.model.config import parse_normalization
+
+
+class _IndexedImages(Dataset):
+    """(dataset index, image, label) for the selected indices; load errors travel as text."""
+
+    def __init__(self, dataset: Dataset, indices: list[int]) -> None:
+        self.dataset, self.indices = dataset, indices
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, position: int) -> tuple[int, torch.Tensor | None, int | str]:
+        index = self.indices[position]
+        try:
+            image, label = self.dataset[index]
+        except UserError as error:  # re-raised in the main process, keeping one line
+            return index, None, str(error)
+        return index, image, label
+
+def load_images(dataset: Dataset, indices: list[int], workers: int, pin: bool,
+                order: Iterable[int] | None = None) -> Iterator[tuple[int, torch.Tensor, int]]:
+    """(index, image, label) of ``indices`` (positions in the order ``order`` hands them out, default
+    all in turn), decoded by ``workers`` DataLoader processes."""
+    loader = DataLoader(_IndexedImages(dataset, indices), batch_size=None, num_workers=workers, pin_memory=pin,
+                        sampler=order)
+    for index, image, label in loader:
+        if image is None:
+            raise UserError(label)
+        yield index, image, int(label)
+
+def _loader_workers(dataset: Dataset, device: torch.device) -> int:
+    """DataLoader processes: none for in-memory data; for image files 4 beside a GPU, 1 beside a
+    CPU run (decoding one image per thousands of forward passes must not take the cores)."""
+    if isinstance(dataset, TensorImageDataset):
+        return 0
+    return 4 if device.type == "cuda" else 1
+
+def _check_compatible(engine: Engine, dataset: Dataset, data: str) -> None:
+    spec = engine.spec
+    shape = tuple(dataset.image_shape)
+    if shape != spec.input_shape:
+        hint = " (for DMAE CIFAR-10 models pass --input-size 32)" if shape[1:] == (32, 32) else ""
+        raise UserError(f"data {data} has images of shape {shape} but the classifier expects "
+                        f"{spec.input_shape}{hint}")
+    names = dataset.class_names
+    if dataset.num_classes > spec.num_classes or (names is not None and len(names) != spec.num_classes):
+        count = len(names) if names is not None else dataset.num_classes
+        raise UserError(f"data {data} has {count} classes but the classifier has {spec.num_classes}")
+
+def _engine_input(config: CertifyConfig) -> str:
+    """"tokens" for a token engine on the fast path (its front end feeds it), else "image"."""
+    path = Path(config.engine)
+    if config.fast_body and path.suffix in KIND_BY_SUFFIX and path.is_file():
+        return read_sidecar(path).input
+    return "image"
+
+@dataclass(frozen=True)
+class OpenedRun:
+    """What every process of a run opens: the classifier, the data, the images, the procedure."""
+
+    config: CertifyConfig  # sigma and precision resolved
+    engine: Engine
+    dataset: Dataset
+    indices: list[int]  # every image of the run
+    procedure: Procedure
+    workers: int  # DataLoader processes
+
+    @property
+    def kind(self) -> str:
+        return "predict" if self.config.predict else "certify"
+
+    def images(self, indices: list[int], order: Iterable[int] | None = None) -> Iterator[tuple[int, torch.Tensor, int]]:
+        return load_images(self.dataset, indices, self.workers, self.engine.device.type == "cuda", order)
+
+    def body(self, timer: StageTimer | None = None) -> BatchBody:
+        c = self.config
+        return batch_body(self.engine, c.sigma, c.seed, c.batch, c.body_options, timer)
+
+    def streamer(self, body: BatchBody) -> StreamingCertifier:
+        c = self.config
+        return StreamingCertifier(self.engine, self.procedure.plan, c.sigma, c.seed, c.batch, body)
+
+    def announce(self, images: int, body: BatchBody, ranks: str = "") -> None:
+        c, plan = self.config, self.procedure.plan
+        print(f"{PROG}: {images} images, {'up to ' if plan.looks else ''}{plan.total:,} samples each, "
+              f"{self.procedure.name}, sigma {c.sigma}, {body.description}"
+              f"{f' ({c.body_reason})' if c.body_reason else ''}, batch {c.batch}{ranks} -> {c.out}", file=sys.stderr)
+
+def open_run(config: CertifyConfig, device: str | None = None) -> OpenedRun:
+    """Open the classifier (on ``device``, default ``config.device``) and the data, and check they fit."""
+    mean, std = parse_normalization(config.normalize)
+    options = EngineOptions(device or config.device, config.precision, config.input_size, mean, std,
+                            _engine_input(config))
+    engine = open_engine(config.engine, options)
+    if config.sigma is None and engine.spec.sigma is None:
+        raise UserError("--sigma is required: the checkpoint does not record the sigma it was trained for")
+    sigma = config.sigma if config.sigma is not None else engine.spec.sigma
+    config = dataclasses.replace(config, sigma=sigma, precision=engine.precision)
+    config.validate()  # the sigma the checkpoint or sidecar recorded, like --sigma
+    image_size = config.image_size if config.image_size is not None else engine.spec.input_size
+    dataset = open_dataset(config.data, split=config.split, labels=config.labels, image_size=image_size)
+    _check_compatible(engine, dataset, config.data)
+    indices = subset_indices(len(dataset), config.skip, config.max_images)
+    workers = config.workers if config.workers is not None else _loader_workers(dataset, engine.device)
+    return OpenedRun(config, engine, dataset, indices, procedure_for(config), workers)

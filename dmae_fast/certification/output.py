@@ -1,0 +1,115 @@
+"""Output and resume policy: what a run may do with ``--out`` (new, append, overwrite), what a
+resumed run must agree on, which images are left to do, what an interrupted run keeps."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+from dmae_fast.certification.config import CertifyConfig
+from dmae_fast.certification.opened import OpenedRun
+from dmae_fast.certification.parts import (
+    clear_parts,
+    has_parts,
+    merge_parts,
+    parts_dir,
+    replaces_out,
+)
+from dmae_fast.certification.ranks import restart_count
+from dmae_fast.errors import UserError
+from dmae_fast.results import Mode, read_kept_rows
+from dmae_fast.resume import check_kept_rows, dataset_labels
+
+# Settings that change the results: a resumed run must agree on all of them.
+RESULT_FIELDS = ("engine", "data", "split", "labels", "image_size", "input_size", "normalize",
+                 "sigma", "n0", "n", "alpha", "seed", "predict", "skip", "max_images", "precision",
+                 "sequential", "looks", "futility")
+
+
+def check_out_directory(out: Path) -> None:
+    if out.is_dir():
+        raise UserError(f"--out {out} is a directory; name a results file")
+    if not out.parent.is_dir():
+        raise UserError(f"directory of --out {out} does not exist")
+    if not os.access(out.parent, os.W_OK | os.X_OK):
+        raise UserError(f"cannot write --out {out}: directory {out.parent} is not writable")
+
+def kept_after_interrupt(config: CertifyConfig, mode: str, finished: int) -> str:
+    """What an interrupted run leaves on disk, and how to continue."""
+    if mode == "overwrite":
+        return (f"{config.out} is unchanged; this run's rows ({finished}) are in {config.out}.partial "
+                "(not resumable: run again with --overwrite)")
+    kept = "1 new row is" if finished == 1 else f"{finished} new rows are"
+    return (f"{kept} in {config.out} (run record marked interrupted); continue with the same "
+            "command and --resume")
+
+def output_mode(config: CertifyConfig) -> Mode:
+    """How this run treats ``--out``: "new", "append" (--resume, or a torchrun restart of this job)
+    or "overwrite"; refuses what it must not touch."""
+    out = Path(config.out)
+    check_out_directory(out)
+    restarted = restart_count() > 0
+    if config.resume or (restarted and not config.overwrite):
+        if has_parts(out) and replaces_out(out):
+            raise UserError(f"{parts_dir(out)} holds rows of an --overwrite run that did not finish; "
+                            "run it again with --overwrite")
+        if out.exists() or has_parts(out):
+            _check_resumable(config)
+        return "append"  # a run stopped before its first row: nothing to check, start it
+    if out.exists() and not config.overwrite:
+        raise UserError(f"{out} exists; pass --overwrite to replace it or --resume to continue it")
+    if has_parts(out) and not config.overwrite:
+        raise UserError(f"{parts_dir(out)} holds the rows of an unfinished multi-process run on {out}; pass "
+                        "--resume to continue it or --overwrite to start over")
+    return "overwrite" if config.overwrite else "new"
+
+def record_path(config: CertifyConfig) -> Path:
+    return Path(config.out + ".json")
+
+def _check_resumable(config: CertifyConfig) -> None:
+    sidecar = record_path(config)
+    try:
+        recorded = json.loads(sidecar.read_text())["config"]
+    except (OSError, ValueError, KeyError):
+        raise UserError(f"--resume needs the run record {sidecar} written beside {config.out}") from None
+    current = dataclasses.asdict(config)
+    fields = RESULT_FIELDS + (("radii",) if config.sequential else ())
+    differing = [k for k in fields if _as_recorded(recorded.get(k)) != _as_recorded(current.get(k))]
+    if differing:
+        raise UserError(f"--resume: {', '.join(differing)} differ from the run recorded in {sidecar}")
+
+def _as_recorded(value):
+    """Settings as they read back from JSON (tuples become lists)."""
+    return list(value) if isinstance(value, tuple) else value
+
+def rows_file(config: CertifyConfig, mode: Mode) -> str:
+    """Where the rows of this run go: ``--out``, or ``--out.partial`` until an --overwrite run completes."""
+    return config.out + ".partial" if mode == "overwrite" else config.out
+
+def images_to_do(opened: OpenedRun, mode: Mode, parts: bool) -> list[int]:
+    """The images this run still has to certify, after taking in what is on disk.
+
+    Appending: the parts of an interrupted multi-process run are merged into ``--out`` and the
+    kept rows checked. Overwriting: a torchrun restart of this job (with ``parts``) keeps the
+    rows its killed attempt left in the parts; otherwise stale parts and partial files go.
+    """
+    config = opened.config
+    target = rows_file(config, mode)
+    if mode == "overwrite" and not (parts and restart_count() > 0):
+        clear_parts(config.out)
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(target)
+    if mode == "new" or not (has_parts(config.out) or os.path.exists(target)):
+        return opened.indices
+    if has_parts(config.out):
+        merge_parts(config.out, opened.kind, into=target)
+    kept = read_kept_rows(target)
+    if kept is None:
+        return opened.indices
+    check_kept_rows(kept, opened.indices, dataset_labels(opened.dataset, opened.indices),
+                    opened.procedure.rules(config))
+    done = set(kept.idx.tolist())
+    return [i for i in opened.indices if i not in done]

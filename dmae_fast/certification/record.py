@@ -1,0 +1,117 @@
+"""What a run reports: the run record ``<out>.json``, the rows as images finish, the progress
+bar, and the result of the call."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import platform
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+from tqdm import tqdm
+
+from dmae_fast import __version__
+from dmae_fast.certification.config import CertifyConfig
+from dmae_fast.certification.host import device_name
+from dmae_fast.certification.opened import OpenedRun
+from dmae_fast.certification.output import record_path
+from dmae_fast.certification.procedures import Row
+from dmae_fast.certification.stream import BatchBody, ImageCounts
+from dmae_fast.integrity import file_sha256
+from dmae_fast.memory import keep_freed_memory
+from dmae_fast.results import Mode, ResultsWriter
+
+
+class RunRecord:
+    """The run record ``<out>.json``: the resolved settings, engine, threads, versions, status."""
+
+    def __init__(self, opened: OpenedRun, body: BatchBody, mode: Mode, extra: dict | None = None) -> None:
+        self.opened, self.body, self.mode, self.extra = opened, body, mode, extra or {}
+        self.model_sha256 = file_sha256(opened.config.engine)  # names the very file that was certified
+
+    def write(self, summary: dict, final: bool = False) -> None:
+        """Write the record; an --overwrite run's old record stays until the new results replace it."""
+        if self.mode == "overwrite" and not final:
+            return
+        opened, procedure = self.opened, self.opened.procedure
+        record = {
+            "config": dataclasses.asdict(opened.config),
+            "procedure": procedure.name,
+            "max_radius": procedure.max_radius(opened.config),  # what the summary tables stop at
+            "plan": {"phases": [p.name for p in procedure.plan.phases], "sizes": procedure.plan.sizes,
+                     "looks": procedure.plan.looks},
+            "engine": self.body.description,
+            "body_fallbacks": getattr(self.body, "fallbacks", []),
+            "model_sha256": self.model_sha256,
+            "threads": {"torch_intra_op": torch.get_num_threads(), "dataloader_workers": opened.workers,
+                        "body_workers": getattr(self.body, "workers", None)},
+            "classifier": opened.engine.spec.to_json_dict(),
+            "versions": {"dmae_fast": __version__, "torch": torch.__version__, "python": platform.python_version()},
+            "device_name": device_name(opened.engine.device),
+            "host_allocator": keep_freed_memory() if opened.engine.device.type == "cpu" else "unchanged",
+            **self.extra,
+            **summary,
+        }
+        record_path(opened.config).write_text(json.dumps(record, indent=2, default=str) + "\n")
+
+def progress_bar(config: CertifyConfig, total: int, enabled: bool = True) -> tqdm:
+    return tqdm(total=total, unit="img", desc="certifying" if not config.predict else "predicting",
+                disable=not (config.progress and enabled), mininterval=0.5, file=sys.stderr)
+
+def show_progress(bar: tqdm, images: int, samples: int, elapsed: float) -> None:
+    """Set the bar to ``images`` done at ``samples / elapsed`` noisy samples/s."""
+    bar.update(images - bar.n)
+    if elapsed > 0:
+        bar.set_postfix_str(f"{samples / elapsed:,.0f} samples/s")
+
+@dataclass
+class RowWriter:
+    """Turns finished images into rows: written to ``writer`` (if any), passed to ``on_row``,
+    counted; ``after(samples)`` runs after each (progress, job-wide bookkeeping)."""
+
+    opened: OpenedRun
+    writer: ResultsWriter | None
+    on_row: Callable[[Row], None]
+    after: Callable[[int], None]
+    images: int = 0
+    samples: int = 0
+
+    def __post_init__(self) -> None:
+        self.start = time.perf_counter()
+
+    @property
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def consume(self, results: Iterator[ImageCounts]) -> None:
+        for done in results:
+            self.images += 1
+            samples = int(done.counts.sum())
+            self.samples += samples
+            row = self.opened.procedure.row(self.opened.config, done, self.elapsed / self.images)  # the image's share
+            if self.writer is not None:
+                self.writer.write(row)
+            self.on_row(row)
+            self.after(samples)
+
+    def figures(self) -> dict:
+        elapsed = self.elapsed
+        return {"images": self.images, "samples": self.samples, "elapsed_s": round(elapsed, 3),
+                "samples_per_s": round(self.samples / elapsed, 1) if elapsed > 0 else None}
+
+@dataclass(frozen=True)
+class RunResult:
+    """What a completed run did; ``config`` is resolved (sigma and precision as used). In a
+    multi-process run, rank 0's result counts the whole job (``primary``), the others' their own."""
+
+    config: CertifyConfig
+    images: int
+    samples: int
+    elapsed_s: float
+    samples_per_s: float
+    world_size: int = 1
+    primary: bool = True
