@@ -7,8 +7,9 @@ loaded on first use, so that ``dmae-export``'s parser imports :mod:`.config` wit
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from dmae_fast.lazy import lazy_attributes
 
 _HOME = {"ExportConfig": "config", "export_engines": "pipeline"}
 __all__ = sorted(_HOME)
@@ -17,8 +18,4 @@ if TYPE_CHECKING:
     from dmae_fast.export.config import ExportConfig
     from dmae_fast.export.pipeline import export_engines
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _HOME:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
+__getattr__ = lazy_attributes(__name__, _HOME)

@@ -80,19 +80,25 @@ def batch_body(engine: Engine, sigma: float, seed: int, batch: int, options: Bod
         candidates = _fast_candidates(engine, sigma, seed, batch, path or FastPath(), timer, compiled)
     else:
         candidates = []
-    if engine.input == "tokens":  # no plain body runs a token engine: the simplest fast body is the last resort
-        *candidates, last = candidates
-        plain = last.build()
-        reference = FastBatches(engine, sigma, seed, batch, FastPath(), None, NoiseSource(engine.device, False))
-    else:
-        plain = ImageBatches(engine, sigma, seed, batch, NoiseSource(engine.device, compiled))
-        reference = ImageBatches(engine, sigma, seed, batch, NoiseSource(engine.device, False))
-    body, fallbacks = first_working(candidates, reference, engine, _notice) if candidates else (plain, [])
-    body = plain if body is reference else body
+    body, fallbacks = None, []
+    if candidates:
+        reference = _plain(engine, sigma, seed, batch, None, compiled=False)  # the torch-op noise
+        body, fallbacks = first_working(candidates, reference, engine, _notice)
+    if body is None:
+        body = _plain(engine, sigma, seed, batch, timer, compiled)
     if timer is not None:
         timer.reset()  # the trial batches are not part of the profile
     body.fallbacks = fallbacks
     return body
+
+
+def _plain(engine: Engine, sigma: float, seed: int, batch: int, timer: StageTimer | None,
+           compiled: bool) -> BatchBody:
+    """The plain body; for a token engine, which no plain body runs, the eager unfused fast body."""
+    noise = NoiseSource(engine.device, compiled)
+    if engine.input == "tokens":
+        return FastBatches(engine, sigma, seed, batch, FastPath(), timer, noise)
+    return ImageBatches(engine, sigma, seed, batch, noise)
 
 
 def _fast_candidates(engine: Engine, sigma: float, seed: int, batch: int, path: FastPath,

@@ -61,9 +61,9 @@ def trial_classes(body: BatchBody, engine: Engine, rows: int) -> torch.Tensor:
 
 
 def first_working(candidates: list[Candidate], plain: BatchBody, engine: Engine,
-                  notice: Callable[[str], None]) -> tuple[BatchBody, list[str]]:
+                  notice: Callable[[str], None]) -> tuple[BatchBody | None, list[str]]:
     """(the first candidate that builds, runs and agrees with ``plain`` on a trial batch, else
-    ``plain``; the one-line notices of those that did not, in order)."""
+    None: the caller runs the plain body; the one-line notices of those that did not, in order)."""
     rows = TRIAL_ROWS.get(engine.device.type, TRIAL_ROWS["cuda"])
     needed = AGREEMENT.get(engine.precision, AGREEMENT["fp16"])
     reference: torch.Tensor | None = None
@@ -85,4 +85,4 @@ def first_working(candidates: list[Candidate], plain: BatchBody, engine: Engine,
         following = candidates[position + 1].name if position + 1 < len(candidates) else "the plain body"
         fallbacks.append(f"{candidate.name} {problem}; continuing on {following}")
         notice(fallbacks[-1])
-    return plain, fallbacks
+    return None, fallbacks

@@ -42,7 +42,7 @@ from dmae_fast.certification.stream import count
 from dmae_fast.engines.base import Engine, predicted_classes
 from dmae_fast.engines.exported import ExportedEngine
 from dmae_fast.engines.front_end import load_front_end
-from dmae_fast.engines.torch_engine import PRECISIONS, precision_model
+from dmae_fast.engines.torch_engine import PRECISIONS, TorchEngine, precision_model
 from dmae_fast.errors import UserError
 from dmae_fast.fast_noise import NoiseSource
 from dmae_fast.kernels.frontend_reference import (
@@ -148,7 +148,10 @@ class FastBatches:
         self.dtype = PRECISIONS[engine.precision] if self.token_engine is None else None  # engines take fp32
         # the body's weights: cast once to fp16/bf16 or fp8 (the front end and E stay on the fp32 classifier)
         cast = self.dtype is not None and (engine.precision == "fp8" or not self.options.autocast)
-        self._body_model = precision_model(self.model, engine.precision) if cast else self.model
+        if engine.precision == "fp8" and isinstance(engine, TorchEngine):
+            self._body_model = engine.runs  # quantized once, by the engine
+        else:
+            self._body_model = precision_model(self.model, engine.precision) if cast else self.model
         self._autocast_dtype = None if cast else self.dtype
         if self.token_engine is None:
             self._description = f"torch {self.options.describe()} {engine.precision} on {self.device}"

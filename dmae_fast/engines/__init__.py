@@ -10,8 +10,9 @@ by ``dmae-export``'s parser) does not import torch.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from dmae_fast.lazy import lazy_attributes
 
 _HOME = {
     "Engine": "base",
@@ -39,8 +40,4 @@ if TYPE_CHECKING:
     from dmae_fast.engines.sidecar import EngineMeta
     from dmae_fast.engines.torch_engine import TorchEngine
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _HOME:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
+__getattr__ = lazy_attributes(__name__, _HOME)

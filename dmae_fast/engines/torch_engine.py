@@ -55,8 +55,9 @@ class TorchEngine:
         self.precision = precision
         self.input = input
         self.input_shape = input_shape(model.spec, input)
-        runs = precision_model(self.model, precision) if precision == "fp8" else self.model
-        self._forward = runs if input == "image" else runs.forward_tokens
+        # the model that runs: fp8 needs its quantized copy; fp16/bf16 run the fp32 model under autocast
+        self.runs = precision_model(self.model, precision) if precision == "fp8" else self.model
+        self._forward = self.runs if input == "image" else self.runs.forward_tokens
         self.description = f"torch eager {precision} on {device}" + (" (token input)" if input == "tokens" else "")
 
     def _autocast(self):

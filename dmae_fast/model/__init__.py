@@ -6,8 +6,9 @@ dataclasses, needed by every command's parser) does not import torch and timm.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from dmae_fast.lazy import lazy_attributes
 
 _HOME = {
     "ENCODER_PRESETS": "config",
@@ -32,8 +33,4 @@ if TYPE_CHECKING:
     )
     from dmae_fast.model.dmae import DMAEPretrain, PretrainOutput
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _HOME:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
+__getattr__ = lazy_attributes(__name__, _HOME)
