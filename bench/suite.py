@@ -202,7 +202,7 @@ def _certify(config: BenchConfig, device: torch.device, budget: _Budget) -> list
                                           config.reference_budget_s))
     cuda = device.type == "cuda"
     fast = FastPath(fused=True, compile=cuda, compile_mode=config.compile_mode, cuda_graphs=cuda)
-    precision = "fp16" if cuda else "fp32"
+    precision = (config.precisions or ("fp16",))[0] if cuda else "fp32"  # the first named (--precisions fp8)
     if budget.allows(30 if cuda else 5):
         print(f"{PROG}: certify timing, ours ({fast.describe()})", file=sys.stderr)
         batch = config.main_batch if config.smoke else 1024

@@ -1,5 +1,7 @@
 """Triton kernels (installed as ``dmae_fast.kernels``), each beside a plain-torch reference.
 
-Planned first: Gaussian noise generation fused with the patch embedding, reproducing the
-noise contract of :mod:`dmae_fast.noise` bit for bit (the fast-path issue).
+- :mod:`.fused_frontend`: Gaussian noise fused with the patch embedding, reproducing the noise
+  contract of :mod:`dmae_fast.noise` bit for bit (reference: :mod:`.frontend_reference`).
+- :mod:`.gelu_quantize`: GELU and per-row e4m3 quantization of an fp8 body's fc2 input in one
+  pass (reference: :func:`dmae_fast.model.fp8.quantize_rows` of GELU).
 """

@@ -21,8 +21,7 @@ from dmae_fast.cli.common import Parser, run_reporting_errors
 from dmae_fast.errors import UserError
 
 # Options only one stage reads: naming one for the other stage alone is an error, not ignored.
-THROUGHPUT_ONLY = ("models", "batches", "main_batch", "seconds", "engines", "export_models", "engine_dir", "variants",
-                   "precisions")
+THROUGHPUT_ONLY = ("models", "batches", "main_batch", "seconds", "engines", "export_models", "engine_dir", "variants")
 CERTIFY_ONLY = ("certify_model", "images", "n0", "n", "reference_budget_s")
 
 
@@ -46,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "for minutes)")
     parser.add_argument("--variants", nargs="+", help=f"only these of our variants ({', '.join(VARIANT_KEYS)}; "
                         "default all)")
-    parser.add_argument("--precisions", nargs="+", help="our variants' precisions on CUDA (fp16 bf16 fp8; default fp16 bf16)")
+    parser.add_argument("--precisions", nargs="+", help="our variants' precisions on CUDA (fp16 bf16 fp8; default fp16 bf16); the CERTIFY timing runs the first")
     parser.add_argument("--engines", nargs="+", help="your exported engine files (.onnx, .pt2, .engine) to time too")
     parser.add_argument("--export-models", nargs="*", help="models exported to engines and timed (default vit-b16 "
                         "demo; none: no exports)")

@@ -6,7 +6,9 @@ one scale per output channel, its input quantized per row (per token) on every c
 product ``torch._scaled_mm`` on the fp8 tensor cores with the scales, the bias and a bfloat16
 output applied in the matmul's epilogue. Everything else (patch embedding, LayerNorm,
 attention, the head) runs in bfloat16. Under ``torch.compile`` the per-row quantization fuses
-with the LayerNorm or GELU that produces the input.
+with the LayerNorm that produces the input; the MLP's GELU moves into its fc2, whose input
+is GELU'd and quantized in one pass (:mod:`dmae_fast.kernels.gelu_quantize` on CUDA; the same
+arithmetic in torch operations elsewhere).
 
 fp8 changes some predictions. The certificate stays valid (it is a statement about *this*
 classifier: the fp8 one, applied the same way to every sample), but it certifies a slightly
@@ -18,27 +20,40 @@ from __future__ import annotations
 import copy
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 E4M3 = torch.float8_e4m3fn
 E4M3_MAX = torch.finfo(E4M3).max  # 448
 ACTIVATIONS = torch.bfloat16  # what the rest of an fp8 body computes in
-_TINY = 1e-12  # floor of a scale: an all-zero row quantizes to zeros, not NaN
+TINY = 1e-12  # floor of a scale: an all-zero row quantizes to zeros, not NaN
 
 
-def _quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Rows of ``x`` [M, K] -> (e4m3 rows, float32 scales [M, 1]) with x ~= rows * scales."""
     x = x.float()
-    scale = x.abs().amax(dim=1, keepdim=True).clamp(min=_TINY) / E4M3_MAX
+    scale = x.abs().amax(dim=1, keepdim=True).clamp(min=TINY) / E4M3_MAX
     return (x / scale).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3), scale
 
 
-class Fp8Linear(nn.Module):
-    """``nn.Linear`` with an e4m3 weight (per-output-channel scales) and per-row e4m3 inputs."""
+def gelu_quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`quantize_rows` of GELU(x) (``x`` bf16 [M, K]; GELU rounded to bf16 as nn.GELU
+    returns it): one Triton pass on CUDA (:mod:`dmae_fast.kernels.gelu_quantize`)."""
+    if x.is_cuda:
+        from dmae_fast.kernels.gelu_quantize import gelu_quantize_rows as kernel
 
-    def __init__(self, linear: nn.Linear) -> None:
+        return kernel(x.contiguous())
+    return quantize_rows(F.gelu(x))
+
+
+class Fp8Linear(nn.Module):
+    """``nn.Linear`` with an e4m3 weight (per-output-channel scales) and per-row e4m3 inputs;
+    with ``gelu_input`` it computes ``linear(GELU(x))`` (the GELU fused with the quantization)."""
+
+    def __init__(self, linear: nn.Linear, gelu_input: bool = False) -> None:
         super().__init__()
-        weight, scale = _quantize_rows(linear.weight.detach())  # [out, in], [out, 1]
+        self.gelu_input = gelu_input
+        weight, scale = quantize_rows(linear.weight.detach())  # [out, in], [out, 1]
         self.register_buffer("weight", weight)
         self.register_buffer("weight_scale", scale.reshape(1, -1).contiguous())  # [1, out]
         bias = linear.bias
@@ -46,13 +61,15 @@ class Fp8Linear(nn.Module):
         self.in_features, self.out_features = linear.in_features, linear.out_features
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows, scale = _quantize_rows(x.reshape(-1, self.in_features))
+        quantize = gelu_quantize_rows if self.gelu_input else quantize_rows
+        rows, scale = quantize(x.reshape(-1, self.in_features))
         out = torch._scaled_mm(rows, self.weight.t(), scale_a=scale, scale_b=self.weight_scale, bias=self.bias,
                                out_dtype=ACTIVATIONS)
         return out.reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, e4m3 per-channel x per-row"
+        gelu = ", GELU of the input fused" if self.gelu_input else ""
+        return f"in_features={self.in_features}, out_features={self.out_features}, e4m3 per-channel x per-row{gelu}"
 
 
 def fp8_problem(model: nn.Module, device: torch.device) -> str | None:
@@ -70,12 +87,26 @@ def fp8_problem(model: nn.Module, device: torch.device) -> str | None:
     return None
 
 
+def _exact_gelu_mlp(mlp: nn.Module) -> bool:
+    """Whether ``mlp`` computes fc2(GELU(fc1(x))) with the exact GELU and nothing between (timm's Mlp)."""
+    between = [getattr(mlp, name, None) for name in ("act", "drop1", "norm")]
+    return (isinstance(getattr(mlp, "fc2", None), nn.Linear) and isinstance(between[0], nn.GELU)
+            and between[0].approximate == "none" and all(isinstance(m, (nn.Identity, nn.Dropout)) for m in between[1:]))
+
+
 def to_fp8(model: nn.Module) -> nn.Module:
-    """A copy of ``model`` in bfloat16 whose encoder blocks' linear layers are :class:`Fp8Linear`."""
-    body = copy.deepcopy(model).to(ACTIVATIONS)
+    """A copy of ``model`` in bfloat16 whose encoder blocks' linear layers are :class:`Fp8Linear`
+    (an exact-GELU MLP's fc2 takes the GELU in)."""
+    body = copy.deepcopy(model).to(ACTIVATIONS).eval()
     for block in body.blocks:
+        fused = {id(block.mlp.fc2)} if _exact_gelu_mlp(getattr(block, "mlp", None)) else set()
         for name, module in list(block.named_modules()):
             if isinstance(module, nn.Linear):
                 parent_name, _, attr = name.rpartition(".")
-                setattr(block.get_submodule(parent_name) if parent_name else block, attr, Fp8Linear(module))
-    return body.eval()
+                parent = block.get_submodule(parent_name) if parent_name else block
+                setattr(parent, attr, Fp8Linear(module, gelu_input=id(module) in fused))
+        if fused:
+            block.mlp.act = nn.Identity()
+    if any(b.is_cuda for b in body.buffers()):  # load the Triton pass now, not while torch.compile traces
+        import dmae_fast.kernels.gelu_quantize  # noqa: F401
+    return body
