@@ -80,6 +80,9 @@ class PredictRow:
     sigma: float
 
 
+Row = CertifyRow | PredictRow  # one result row of either kind
+
+
 def _fmt_time(seconds: float) -> str:
     return str(datetime.timedelta(seconds=float(seconds)))
 

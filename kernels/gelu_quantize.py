@@ -26,8 +26,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from torch.library import triton_op, wrap_triton  # noqa: E402
 
-from dmae_fast.model.fp8 import E4M3, E4M3_MAX, TINY  # noqa: E402
-
+E4M3 = torch.float8_e4m3fn
 ROWS = 4  # rows per program
 
 
@@ -77,8 +76,9 @@ def _gelu_quantize_kernel(h_ptr, q_ptr, scale_ptr, M, K: tl.constexpr, BLOCK_K: 
 
 
 @triton_op("dmae_fast::gelu_quantize_rows", mutates_args=())
-def gelu_quantize_rows(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(e4m3 rows [M, K], float32 scales [M, 1]) of GELU(h), ``h`` contiguous bfloat16 [M, K]."""
+def gelu_quantize_rows(h: torch.Tensor, limit: float, floor: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(e4m3 rows [M, K], float32 scales [M, 1]) of GELU(h), ``h`` contiguous bfloat16 [M, K]:
+    scale = max(max|GELU(h)|, floor) / limit, rows = GELU(h) / scale clamped to +-limit."""
     if h.dtype != torch.bfloat16 or h.dim() != 2:
         raise ValueError(f"gelu_quantize_rows takes 2-d bfloat16 rows, got {h.dtype} {tuple(h.shape)}")
     rows, width = h.shape
@@ -86,5 +86,5 @@ def gelu_quantize_rows(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     scale = torch.empty((rows, 1), dtype=torch.float32, device=h.device)
     grid = (triton.cdiv(rows, ROWS),)
     wrap_triton(_gelu_quantize_kernel)[grid](h, q, scale, rows, K=width, BLOCK_K=triton.next_power_of_2(width),
-                                             ROWS=ROWS, TINY=TINY, LIMIT=float(E4M3_MAX), num_warps=8)
+                                             ROWS=ROWS, TINY=floor, LIMIT=limit, num_warps=8)
     return q, scale

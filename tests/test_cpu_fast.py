@@ -15,18 +15,12 @@ import numpy as np
 import pytest
 import torch
 
-from dmae_fast.certification import cpu_batches
 from dmae_fast.certification.bodies import BodyOptions, batch_body
 from dmae_fast.certification.cpu_batches import (
     ChunkedCpuBatches,
-    OpenVinoChunks,
-    OrtChunks,
-    TorchChunks,
     chunk_rows,
     chunk_sizes,
-    cpu_classifier,
     even_parts,
-    onnx_bytes,
 )
 from dmae_fast.certification.stream import (
     ImageBatches,
@@ -37,7 +31,14 @@ from dmae_fast.checkpoints import load_classifier
 from dmae_fast.cli.certify import main as certify_main
 from dmae_fast.data import demo_digits
 from dmae_fast.demo import DEMO_CHECKPOINT
-from dmae_fast.engines import TorchEngine
+from dmae_fast.engines import TorchEngine, cpu_runtimes
+from dmae_fast.engines.cpu_runtimes import (
+    OpenVinoChunks,
+    OrtChunks,
+    TorchChunks,
+    cpu_classifier,
+    onnx_bytes,
+)
 from dmae_fast.fast_noise import COMPILED, REFERENCE, NoiseSource
 from dmae_fast.memory import keep_freed_memory
 from dmae_fast.model import ClassifierSpec, EncoderConfig
@@ -293,7 +294,7 @@ def test_a_cpu_runtime_that_cannot_run_is_one_clear_error(demo, monkeypatch, pre
     model, _ = demo
     for module in modules:
         monkeypatch.setitem(__import__("sys").modules, module, None)
-    with pytest.raises(cpu_batches.UserError) as error:
+    with pytest.raises(cpu_runtimes.UserError) as error:
         batch_body(TorchEngine(model, CPU, precision), 0.25, 0, 100, BodyOptions(fast=True, cpu_runtime=runtime))
     assert str(error.value) == message
 
@@ -304,7 +305,7 @@ def test_a_runtime_that_disagrees_with_pytorch_fails_its_parity_check(demo, monk
     model, _ = demo
     kind = OrtChunks if runtime == "onnxruntime" else OpenVinoChunks
     monkeypatch.setattr(kind, "logits", lambda self, chunk: torch.zeros(len(chunk), 10))
-    with pytest.raises(cpu_batches.ParityMismatch, match=f"{name} differs from PyTorch"):
+    with pytest.raises(cpu_runtimes.ParityMismatch, match=f"{name} differs from PyTorch"):
         cpu_classifier(TorchEngine(model, CPU, "fp32"), "fp32", 0.25, print, 1, runtime)
 
 
@@ -470,22 +471,22 @@ def _assert_is_the_classifier(classifier, model):
     with torch.inference_mode():
         want = model.eval()(noisy)
     inputs = noisy if classifier.layout is None else classifier.layout.inputs(noisy)
-    assert float((classifier.logits(inputs) - want).abs().max()) <= cpu_batches.PARITY_TOLERANCE
+    assert float((classifier.logits(inputs) - want).abs().max()) <= cpu_runtimes.PARITY_TOLERANCE
 
 
 def _count_calls(monkeypatch, *names):
-    """The names of the cpu_batches functions ``names`` as they are called from now on."""
+    """The names of the cpu_runtimes functions ``names`` as they are called from now on."""
     calls = []
     for name in names:
-        original = getattr(cpu_batches, name)
-        monkeypatch.setattr(cpu_batches, name,
+        original = getattr(cpu_runtimes, name)
+        monkeypatch.setattr(cpu_runtimes, name,
                             lambda *args, name=name, original=original: calls.append(name) or original(*args))
     return calls
 
 
 def _refuse(monkeypatch, *names):
     for name in names:
-        monkeypatch.setattr(cpu_batches, name, lambda *args, name=name: pytest.fail(f"{name} called on a warm start"))
+        monkeypatch.setattr(cpu_runtimes, name, lambda *args, name=name: pytest.fail(f"{name} called on a warm start"))
 
 
 @pytest.mark.parametrize("runtime", CACHED_RUNTIMES)

@@ -234,7 +234,7 @@ class _FakeTensorRT(types.ModuleType):
 
     __version__ = "10.99-fake"
 
-    def __init__(self, parse_ok: bool = True) -> None:
+    def __init__(self, parse_ok: bool = True, build_ok: bool = True) -> None:
         super().__init__("tensorrt")
         calls: list[tuple] = []
         self.calls = calls
@@ -292,7 +292,7 @@ class _FakeTensorRT(types.ModuleType):
 
             def build_serialized_network(self, network, config):
                 calls.append(("build", network))
-                return b"serialized-engine"
+                return b"serialized-engine" if build_ok else None  # TensorRT's way of failing a build
 
         class OnnxParser:
             num_errors = 0 if parse_ok else 1
@@ -337,6 +337,19 @@ def test_builder_reports_parser_errors(monkeypatch, tmp_path, engines):
     with pytest.raises(UserError, match="parser rejected .*Det"):
         build_engine(build)
     assert not (tmp_path / "m.engine").exists()
+
+
+def test_a_failed_tensorrt_build_is_one_line_and_writes_no_engine(monkeypatch, tmp_path, engines):
+    """Fault injection (issue 28): the builder returns no engine (out of memory, an unsupported layer
+    found late): one UserError line, no engine file, the timing cache left as it was."""
+    monkeypatch.setitem(sys.modules, "tensorrt", _FakeTensorRT(build_ok=False))
+    cache = tmp_path / "timing.cache"
+    cache.write_bytes(b"old")
+    build = TensorRTBuild(engines["onnx"], tmp_path / "m.engine", "images", (3, 8, 8), BatchRange(1, 1, 1),
+                          "fp16", cache)
+    with pytest.raises(UserError, match=r"^TensorRT could not build an engine from .*\(see TensorRT's messages above\)$"):
+        build_engine(build)
+    assert not (tmp_path / "m.engine").exists() and cache.read_bytes() == b"old"
 
 
 # --------------------------------------------------------------------------- command line

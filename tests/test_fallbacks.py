@@ -20,12 +20,18 @@ import json  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from dmae_fast.certification import cpu_batches  # noqa: E402
 from dmae_fast.certification.bodies import BodyOptions, batch_body  # noqa: E402
 from dmae_fast.certification.fast_stream import FastBatches  # noqa: E402
-from dmae_fast.certification.stream import ImageBatches, SamplingPlan, StreamingCertifier  # noqa: E402
+from dmae_fast.certification.stream import (  # noqa: E402
+    ImageBatches,
+    SamplingPlan,
+    StreamingCertifier,
+)
 from dmae_fast.cli.certify import main  # noqa: E402
-from dmae_fast.engines import TorchEngine  # noqa: E402
+from dmae_fast.engines import (
+    TorchEngine,  # noqa: E402
+    cpu_runtimes,  # noqa: E402
+)
 from dmae_fast.engines.aoti_engine import AOTIEngine  # noqa: E402
 from dmae_fast.errors import UserError  # noqa: E402
 from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier  # noqa: E402
@@ -123,8 +129,8 @@ def _fail(message):
 
 
 def test_cpu_runtime_sessions_that_fail_fall_back_to_pytorch(demo_model, monkeypatch, capsys):
-    monkeypatch.setattr(cpu_batches.OpenVinoChunks, "__init__", _fail("[GENERAL_ERROR] could not compile model"))
-    monkeypatch.setattr(cpu_batches.OrtChunks, "__init__", _fail("ONNXRuntimeError: INVALID_GRAPH"))
+    monkeypatch.setattr(cpu_runtimes.OpenVinoChunks, "__init__", _fail("[GENERAL_ERROR] could not compile model"))
+    monkeypatch.setattr(cpu_runtimes.OrtChunks, "__init__", _fail("ONNXRuntimeError: INVALID_GRAPH"))
     engine = TorchEngine(demo_model, CPU, "fp32")
     plain = _counts_demo(engine, ImageBatches(engine, 0.25, 11, 48))
     body = batch_body(engine, 0.25, 11, 48, BodyOptions(fast=True, workers=1))
@@ -147,7 +153,7 @@ def _counts_demo(engine, body):
 def test_an_exported_graph_that_fails_its_parity_check_is_not_used(demo_model, monkeypatch, capsys, tmp_path):
     """Through the command: rows identical to the plain run's, the fallback in stderr and the record."""
     monkeypatch.setenv("DMAE_FAST_CACHE", "off")  # the check runs, not a verdict cached by another test
-    for kind in (cpu_batches.OrtChunks, cpu_batches.OpenVinoChunks):
+    for kind in (cpu_runtimes.OrtChunks, cpu_runtimes.OpenVinoChunks):
         monkeypatch.setattr(kind, "logits", lambda self, chunk: torch.zeros(len(chunk), 10))
     common = ["--data", "demo", "--max", "2", "--n0", "20", "--n", "100", "--quiet", "--workers", "0", "--device",
               "cpu"]

@@ -88,11 +88,11 @@ def test_the_gelu_quantize_kernel_computes_quantize_rows_of_gelu():
 
     for rows, width in ((37, 96), (5, 3072), (2, 48)):
         h = _gelu_rows(rows, width)
-        _assert_same_quantization(h, *gelu_quantize_rows(h))
-    q, _ = gelu_quantize_rows(_gelu_rows(37, 96))
+        _assert_same_quantization(h, *gelu_quantize_rows(h, 448.0, 1e-12))
+    q, _ = gelu_quantize_rows(_gelu_rows(37, 96), 448.0, 1e-12)
     assert (q.view(torch.uint8)[0] == 0).all()  # the all-zero row
     with pytest.raises(ValueError, match="bfloat16"):
-        gelu_quantize_rows(torch.zeros(2, 16))
+        gelu_quantize_rows(torch.zeros(2, 16), 448.0, 1e-12)
 
 
 def test_to_fp8_moves_an_exact_gelu_into_fc2_without_changing_the_function():
@@ -178,4 +178,4 @@ def test_cuda_gelu_quantize_kernel_matches_the_reference_and_compiles():
 
     h = _gelu_rows(1000, 3072).cuda()
     for run in (gelu_quantize_rows, torch.compile(gelu_quantize_rows)):
-        _assert_same_quantization(h, *run(h))
+        _assert_same_quantization(h, *run(h, 448.0, 1e-12))

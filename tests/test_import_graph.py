@@ -61,6 +61,16 @@ def test_the_import_graph_has_no_cycle():
     assert cycle(graph) is None, " -> ".join(cycle(graph))
 
 
+def test_the_certifier_and_the_server_use_no_export_tool():
+    """Certification and serving run engines; they never import the exporter (``dmae_fast.export``),
+    not even lazily: the CPU runtimes' in-memory export lives with the engines."""
+    known = modules()
+    for name, path in known.items():
+        if name.startswith(("dmae_fast.certification", "dmae_fast.serve")):
+            reached = {m for m in imported(name, path, known) if m.startswith("dmae_fast.export")}
+            assert not reached, f"{name} imports {sorted(reached)}"
+
+
 def test_the_cycle_finder_finds_a_lazy_circle():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}
     assert cycle(graph) == ["a", "b", "c", "a"]

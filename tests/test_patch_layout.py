@@ -10,13 +10,13 @@ import torch
 import torch.nn.functional as F
 
 from dmae_fast.certification.bodies import BodyOptions, batch_body
-from dmae_fast.certification.cpu_batches import OrtChunks, onnx_bytes
 from dmae_fast.certification.stream import (
     ImageBatches,
     SamplingPlan,
     StreamingCertifier,
 )
 from dmae_fast.engines import TorchEngine
+from dmae_fast.engines.cpu_runtimes import OrtChunks, onnx_bytes
 from dmae_fast.export.graphs import PatchGraph
 from dmae_fast.fast_noise import COMPILED, REFERENCE, NoiseSource
 from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier

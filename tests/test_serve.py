@@ -38,7 +38,7 @@ from dmae_fast.demo import DEMO_CHECKPOINT
 from dmae_fast.engines import EngineOptions, open_engine
 from dmae_fast.serve.config import Limits
 from dmae_fast.serve.payloads import decode_image
-from dmae_fast.serve.procedures import sequential_certifier
+from dmae_fast.certification.procedure import sequential_certifier
 from dmae_fast.serve.receipt import plan_of, replay_answer
 
 ROOT = Path(__file__).resolve().parents[1]

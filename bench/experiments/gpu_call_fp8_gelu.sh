@@ -10,26 +10,12 @@
 # keeps what came before it. (As run on 2026-11-26 the throughput steps lacked --export-models,
 # so they also exported engines, 500 MB that made every packing slow and the archive too large
 # to bring back; the results were packed again without the engines.)
-set -u
-export PYTHONUNBUFFERED=1
-: "${OUT:?set OUT}"
-PY=${PYTHON:-python3}
-R=$(mktemp -d)
-mkdir -p "$R/logs"
-pack() { tar -czf "$OUT/gpu-call.tar.gz" -C "$R" .; }
-step() {  # NAME SECONDS COMMAND...
-    local name=$1 limit=$2 start=$SECONDS
-    shift 2
-    timeout --kill-after=5 "$limit" "$@" > "$R/logs/$name.log" 2>&1
-    printf '%s\t%s\t%s\n' "$name" "$?" "$((SECONDS - start))" | tee -a "$R/steps.tsv"
-    pack
-}
+. "$(dirname "$0")/gpu_call_steps.sh"
 certify_fp8() {
     "$PY" -m dmae_fast.cli.certify --data demo --max 100 --n0 100 --n 10000 --precision fp8 --quiet \
         --overwrite --out "$R/demo-fp8.tsv" && "$PY" -m dmae_fast.cli.certify analyze "$R/demo-fp8.tsv" > "$R/demo-fp8.md"
 }
 export -f certify_fp8
-export PY R
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$R/gpu.txt" 2>&1
 "$PY" -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" >> "$R/gpu.txt" 2>&1
 step install 60 "$PY" -m pip install --no-deps --no-build-isolation -e .

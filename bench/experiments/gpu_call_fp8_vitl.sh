@@ -6,26 +6,12 @@
 # fused + compiled + CUDA graphs in fp16 and fp8); 5. ViT-B fused + compiled + CUDA graphs fp16 in
 # the compile mode --fast uses (max-autotune-no-cudagraphs). Results are packed after every step,
 # so a step cut by the lease keeps what came before it.
-set -u
-export PYTHONUNBUFFERED=1
-: "${OUT:?set OUT}"
-PY=${PYTHON:-python3}
-R=$(mktemp -d)
-mkdir -p "$R/logs"
-pack() { tar -czf "$OUT/gpu-call.tar.gz" -C "$R" .; }
-step() {  # NAME SECONDS COMMAND...
-    local name=$1 limit=$2 start=$SECONDS
-    shift 2
-    timeout --kill-after=5 "$limit" "$@" > "$R/logs/$name.log" 2>&1
-    printf '%s\t%s\t%s\n' "$name" "$?" "$((SECONDS - start))" | tee -a "$R/steps.tsv"
-    pack
-}
+. "$(dirname "$0")/gpu_call_steps.sh"
 certify_fp8() {
     "$PY" -m dmae_fast.cli.certify --data demo --max 100 --n0 100 --n 10000 --precision fp8 --fast --quiet \
         --overwrite --out "$R/demo-fp8.tsv" && "$PY" -m dmae_fast.cli.certify analyze "$R/demo-fp8.tsv" > "$R/demo-fp8.md"
 }
 export -f certify_fp8
-export PY R
 step install 60 "$PY" -m pip install --no-deps --no-build-isolation -e .
 step fp8-test 45 "$PY" -m pytest -v -p no:cacheprovider -m gpu tests/test_fp8.py
 step demo-fp8 55 bash -c certify_fp8

@@ -25,13 +25,14 @@ from dmae_fast.certification.cpu_batches import (
     ChunkedCpuBatches,
     chunk_rows,
     chunk_sizes,
-    cpu_classifier,
     cpu_workers,
 )
 from dmae_fast.certification.fallback import Candidate, first_working
 from dmae_fast.certification.fast_stream import FastBatches, FastPath, StageTimer
-from dmae_fast.certification.stream import BatchBody, ImageBatches
+from dmae_fast.certification.scheduler import BatchBody
+from dmae_fast.certification.stream import ImageBatches
 from dmae_fast.engines.base import Engine
+from dmae_fast.engines.cpu_runtimes import cpu_classifier
 from dmae_fast.fast_noise import NoiseSource
 from dmae_fast.memory import keep_freed_memory
 from dmae_fast.model import SmoothingClassifier

@@ -43,7 +43,6 @@ from dmae_fast.certification.output import (
     rows_file,
 )
 from dmae_fast.certification.parts import merge_parts, part_path, start_parts
-from dmae_fast.certification.procedures import Row
 from dmae_fast.certification.ranks import Ranks, rank_device, restart_count
 from dmae_fast.certification.record import (
     RowWriter,
@@ -53,10 +52,10 @@ from dmae_fast.certification.record import (
     show_progress,
 )
 from dmae_fast.certification.sample_shards import SampleShardedCertifier
-from dmae_fast.certification.stream import BatchBody
+from dmae_fast.certification.scheduler import BatchBody
 from dmae_fast.errors import AlreadyReported, Interrupted, UserError
 from dmae_fast.locking import OutputLock
-from dmae_fast.results import Mode, ResultsWriter
+from dmae_fast.results import Mode, ResultsWriter, Row
 
 
 def certify_ranks(config: CertifyConfig, on_row: Callable[[Row], None]) -> RunResult:

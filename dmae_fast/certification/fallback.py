@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from dmae_fast.certification.stream import BatchBody
+from dmae_fast.certification.scheduler import BatchBody
 from dmae_fast.engines.base import Engine
 from dmae_fast.errors import Interrupted, UserError
 

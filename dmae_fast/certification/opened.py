@@ -16,8 +16,9 @@ from dmae_fast.certification.bodies import batch_body
 from dmae_fast.certification.choices import PROG
 from dmae_fast.certification.config import CertifyConfig
 from dmae_fast.certification.fast_stream import StageTimer
-from dmae_fast.certification.procedures import Procedure, procedure_for
-from dmae_fast.certification.stream import BatchBody, StreamingCertifier
+from dmae_fast.certification.procedure import Procedure, procedure_for
+from dmae_fast.certification.scheduler import BatchBody
+from dmae_fast.certification.stream import StreamingCertifier
 from dmae_fast.data import TensorImageDataset, open_dataset, subset_indices
 from dmae_fast.engines import Engine, EngineOptions, open_engine
 from dmae_fast.engines.sidecar import KIND_BY_SUFFIX, read_sidecar

@@ -110,6 +110,6 @@ def images_to_do(opened: OpenedRun, mode: Mode, parts: bool) -> list[int]:
     if kept is None:
         return opened.indices
     check_kept_rows(kept, opened.indices, dataset_labels(opened.dataset, opened.indices),
-                    opened.procedure.rules(config))
+                    opened.procedure.rules())
     done = set(kept.idx.tolist())
     return [i for i in opened.indices if i not in done]

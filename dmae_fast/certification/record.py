@@ -16,14 +16,16 @@ from tqdm import tqdm
 
 from dmae_fast import __version__
 from dmae_fast.certification.config import CertifyConfig
+from dmae_fast.certification.core import Certificate
 from dmae_fast.certification.host import device_name
 from dmae_fast.certification.opened import OpenedRun
 from dmae_fast.certification.output import record_path
-from dmae_fast.certification.procedures import Row
-from dmae_fast.certification.stream import BatchBody, ImageCounts
+from dmae_fast.certification.procedure import Procedure
+from dmae_fast.certification.scheduler import BatchBody
+from dmae_fast.certification.stream import ImageCounts
 from dmae_fast.integrity import file_sha256
 from dmae_fast.memory import keep_freed_memory
-from dmae_fast.results import Mode, ResultsWriter
+from dmae_fast.results import CertifyRow, Mode, PredictRow, ResultsWriter, Row
 
 
 class RunRecord:
@@ -41,7 +43,7 @@ class RunRecord:
         record = {
             "config": dataclasses.asdict(opened.config),
             "procedure": procedure.name,
-            "max_radius": procedure.max_radius(opened.config),  # what the summary tables stop at
+            "max_radius": procedure.max_radius(),  # what the summary tables stop at
             "plan": {"phases": [p.name for p in procedure.plan.phases], "sizes": procedure.plan.sizes,
                      "looks": procedure.plan.looks},
             "engine": self.body.description,
@@ -92,7 +94,7 @@ class RowWriter:
             self.images += 1
             samples = int(done.counts.sum())
             self.samples += samples
-            row = self.opened.procedure.row(self.opened.config, done, self.elapsed / self.images)  # the image's share
+            row = result_row(self.opened.procedure, done, self.elapsed / self.images)  # the image's share
             if self.writer is not None:
                 self.writer.write(row)
             self.on_row(row)
@@ -102,6 +104,17 @@ class RowWriter:
         elapsed = self.elapsed
         return {"images": self.images, "samples": self.samples, "elapsed_s": round(elapsed, 3),
                 "samples_per_s": round(self.samples / elapsed, 1) if elapsed > 0 else None}
+
+def result_row(procedure: Procedure, done: ImageCounts, seconds: float) -> Row:
+    """The TSV row of one finished image: its procedure's result, rendered."""
+    result, sigma = procedure.result(done.counts), procedure.spec.sigma
+    correct = int(result.prediction == done.label)
+    if isinstance(result, Certificate):
+        return CertifyRow(done.index, done.label, result.prediction, result.radius, correct, seconds, result.n0,
+                          result.n, result.n_a, result.p_a_lower, sigma, procedure.name)
+    return PredictRow(done.index, done.label, result.prediction, correct, seconds, result.n, result.count1,
+                      result.count2, result.pvalue, sigma)
+
 
 @dataclass(frozen=True)
 class RunResult:

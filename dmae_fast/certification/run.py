@@ -37,7 +37,6 @@ from dmae_fast.certification.output import (
     output_mode,
 )
 from dmae_fast.certification.parts import clear_parts, has_parts
-from dmae_fast.certification.procedures import Row
 from dmae_fast.certification.ranks import restart_count, world_size
 from dmae_fast.certification.record import (
     RowWriter,
@@ -48,7 +47,7 @@ from dmae_fast.certification.record import (
 )
 from dmae_fast.errors import Interrupted, UserError
 from dmae_fast.locking import OutputLock
-from dmae_fast.results import ResultsWriter
+from dmae_fast.results import ResultsWriter, Row
 
 
 def _profiler(config: CertifyConfig, device: torch.device):

@@ -18,14 +18,10 @@ import torch
 import torch.distributed as dist
 
 from dmae_fast.certification.core import finite_counts
+from dmae_fast.certification.plan import Decide, SamplingPlan
 from dmae_fast.certification.ranks import Ranks
-from dmae_fast.certification.stream import (
-    BatchBody,
-    Decide,
-    ImageCounts,
-    SamplingPlan,
-    checked_image,
-)
+from dmae_fast.certification.scheduler import BatchBody
+from dmae_fast.certification.stream import ImageCounts, checked_image
 
 
 def share(start: int, end: int, rank: int, world: int) -> tuple[int, int]:

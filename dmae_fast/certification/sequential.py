@@ -127,7 +127,39 @@ def _min_counts(bound: Bound, n: int, alpha: float, thresholds: np.ndarray) -> n
     return hi
 
 
-class SequentialCertifier:
+class LookStopping:
+    """What every stopping rule over pre-planned looks shares; subclasses give ``looks`` (cumulative
+    estimation counts, the last = the cap) and ``stop(look, n_a)`` (vectorized over counts of cA)."""
+
+    looks: tuple[int, ...]
+
+    def stop(self, look: int, n_a: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def should_stop(self, look: int, n_a: int) -> bool:
+        """Whether to stop after look ``look`` (0-based) with n_a votes for cA so far."""
+        return bool(self.stop(look, np.asarray(n_a)))
+
+    def decide(self, index: int, counts: np.ndarray, look: int) -> bool:
+        """A :data:`~dmae_fast.certification.plan.Decide` callback for
+        ``SamplingPlan.sequential(n0, looks)``: counts[0] selection, counts[1] estimation."""
+        return self.should_stop(look, int(counts[1, np.argmax(counts[0])]))
+
+    def run(self, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Stop many images at once: counts[k, i] = votes for cA among image i's first looks[k].
+
+        Returns (the look index where each image stops, its n_a there).
+        """
+        stopped = np.full(counts.shape[1], len(self.looks) - 1)
+        active = np.ones(counts.shape[1], dtype=bool)
+        for look in range(len(self.looks) - 1):
+            now = active & self.stop(look, counts[look])
+            stopped[now] = look
+            active &= ~now
+        return stopped, counts[stopped, np.arange(counts.shape[1])]
+
+
+class SequentialCertifier(LookStopping):
     """Stopping decisions and certificates of sequential CERTIFY for one configuration.
 
     Levels of interest, in increasing order: "certified at all" (bound >= 1/2), then each
@@ -172,15 +204,6 @@ class SequentialCertifier:
             stop |= n_a < self.upper_need[look, following]
         return stop
 
-    def should_stop(self, look: int, n_a: int) -> bool:
-        """Whether to stop after look ``look`` (0-based) with n_a votes for cA so far."""
-        return bool(self.stop(look, np.asarray(n_a)))
-
-    def decide(self, index: int, counts: np.ndarray, look: int) -> bool:
-        """A :data:`~dmae_fast.certification.stream.Decide` callback for
-        ``SamplingPlan.sequential(n0, looks)``: counts[0] selection, counts[1] estimation."""
-        return self.should_stop(look, int(counts[1, np.argmax(counts[0])]))
-
     def certify(self, selection_counts: np.ndarray, n_a: int, n_used: int) -> Certificate:
         """The certificate after stopping with n_a votes for cA in n_used estimation samples."""
         if n_used not in self.looks:
@@ -191,16 +214,3 @@ class SequentialCertifier:
             return Certificate(ABSTAIN, 0.0, n0, n_used, int(n_a), p_a_lower)
         return Certificate(int(np.argmax(selection_counts)), radius(p_a_lower, self.config.sigma),
                            n0, n_used, int(n_a), p_a_lower)
-
-    def run(self, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Stop many images at once: counts[k, i] = votes for cA among image i's first looks[k].
-
-        Returns (the look index where each image stops, its n_a there).
-        """
-        stopped = np.full(counts.shape[1], len(self.looks) - 1)
-        active = np.ones(counts.shape[1], dtype=bool)
-        for look in range(len(self.looks) - 1):
-            now = active & self.stop(look, counts[look])
-            stopped[now] = look
-            active &= ~now
-        return stopped, counts[stopped, np.arange(counts.shape[1])]

@@ -1,76 +1,30 @@
-"""The streaming certifier: full batches packed from many images, counts on the device.
+"""The streaming certifier: the images of a dataset through the one scheduler, in full batches.
 
-Each image needs a fixed list of noisy samples (its *plan*: e.g. n0 selection then n
-estimation samples). The samples of all images are laid end to end and cut into batches
-of exactly ``batch_size`` rows, so a batch mixes the tail of one image with the head of
-the next and never runs half empty (only the very last batch of a run can be short).
-
-A row is (slot, phase, sample index): the slot holds the clean image on the device, the
-noise is the contract's pure function of (seed, image index, phase, sample index), and
-the predicted class is added to ``counts[slot, phase, class]`` on the device. The host
-knows from the schedule alone when an image's last row has been issued; it then takes a
-device-side snapshot of that image's counts, frees the slot, and copies the snapshot
-back asynchronously. Nothing waits for the device per batch.
-
-Because the noise does not depend on how rows are packed, the counts are identical for
-any batch size (and equal to :class:`dmae_fast.certification.core.Smooth`'s).
+:class:`StreamingCertifier` feeds :class:`~dmae_fast.certification.scheduler.SlotScheduler` from an
+iterable of images, each with the run's :class:`~dmae_fast.certification.plan.SamplingPlan`, and
+yields each image's class counts as soon as they are on the host. :class:`ImageBatches` is the
+plain batch body (noise, classify, count on the device). Because the noise does not depend on how
+rows are packed, the counts are identical for any batch size (and equal to
+:class:`dmae_fast.certification.core.Smooth`'s).
 """
 
 from __future__ import annotations
 
 import math
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Protocol
 
 import numpy as np
 import torch
 
-from dmae_fast.certification.core import finite_counts, zero_counts
+from dmae_fast.certification.core import zero_counts
+from dmae_fast.certification.plan import Decide, SamplingPlan
+from dmae_fast.certification.scheduler import BatchBody, Job, SlotScheduler
 from dmae_fast.data import check_finite
 from dmae_fast.engines.base import Engine
 from dmae_fast.errors import UserError, raise_if_interrupted
 from dmae_fast.fast_noise import NoiseSource
-from dmae_fast.noise import MASK32, Phase
-
-Decide = Callable[[int, np.ndarray, int], bool]
-"""(image index, counts [phases, classes] at look k, k) -> True to stop sampling the image."""
-
-
-@dataclass(frozen=True)
-class SamplingPlan:
-    """The noisy samples every image gets: ``sizes[i]`` samples of ``phases[i]``.
-
-    ``looks`` are row offsets inside the plan (0 < look < total) after which the host
-    consults a :data:`Decide` callback that may stop the image early (sequential mode).
-    """
-
-    phases: tuple[Phase, ...]
-    sizes: tuple[int, ...]
-    looks: tuple[int, ...] = ()
-
-    @classmethod
-    def certify(cls, n0: int, n: int) -> SamplingPlan:
-        return cls((Phase.SELECTION, Phase.ESTIMATION), (n0, n))
-
-    @classmethod
-    def sequential(cls, n0: int, estimation_looks: tuple[int, ...]) -> SamplingPlan:
-        """n0 selection samples, then estimation samples up to the last look."""
-        looks = tuple(n0 + look for look in estimation_looks[:-1])
-        return cls((Phase.SELECTION, Phase.ESTIMATION), (n0, estimation_looks[-1]), looks)
-
-    @classmethod
-    def predict(cls, n: int) -> SamplingPlan:
-        return cls((Phase.PREDICTION,), (n,))
-
-    @property
-    def total(self) -> int:
-        return sum(self.sizes)
-
-    @property
-    def stage_ends(self) -> tuple[int, ...]:
-        return self.looks + (self.total,)
+from dmae_fast.noise import MASK32
 
 
 @dataclass(frozen=True)
@@ -80,28 +34,6 @@ class ImageCounts:
     index: int
     label: int
     counts: np.ndarray  # [len(plan.phases), num_classes] int64
-
-
-@dataclass
-class _Segment:
-    """Consecutive rows of one image and phase in a batch."""
-
-    slot: int
-    index: int
-    phase_position: int
-    first_sample: int
-    count: int
-
-
-@dataclass
-class _Image:
-    """An image on the device: its slot, the next row to issue, its current stage."""
-
-    index: int
-    label: int
-    slot: int
-    row: int = 0
-    stage: int = 0
 
 
 class ImageBatches:
@@ -156,51 +88,11 @@ def checked_image(index: int, image: torch.Tensor, shape: tuple[int, ...]) -> to
     return image
 
 
-def batch_rows(segments: list[tuple[int, int, int, int, int]], device: torch.device) -> tuple[torch.Tensor, ...]:
-    """Runs of rows (slot, image index, phase position, first sample, count) -> the four per-row
-    columns a batch body takes, on ``device`` (copied without blocking the host)."""
-    columns = torch.tensor([s[:4] for s in segments], dtype=torch.int64)
-    lengths = torch.tensor([s[4] for s in segments])
-    per_row = torch.repeat_interleave(columns, lengths, dim=0)
-    per_row[:, 3] += torch.arange(len(per_row)) - torch.repeat_interleave(torch.cumsum(lengths, 0) - lengths, lengths)
-    if device.type == "cuda":
-        per_row = per_row.pin_memory()
-    return per_row.to(device, non_blocking=True).unbind(1)
-
-
-def counts_to_host(counts: torch.Tensor, slots: list[int]) -> tuple[torch.Tensor, torch.cuda.Event | None]:
-    """A copy of ``counts[slots]`` taken in stream order, on its way to the host: on CUDA a pinned
-    tensor filled asynchronously and the event that marks it complete; on a CPU the copy itself."""
-    snapshot = counts[torch.tensor(slots, device=counts.device)]  # advanced indexing copies
-    if counts.device.type != "cuda":
-        return snapshot, None
-    host = torch.empty(snapshot.shape, dtype=snapshot.dtype, pin_memory=True)
-    host.copy_(snapshot, non_blocking=True)
-    event = torch.cuda.Event()
-    event.record()
-    return host, event
-
-
 def count(counts: torch.Tensor, slot: torch.Tensor, position: torch.Tensor, predicted: torch.Tensor,
           ones: torch.Tensor) -> None:
     """counts[slot, position, predicted] += 1 for every row, on the device (one index_add_)."""
     flat = (slot * counts.shape[1] + position) * counts.shape[2] + predicted
     counts.view(-1).index_add_(0, flat, ones[: len(flat)])
-
-
-class BatchBody(Protocol):
-    """What the scheduler needs to run batches (:class:`ImageBatches` or a fast body)."""
-
-    description: str
-
-    def allocate(self, num_slots: int, phase_ids: torch.Tensor) -> torch.Tensor: ...
-
-    def load(self, slot: int, image: torch.Tensor) -> None: ...
-
-    def run(self, slot: torch.Tensor, index: torch.Tensor, position: torch.Tensor, sample: torch.Tensor) -> None: ...
-
-    def finish(self) -> None:
-        """Called when a run ends (completed or not): undo run-wide settings."""
 
 
 class StreamingCertifier:
@@ -217,7 +109,6 @@ class StreamingCertifier:
         self.body = body or ImageBatches(engine, sigma, seed, batch_size)
         self.device = engine.device
         self.shape = engine.spec.input_shape
-        self._starts = np.cumsum((0,) + plan.sizes)
         # At most ceil(B / stage) + 1 images meet in one batch and one carries over; in
         # sequential mode as many again may wait for the host's decision.
         shortest = min(np.diff((0,) + plan.stage_ends))
@@ -233,113 +124,31 @@ class StreamingCertifier:
         """
         if self.plan.looks and decide is None:
             raise ValueError("a plan with looks needs a decide callback")
-        phase_ids = torch.tensor([int(p) for p in self.plan.phases], device=self.device)
-        self._counts = self.body.allocate(self.num_slots, phase_ids)
-        self._free = deque(range(self.num_slots))
-        self._ready: deque[_Image] = deque()
-        self._waiting: deque[tuple[list[_Image], torch.Tensor, torch.cuda.Event | None]] = deque()
-        self._finished: list[ImageCounts] = []
-        self._decide = decide
+        scheduler = SlotScheduler(self.body, self.device, self.batch_size, self.num_slots)
+        scheduler.allocate()
+        source = iter(images)
+
+        def next_job() -> Job | None:
+            item = next(source, None)
+            if item is None:
+                return None
+            index, image, label = item
+            return Job(checked_image(index, image, self.shape), self.plan, decide, index=index, label=int(label))
+
         try:
-            yield from self._stream(iter(images))
+            while True:
+                segments, reached = scheduler.pack(next_job, block=True)
+                if segments:
+                    scheduler.issue(segments)
+                    raise_if_interrupted()
+                scheduler.snapshot(reached)
+                scheduler.resolve(wait=not segments)
+                for job, counts in scheduler.finished:
+                    if isinstance(counts, BaseException):
+                        raise counts
+                    yield ImageCounts(job.index, job.label, counts)
+                scheduler.finished.clear()
+                if not segments and not scheduler.busy:
+                    break
         finally:
             self.body.finish()
-
-    def _stream(self, source: Iterator[tuple[int, torch.Tensor, int]]) -> Iterator[ImageCounts]:
-        """Issue full batches until every image's counts are on the host."""
-        exhausted = False
-        while True:
-            segments: list[_Segment] = []
-            reached: list[_Image] = []  # images whose stage ends in this batch
-            room = self.batch_size
-            while room:
-                if not self._ready:
-                    if self._free and not exhausted:
-                        item = next(source, None)
-                        exhausted = item is None
-                        if item is not None:
-                            self._ready.append(self._load(item))
-                    elif self._waiting:
-                        self._resolve(wait=True, only_first=True)
-                    else:
-                        break
-                    continue
-                image = self._ready[0]
-                end = self.plan.stage_ends[image.stage]
-                take = min(room, end - image.row)
-                segments += self._segments(image.slot, image.index, image.row, take)
-                image.row += take
-                room -= take
-                if image.row == end:
-                    reached.append(self._ready.popleft())
-            if segments:
-                self._run_batch(segments)
-                raise_if_interrupted()
-            if reached:
-                self._snapshot(reached)
-            self._resolve(wait=not segments)
-            yield from self._finished
-            self._finished.clear()
-            if not segments and not self._ready and not self._waiting:
-                if not exhausted:
-                    raise RuntimeError("streaming scheduler stalled with images left")
-                break
-
-    def _load(self, item: tuple[int, torch.Tensor, int]) -> _Image:
-        index, image, label = item
-        image = checked_image(index, image, self.shape)
-        slot = self._free.popleft()
-        self.body.load(slot, image)
-        return _Image(index, int(label), slot)
-
-    def _segments(self, slot: int, index: int, row: int, take: int) -> list[_Segment]:
-        """Split rows [row, row + take) of an image's plan at phase boundaries."""
-        out = []
-        for position, (start, end) in enumerate(zip(self._starts[:-1], self._starts[1:])):
-            lo, hi = max(row, start), min(row + take, end)
-            if lo < hi:
-                out.append(_Segment(slot, index, position, int(lo - start), int(hi - lo)))
-        return out
-
-    def _run_batch(self, segments: list[_Segment]) -> None:
-        """Hand one batch's rows (slot, image index, phase position, sample) to the body."""
-        rows = [(s.slot, s.index, s.phase_position, s.first_sample, s.count) for s in segments]
-        self.body.run(*batch_rows(rows, self.device))
-
-    def _snapshot(self, reached: list[_Image]) -> None:
-        """Copy the counts of images at a stage end off the device, asynchronously.
-
-        Images at their final stage are done whatever the host says: their slots are
-        zeroed and freed at once (in stream order after the copy).
-        """
-        snapshot, event = counts_to_host(self._counts, [image.slot for image in reached])
-        final = [image for image in reached if image.stage == len(self.plan.stage_ends) - 1]
-        self._release(final)
-        self._waiting.append((reached, snapshot, event))
-
-    def _release(self, images: list[_Image]) -> None:
-        if images:
-            self._counts[torch.tensor([image.slot for image in images], device=self.device)] = 0
-            self._free.extend(image.slot for image in images)
-
-    def _resolve(self, wait: bool, only_first: bool = False) -> None:
-        """Act on snapshots that reached the host: finish images or schedule their next stage."""
-        last_stage = len(self.plan.stage_ends) - 1
-        while self._waiting and (wait or self._waiting[0][2] is None or self._waiting[0][2].query()):
-            reached, host, event = self._waiting.popleft()
-            if event is not None:
-                event.synchronize()
-            stopped = []
-            for image, image_counts in zip(reached, host.numpy()):
-                done = image.stage == last_stage or self._decide(image.index, finite_counts(image.index, image_counts),
-                                                                 image.stage)
-                if done:
-                    self._finished.append(ImageCounts(image.index, image.label, finite_counts(image.index, image_counts)))
-                    if image.stage != last_stage:
-                        stopped.append(image)
-                else:
-                    image.stage += 1
-                    self._ready.append(image)
-            self._release(stopped)
-            if only_first:
-                return

@@ -171,7 +171,7 @@ def _print_summary(result: RunResult) -> None:
         reachable_radii,
         rounding_warning,
     )
-    from dmae_fast.certification.procedures import procedure_for
+    from dmae_fast.certification.procedure import procedure_for
     from dmae_fast.results import read_results
 
     config = result.config
@@ -190,7 +190,7 @@ def _print_summary(result: RunResult) -> None:
     radii = config.radii or ((0.0,) + PAPER_RADII if config.sequential else DEFAULT_RADII)
     if config.sequential:
         radii = tuple(sorted({0.0, *radii}))
-    cap = procedure_for(config).max_radius(config) if table.kind == "certify" else None
+    cap = procedure_for(config).max_radius() if table.kind == "certify" else None
     radii, note = reachable_radii(radii, cap)
     print(format_table([table], radii))
     if note:

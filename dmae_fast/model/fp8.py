@@ -42,7 +42,7 @@ def gelu_quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     if x.is_cuda:
         from dmae_fast.kernels.gelu_quantize import gelu_quantize_rows as kernel
 
-        return kernel(x.contiguous())
+        return kernel(x.contiguous(), float(E4M3_MAX), TINY)
     return quantize_rows(F.gelu(x))
 
 

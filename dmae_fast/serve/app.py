@@ -24,10 +24,10 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from dmae_fast.certification.procedure import CERTIFY, PREDICT
 from dmae_fast.errors import UserError
 from dmae_fast.serve.metrics import CONTENT_TYPE
 from dmae_fast.serve.payloads import PayloadError, parse_request
-from dmae_fast.serve.procedures import CERTIFY, PREDICT
 from dmae_fast.serve.scheduler import Closed, IndicesExhausted, QueueFull
 from dmae_fast.serve.service import RequestTimeout, Service
 
@@ -146,7 +146,7 @@ def build_app(service: Service) -> Starlette:
             body = await read_body(request, limits.max_body_bytes, service.config.read_timeout_s)
             parsed = await run_in_threadpool(parse_request, kind, request.headers.get("content-type"), body,
                                              list(request.query_params.multi_items()), service.shape, limits,
-                                             service.config.defaults)
+                                             service.config.defaults, service.sigma)
             return JSONResponse(await until_disconnected(request, service.answer(parsed)))
 
         return handler

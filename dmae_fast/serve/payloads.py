@@ -31,11 +31,12 @@ import numpy as np
 import torch
 from PIL import Image
 
+from dmae_fast.certification.procedure import CERTIFY, PREDICT, ProcedureSpec
+
 # the file decoder's rules (bit depths, modes), shared
 from dmae_fast.data import decoded_image_tensor
 from dmae_fast.errors import UserError
 from dmae_fast.serve.config import Defaults, Limits
-from dmae_fast.serve.procedures import CERTIFY, PREDICT, Params
 
 JSON_TYPES = ("application/json",)
 RAW_TYPES = ("image/png", "image/jpeg", "application/x-npy", "application/octet-stream")
@@ -56,12 +57,12 @@ class PayloadError(Exception):
 
 @dataclass(frozen=True)
 class ParsedRequest:
-    params: Params
+    spec: ProcedureSpec  # what the request asks for, under the server's sigma
     images: list[torch.Tensor]  # float32 [C, H, W] in [0, 1], on the CPU
 
 
 def parse_request(kind: str, content_type: str | None, body: bytes, query: list[tuple[str, str]],
-                  shape: tuple[int, ...], limits: Limits, defaults: Defaults) -> ParsedRequest:
+                  shape: tuple[int, ...], limits: Limits, defaults: Defaults, sigma: float) -> ParsedRequest:
     """Validate one request to /v1/predict (``kind`` PREDICT) or /v1/certify (CERTIFY)."""
     media = (content_type or "").split(";")[0].strip().lower()
     if media in JSON_TYPES:
@@ -71,7 +72,7 @@ def parse_request(kind: str, content_type: str | None, body: bytes, query: list[
         unknown = sorted(set(document) - set(FIELDS[kind]))
         if unknown:
             raise PayloadError(400, f"unknown field {unknown[0]!r} for /v1/{kind} (allowed: {', '.join(FIELDS[kind])})")
-        params = _params(kind, document, defaults, limits, from_query=False)
+        spec = _spec(kind, document, defaults, limits, sigma, from_query=False)
         images = _json_images(document, shape, limits)
     elif media in RAW_TYPES:
         fields = dict(query)
@@ -81,7 +82,7 @@ def parse_request(kind: str, content_type: str | None, body: bytes, query: list[
         if unknown:
             raise PayloadError(400, f"unknown query parameter {unknown[0]!r} for /v1/{kind} "
                                f"(allowed: {', '.join(f for f in FIELDS[kind] if not f.startswith('image'))})")
-        params = _params(kind, fields, defaults, limits, from_query=True)
+        spec = _spec(kind, fields, defaults, limits, sigma, from_query=True)
         images = decode_image(body, "the body", shape, limits)
     elif not media:
         raise PayloadError(415, "missing Content-Type: send application/json, image/png, image/jpeg or "
@@ -91,11 +92,11 @@ def parse_request(kind: str, content_type: str | None, body: bytes, query: list[
                            "image/jpeg or application/x-npy")
     if len(images) > limits.max_images:
         raise PayloadError(413, f"{len(images)} images in one request; the limit is {limits.max_images}")
-    samples = len(images) * (params.n + (params.n0 or 0))
+    samples = len(images) * (spec.n + (spec.n0 or 0))
     if samples > limits.max_request_samples:
         raise PayloadError(413, f"the request needs {samples:,} noisy samples; the limit is "
                            f"{limits.max_request_samples:,} per request (fewer images or a smaller n)")
-    return ParsedRequest(params, images)
+    return ParsedRequest(spec, images)
 
 
 # --------------------------------------------------------------------------- parameters
@@ -126,14 +127,15 @@ def _json_object(body: bytes) -> dict:
     return document
 
 
-def _params(kind: str, fields: Mapping, defaults: Defaults, limits: Limits, from_query: bool) -> Params:
+def _spec(kind: str, fields: Mapping, defaults: Defaults, limits: Limits, sigma: float,
+          from_query: bool) -> ProcedureSpec:
     n = _integer(fields, "n", defaults.n, 1, limits.max_n, from_query)
     alpha = _alpha(fields, defaults.alpha, limits, from_query)
     if kind == PREDICT:
-        return Params(PREDICT, n, alpha)
+        return ProcedureSpec(PREDICT, n, alpha, sigma)
     n0 = _integer(fields, "n0", defaults.n0, 1, limits.max_n0, from_query)
     sequential = _boolean(fields, "sequential", from_query)
-    return Params(CERTIFY, n, alpha, n0, sequential)
+    return ProcedureSpec(CERTIFY, n, alpha, sigma, n0, sequential)
 
 
 def _integer(fields: Mapping, name: str, default: int, low: int, high: int, from_query: bool) -> int:

@@ -15,11 +15,11 @@ import numpy as np
 import torch
 
 from dmae_fast.certification.bodies import BodyOptions, batch_body
+from dmae_fast.certification.procedure import CERTIFY, PREDICT, Procedure, ProcedureSpec
 from dmae_fast.certification.stream import SamplingPlan, StreamingCertifier
 from dmae_fast.engines.base import Engine
 from dmae_fast.errors import UserError
 from dmae_fast.noise import Phase
-from dmae_fast.serve.procedures import sequential_certifier
 from dmae_fast.serve.service import input_sha256
 
 
@@ -32,17 +32,31 @@ def plan_of(receipt: dict) -> SamplingPlan:
         raise UserError(f"not a dmae-serve receipt (phases, sizes, looks): {error}") from None
 
 
+def procedure_of(receipt: dict) -> Procedure:
+    """The procedure a receipt records (the server's: sequential CERTIFY with the library's defaults);
+    its plan must be the one the receipt names."""
+    plan = plan_of(receipt)
+    try:
+        kind = PREDICT if receipt["procedure"] == PREDICT else CERTIFY
+        n0 = None if kind == PREDICT else int(receipt["n0"])
+        spec = ProcedureSpec(kind, int(receipt["n"]), float(receipt["alpha"]), float(receipt["sigma"]), n0,
+                             sequential=bool(plan.looks))
+    except (KeyError, TypeError, ValueError) as error:
+        raise UserError(f"not a dmae-serve receipt (procedure, n0, n, alpha, sigma): {error}") from None
+    procedure = Procedure(spec)
+    if procedure.plan != plan:
+        raise UserError(f"the receipt's plan {plan} is not what its procedure {procedure.name} samples")
+    return procedure
+
+
 def replay_counts(receipt: dict, index: int, image: torch.Tensor, engine: Engine, batch: int = 1000,
                   noise: str = "compiled", fast: bool = False) -> np.ndarray:
-    """The class counts [phases, classes] of image ``index`` under the receipt's seed and plan, offline."""
-    plan = plan_of(receipt)
-    sigma, seed = float(receipt["sigma"]), int(receipt["seed"])
-    decide = None
-    if plan.looks:  # sequential CERTIFY: the same looks and stopping rule
-        decide = sequential_certifier(int(receipt["n0"]), int(receipt["n"]), float(receipt["alpha"]), sigma).decide
+    """The class counts [phases, classes] of image ``index`` under the receipt's seed and procedure, offline."""
+    procedure, seed = procedure_of(receipt), int(receipt["seed"])
+    sigma = procedure.spec.sigma
     body = batch_body(engine, sigma, seed, batch, BodyOptions(fast=fast, noise=noise))
-    streamer = StreamingCertifier(engine, plan, sigma, seed, batch, body)
-    (done,) = streamer.run([(index, image, 0)], decide)
+    streamer = StreamingCertifier(engine, procedure.plan, sigma, seed, batch, body)
+    (done,) = streamer.run([(index, image, 0)], procedure.decide)
     return done.counts
 
 

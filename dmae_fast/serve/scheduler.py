@@ -1,22 +1,19 @@
-"""Continuous batching: one thread packs the noisy samples of every in-flight request into full batches.
+"""Continuous batching: the server's device thread drives the one scheduler from a request queue.
 
-This is :class:`~dmae_fast.certification.stream.StreamingCertifier`'s schedule fed by a queue
-instead of a dataset, driving the same batch bodies (``allocate/load/run``): rows
-(slot, image index, phase, sample) of many images, oldest image first, are cut into batches of
-``batch`` rows; the counts stay on the device and are copied off when an image's stage ends.
-Two things differ, and are why the server has its own loop rather than a flag on the streamer:
+:class:`~dmae_fast.certification.scheduler.SlotScheduler` packs the rows of every in-flight image
+into full batches, as the offline streamer does; this thread adds what a server needs around it:
 
-* **plans per image**, not per run: each request brings its own n0, n and procedure, so the
-  counts buffer holds all three phases (selection, estimation, prediction; a row's phase
-  position is its :class:`~dmae_fast.noise.Phase` value) and each image walks its own plan;
-  a PREDICT and a CERTIFY request share a batch;
+* **admission**: each request's images become :class:`~dmae_fast.certification.scheduler.Job` objects
+  with their own plan (PREDICT and CERTIFY images share batches), a bounded queue, and an
+  image index per image (the noise key; see :meth:`Scheduler.submit`);
 * **a clock**: when fewer than ``batch`` rows are waiting, the loop waits for more requests
-  until the oldest waiting row is ``max_wait_s`` old, then runs the partial batch.
+  until the oldest waiting row is ``max_wait_s`` old, then runs the partial batch;
+* **cancellation and failure**: a timed-out request's images free their slots at once; a failed
+  batch fails the images on the device and the server keeps serving.
 
 The noise is the contract's pure function of (seed, image index, phase, sample), so an image's
 counts are the same as the offline streamer's for the same seed and index, whatever else
-shared its batches (tested). Images stopped early (sequential CERTIFY) or cancelled (timed-out
-requests) free their slot at once and the next batch is filled from the queue.
+shared its batches (tested).
 """
 
 from __future__ import annotations
@@ -29,20 +26,11 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
-from dmae_fast.certification.core import finite_counts
-from dmae_fast.certification.stream import (
-    BatchBody,
-    Decide,
-    SamplingPlan,
-    batch_rows,
-    counts_to_host,
-)
+from dmae_fast.certification.scheduler import BatchBody, Job, SlotScheduler
 from dmae_fast.noise import MASK32, Phase
 
-PHASES = (Phase.SELECTION, Phase.ESTIMATION, Phase.PREDICTION)  # position in the counts buffer = value
 Done = Callable[[object], None]  # called once with the image's counts [phases, classes] or an exception
 
 
@@ -56,45 +44,6 @@ class Closed(Exception):
 
 class IndicesExhausted(Exception):
     """Consecutive indices only: the noise contract's image indices [0, 2**32) are used up for this seed."""
-
-
-class Job:
-    """One image of a request: its plan, its progress, where its answer goes."""
-
-    __slots__ = ("image", "plan", "decide", "done", "index", "row", "stage", "slot", "since", "cancelled",
-                 "queued", "_starts", "_positions")
-
-    def __init__(self, image: torch.Tensor, plan: SamplingPlan, decide: Decide | None, done: Done) -> None:
-        self.image, self.plan, self.decide, self.done = image, plan, decide, done
-        self.index = -1  # assigned on admission
-        self.row = self.stage = 0
-        self.slot: int | None = None
-        self.since = 0.0  # when its next rows became runnable (time.monotonic)
-        self.cancelled = False
-        self.queued = False  # counted against the queue bound (under the scheduler's lock)
-        self._starts = np.cumsum((0,) + plan.sizes)
-        self._positions = [int(phase) for phase in plan.phases]
-
-    @property
-    def stage_end(self) -> int:
-        return self.plan.stage_ends[self.stage]
-
-    @property
-    def final(self) -> bool:
-        return self.stage == len(self.plan.stage_ends) - 1
-
-    def segments(self, take: int) -> list[tuple[int, int, int, int, int]]:
-        """(slot, index, phase position, first sample, count) for rows [row, row + take), split at phases."""
-        out = []
-        for position, start, end in zip(self._positions, self._starts[:-1], self._starts[1:]):
-            lo, hi = max(self.row, start), min(self.row + take, end)
-            if lo < hi:
-                out.append((self.slot, self.index, position, int(lo - start), int(hi - lo)))
-        return out
-
-    def counts(self, slot_counts: np.ndarray) -> np.ndarray:
-        """This image's rows of a slot's counts [3 phases, classes + 1], in plan order."""
-        return slot_counts[self._positions]
 
 
 @dataclass(frozen=True)
@@ -121,9 +70,7 @@ class Scheduler:
         self._next_index = first_index
         self._closing = self._abort = False
         self._pending: deque[Job] = deque()  # admitted, not on the device yet (loop thread only from here on)
-        self._ready: deque[Job] = deque()  # on the device with rows to issue in their current stage
-        self._waiting: deque[tuple[list[Job], torch.Tensor, torch.cuda.Event | None]] = deque()
-        self._free: deque[int] = deque(range(num_slots))
+        self._slots = SlotScheduler(body, device, batch, num_slots)  # the loop thread's
         self._started = threading.Event()
         self._startup_error: BaseException | None = None
         self._thread = threading.Thread(target=self._main, name="dmae-serve-scheduler", daemon=True)
@@ -188,7 +135,7 @@ class Scheduler:
 
     def stats(self) -> SchedulerStats:
         with self._cond:
-            return SchedulerStats(self._admitted, self.num_slots - len(self._free), self._next_index)
+            return SchedulerStats(self._admitted, self.num_slots - len(self._slots.free), self._next_index)
 
     @property
     def alive(self) -> bool:
@@ -210,8 +157,7 @@ class Scheduler:
 
     def _main(self) -> None:
         try:
-            phase_ids = torch.tensor([int(p) for p in PHASES], device=self.device)
-            self._counts = self.body.allocate(self.num_slots, phase_ids)
+            self._slots.allocate()
             self._warm_up()
         except BaseException as error:  # reported by start() in the caller's thread
             self._startup_error = error
@@ -234,7 +180,7 @@ class Scheduler:
         zeros = torch.zeros_like(rows)
         self.body.load(0, torch.zeros(self.image_shape, device=self.device))
         self.body.run(zeros, zeros, zeros + int(Phase.PREDICTION), rows)
-        self._counts.zero_()
+        self._slots.counts.zero_()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
@@ -251,13 +197,13 @@ class Scheduler:
         self._resolve(wait=False)
         rows, oldest = self._runnable()
         if rows == 0:
-            if self._waiting:
+            if self._slots.waiting:
                 self._resolve(wait=True)
                 return True
             with self._cond:
                 if self._inbox or self._abort:
                     return True
-                if self._closing and not self._pending and not self._ready:
+                if self._closing and not self._pending and not self._slots.ready:
                     return False
                 self._cond.wait(None if not self._pending else 0.05)
             return True
@@ -274,7 +220,7 @@ class Scheduler:
     def _runnable(self) -> tuple[int, float]:
         """Rows the next batch could take now, and when the oldest of them became runnable."""
         rows, oldest = 0, float("inf")
-        for job in itertools.chain(self._ready, itertools.islice(self._pending, len(self._free))):
+        for job in itertools.chain(self._slots.ready, itertools.islice(self._pending, len(self._slots.free))):
             rows += job.stage_end - job.row
             oldest = min(oldest, job.since)
             if rows >= self.batch:
@@ -282,83 +228,24 @@ class Scheduler:
         return rows, oldest
 
     def _run_one_batch(self) -> None:
-        segments: list[tuple[int, int, int, int, int]] = []
-        reached: list[Job] = []  # images whose stage ends in this batch
-        room = self.batch
-        while room:
-            if not self._ready:
-                if not (self._pending and self._free):
-                    break
-                self._load(self._pending.popleft())
-                continue
-            job = self._ready[0]
-            take = min(room, job.stage_end - job.row)
-            segments += job.segments(take)
-            job.row += take
-            room -= take
-            if job.row == job.stage_end:
-                reached.append(self._ready.popleft())
+        segments, reached = self._slots.pack(lambda: self._pending.popleft() if self._pending else None, block=False)
         if not segments:
             return
         start = time.perf_counter()
         try:
-            self._issue(segments)
+            self._slots.issue(segments)
         except Exception as error:  # the classifier failed: fail this batch's images, keep serving
             self._fail_on_device(RuntimeError(f"the classifier failed: {type(error).__name__}: {error}"), reached)
             return
-        self._snapshot(reached)
+        self._slots.snapshot(reached)
         self._resolve(wait=False)
-        self.on_batch(self.batch - room, time.perf_counter() - start)
-
-    def _load(self, job: Job) -> None:
-        job.slot = self._free.popleft()
-        self.body.load(job.slot, job.image)
-        self._ready.append(job)
-
-    def _issue(self, segments: list[tuple[int, int, int, int, int]]) -> None:
-        """Hand one batch's rows (slot, image index, phase position, sample) to the body."""
-        self.body.run(*batch_rows(segments, self.device))
-
-    def _snapshot(self, reached: list[Job]) -> None:
-        """Copy the counts of images at a stage end off the device (asynchronously on CUDA);
-        images at their final stage free their slot at once (zeroed in stream order after the copy)."""
-        if not reached:
-            return
-        snapshot, event = counts_to_host(self._counts, [job.slot for job in reached])
-        self._release([job for job in reached if job.final])
-        self._waiting.append((reached, snapshot, event))
-
-    def _release(self, jobs: list[Job]) -> None:
-        slots = [job.slot for job in jobs if job.slot is not None]
-        if slots:
-            self._counts[torch.tensor(slots, device=self.device)] = 0
-            self._free.extend(slots)
-        for job in jobs:
-            job.slot = None
+        self.on_batch(sum(segment[4] for segment in segments), time.perf_counter() - start)
 
     def _resolve(self, wait: bool) -> None:
-        """Act on snapshots that reached the host: answer finished images, schedule the next stage of others."""
-        while self._waiting and (wait or self._waiting[0][2] is None or self._waiting[0][2].query()):
-            reached, host, event = self._waiting.popleft()
-            if event is not None:
-                event.synchronize()
-            finished, stopped = [], []
-            for job, slot_counts in zip(reached, host.numpy()):
-                try:
-                    counts = None if job.cancelled else finite_counts(job.index, job.counts(slot_counts))
-                    done = counts is None or job.final or job.decide(job.index, counts, job.stage)
-                except Exception as error:  # noqa: BLE001 (non-finite logits: this image only)
-                    counts, done = error, True
-                if not done:
-                    job.stage += 1
-                    job.since = time.monotonic()
-                    self._ready.append(job)
-                    continue
-                if not job.final:
-                    stopped.append(job)
-                finished.append((job, counts))
-            self._release(stopped)
-            self._finish(finished)
+        """Answer the images whose snapshots say they are done (the others continue on the device)."""
+        self._slots.resolve(wait)
+        finished, self._slots.finished = self._slots.finished, []
+        self._finish(finished)
 
     def _finish(self, finished: list[tuple[Job, object]]) -> None:
         for job, result in finished:
@@ -371,33 +258,24 @@ class Scheduler:
 
     def _drop_cancelled(self) -> None:
         """Forget cancelled images that are queued or have rows left (their slot is freed at once)."""
-        dropped = [job for job in self._pending if job.cancelled]
-        if dropped:
+        if any(job.cancelled for job in self._pending):
             self._pending = deque(job for job in self._pending if not job.cancelled)
-        on_device = [job for job in self._ready if job.cancelled]
-        if on_device:
-            self._ready = deque(job for job in self._ready if not job.cancelled)
-            self._release(on_device)
+        self._slots.drop_cancelled()
 
     def _fail_on_device(self, error: BaseException, reached: list[Job]) -> None:
         """A batch failed: every image on the device gets ``error``; the counts and slots are reset."""
-        jobs = list(self._ready) + reached + [job for batch, _, _ in self._waiting for job in batch]
-        self._ready.clear()
-        self._waiting.clear()
-        self._counts.zero_()
-        self._free = deque(range(self.num_slots))
-        for job in jobs:
-            job.slot = None
+        jobs = self._slots.reset() + reached
         self._finish([(job, error) for job in jobs])
 
     def _fail_everything(self, error: BaseException) -> None:
         with self._cond:
             self._pending.extend(self._inbox)
             self._inbox.clear()
-        jobs = list(self._pending) + list(self._ready) + [job for batch, _, _ in self._waiting for job in batch]
+        jobs = list(self._pending) + list(self._slots.ready) + [job for batch, _, _ in self._slots.waiting
+                                                                 for job in batch]
         self._pending.clear()
-        self._ready.clear()
-        self._waiting.clear()
+        self._slots.ready.clear()
+        self._slots.waiting.clear()
         for job in jobs:
             if not job.cancelled:
                 _call(job.done, error)

@@ -19,7 +19,10 @@ import torch
 
 from dmae_fast import __version__
 from dmae_fast.certification.bodies import BodyOptions, batch_body
+from dmae_fast.certification.core import ABSTAIN, Certificate
 from dmae_fast.certification.host import device_name
+from dmae_fast.certification.procedure import Procedure
+from dmae_fast.certification.scheduler import Job
 from dmae_fast.engines import EngineOptions, open_engine
 from dmae_fast.engines.sidecar import KIND_BY_SUFFIX, read_sidecar
 from dmae_fast.errors import UserError
@@ -28,8 +31,7 @@ from dmae_fast.model.config import parse_normalization
 from dmae_fast.serve.config import ServeConfig
 from dmae_fast.serve.metrics import Metrics
 from dmae_fast.serve.payloads import ParsedRequest
-from dmae_fast.serve.procedures import Procedure
-from dmae_fast.serve.scheduler import Job, Scheduler, default_slots
+from dmae_fast.serve.scheduler import Scheduler, default_slots
 
 MAX_TOKEN_BYTES = 4096
 
@@ -128,7 +130,7 @@ class Service:
 
     async def answer(self, request: ParsedRequest) -> dict:
         """Run one request through the scheduler; its JSON answer (raises QueueFull, Closed, RequestTimeout...)."""
-        procedure = Procedure(request.params, self.sigma)
+        procedure = Procedure(request.spec)
         plan, decide = procedure.plan, procedure.decide
         loop = asyncio.get_running_loop()
         futures = [loop.create_future() for _ in request.images]
@@ -147,11 +149,28 @@ class Service:
             self.scheduler.cancel(jobs)
             raise
         names = self.engine.spec.class_names
-        results = [{"index": job.index, "input_sha256": input_sha256(job.image), **procedure.answer(c, names)}
+        results = [{"index": job.index, "input_sha256": input_sha256(job.image), **json_result(procedure, c, names)}
                    for job, c in zip(jobs, counts)]
-        self.metrics.images.labels(procedure.params.kind).inc(len(results))
+        self.metrics.images.labels(procedure.kind).inc(len(results))
         receipt = {**self.receipt_base(), **procedure.receipt(), "indices": [job.index for job in jobs]}
         return {"procedure": procedure.name, "results": results, "receipt": receipt}
+
+
+def json_result(procedure: Procedure, counts: np.ndarray, class_names: tuple[str, ...] | None) -> dict:
+    """One image's JSON answer: its counts per phase and its procedure's result, rendered."""
+    out = {"counts": {phase.name.lower(): row.tolist() for phase, row in zip(procedure.plan.phases, counts)}}
+    result = procedure.result(counts)
+    if isinstance(result, Certificate):
+        out.update(prediction=result.prediction, radius=result.radius, n0=result.n0, n=result.n, n_a=result.n_a,
+                   p_a_lower=result.p_a_lower)
+        if procedure.sequential is not None:
+            out["level"] = procedure.level
+    else:
+        out.update(prediction=result.prediction, n=result.n, count1=result.count1, count2=result.count2,
+                   pvalue=result.pvalue)
+    out["abstain"] = out["prediction"] == ABSTAIN
+    out["class_name"] = None if out["abstain"] or class_names is None else class_names[out["prediction"]]
+    return out
 
 
 def _retrieved(future: asyncio.Future) -> None:

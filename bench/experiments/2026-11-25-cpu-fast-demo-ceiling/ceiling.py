@@ -22,7 +22,7 @@ import onnxruntime as ort
 import torch
 
 from dmae_fast.bench.reference_loops import COHEN
-from dmae_fast.certification.cpu_batches import onnx_bytes
+from dmae_fast.engines.cpu_runtimes import onnx_bytes
 from dmae_fast.checkpoints import load_classifier
 from dmae_fast.data import demo_digits
 from dmae_fast.demo import DEMO_CHECKPOINT

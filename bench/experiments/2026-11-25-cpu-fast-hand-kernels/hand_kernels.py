@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch.utils.cpp_extension import load_inline
 
 from dmae_fast.bench.reference_loops import COHEN
-from dmae_fast.certification.cpu_batches import OrtChunks, onnx_bytes
+from dmae_fast.engines.cpu_runtimes import OrtChunks, onnx_bytes
 from dmae_fast.checkpoints import load_classifier
 from dmae_fast.data import demo_digits
 from dmae_fast.demo import DEMO_CHECKPOINT

@@ -21,7 +21,7 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-from dmae_fast.certification.cpu_batches import OrtChunks, onnx_bytes
+from dmae_fast.engines.cpu_runtimes import OrtChunks, onnx_bytes
 from dmae_fast.checkpoints import load_classifier
 from dmae_fast.demo import DEMO_CHECKPOINT
 from dmae_fast.memory import keep_freed_memory

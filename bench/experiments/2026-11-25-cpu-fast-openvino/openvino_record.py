@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from dmae_fast.certification.bodies import BodyOptions, batch_body
-from dmae_fast.certification.cpu_batches import onnx_bytes
+from dmae_fast.engines.cpu_runtimes import onnx_bytes
 from dmae_fast.certification.stream import SamplingPlan, StreamingCertifier
 from dmae_fast.checkpoints import load_classifier
 from dmae_fast.data import demo_digits

@@ -18,7 +18,7 @@ def measure(workers: int, pin: bool) -> str:
     import numpy as np
     import openvino as ov
 
-    from dmae_fast.certification.cpu_batches import onnx_bytes
+    from dmae_fast.engines.cpu_runtimes import onnx_bytes
     from dmae_fast.checkpoints import load_classifier
     from dmae_fast.demo import DEMO_CHECKPOINT
 

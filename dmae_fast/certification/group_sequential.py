@@ -1,0 +1,327 @@
+"""Group-sequential CERTIFY on a grid of radii, calibrated exactly by dynamic programming.
+
+After n0 selection samples pick the guess cA, estimation samples are drawn up to the cap n and
+the procedure may stop at pre-planned looks L_1 < ... < L_K = n (cumulative estimation counts,
+fixed before any sample is seen). It certifies *grid* radii only: levels j = 0 ("certified at
+all", threshold t_0 = 1/2) and each radius r_j of the grid (t_j = Phi(r_j / sigma)), with the
+hypotheses H_j: p <= t_j, where p = P(f(x + eta) = cA). Level j is rejected at look k when the
+number of failures (votes for another class) F_k = L_k - nA_k is at most d[j, k] (equivalently
+nA_k >= L_k - d[j, k]); the certificate is the largest grid radius r_J whose level and every level
+below it are rejected at the look where the image stops.
+
+What is proven. Condition on the selection draw (independent of the estimation samples), so cA and
+p are fixed and F_1 <= F_2 <= ... are the failure counts of one Bernoulli(1 - p) sequence.
+
+1. Exact calibration. For each level j, d[j, :] is chosen look by look by dynamic programming over
+   the binomial paths: the distribution of F_k at t_j restricted to the paths not rejected before
+   look k, so that P_{t_j}(F_k <= d[j, k] for some k) <= alpha, exactly (up to floating-point
+   rounding, kept below a relative 1e-6 margin; the tail mass the DP truncates is counted as
+   rejected). A power alpha-spending function decides how much goes to early looks: the cumulative
+   rejection probability through look k is at most alpha * (L_k / cap) ** rho; integer boundaries
+   spend at most what is planned, the rest carries forward, and the last look gets all of alpha.
+   Each level takes the most aggressive rho of a fixed ladder whose last boundary still rejects
+   every failure count whose fixed-n Clopper-Pearson bound at alpha reaches Phi(r_j / sigma +
+   final_shift) (the least aggressive if none does), so that early looks do not cost a discrete
+   step at the cap (e.g. 3 failures in 10,000 at 3 sigma). The boundaries depend on the
+   configuration only, never on data.
+2. Monotonicity in p. Coupling the sequences at p' < p (a failure at p is a failure at p'), F_k at
+   p' is at least F_k at p, so every path that crosses at p' crosses at p: P_p'(reject H_j) <=
+   P_{t_j}(reject H_j) <= alpha for every p' <= t_j, and the DP bound at t_j is the worst case.
+3. Fixed-sequence testing over nested hypotheses. H_0 ⊂ H_1 ⊂ ... (t_j increases), so if p <= t_J
+   the first true hypothesis j* = min{j: p <= t_j} is <= J. Claiming radius r_J requires rejecting
+   every level up to J at the stopping look tau, hence H_j*, hence (whatever tau is: targets,
+   futility, the cap) F_k <= d[j*, k] for some k, which has probability <= alpha by 1-2. Each level
+   is tested at the full alpha; no Bonferroni over radii or looks. Boundaries are made monotone
+   (d[j, k] <= d[j - 1, k]), so the rejected levels at a look are always 0 .. J.
+4. Claim. With probability >= 1 - alpha, p > t_J: then g(x) = cA and g is constant within
+   sigma * Phi^-1(p) > r_J (Cohen et al.). The certificate reports radius r_J exactly and
+   pA_lower = t_J (1/2 for "certified at all"), a valid (1 - alpha) lower bound on p; abstentions
+   report pA_lower = 0 (nothing is proven).
+5. Futility costs no alpha: it only stops an image (it never rejects a level), and any stopping
+   rule is covered by 3. With ``lower_cap``, the levels below the top reachable one are tested up
+   to lower_cap only and an image continues past lower_cap only if they are all rejected there,
+   so a certificate past lower_cap (the top level or the one below) still rests on 1-3.
+
+Why "Clopper-Pearson at alpha at every look" is not valid: each bound alone errs with probability
+alpha, but stopping at the first look whose bound certifies errs when ANY of the K bounds overshoots
+p, with probability up to about K * alpha (tests/test_group_sequential.py measures it above alpha).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.signal import fftconvolve
+from scipy.stats import binom, norm
+
+from dmae_fast.certification.bounds import lower_confidence_bound
+from dmae_fast.certification.choices import FUTILITY_MODES, PAPER_RADII
+from dmae_fast.certification.core import ABSTAIN, Certificate
+from dmae_fast.certification.sequential import LookStopping, upper_bounds
+from dmae_fast.errors import UserError
+
+PROCEDURE = "group-sequential-exact"
+STEP, DENSE, GROWTH = 100, 2_000, 1.1  # default looks: every STEP samples up to DENSE, then x GROWTH
+SPENDING = (0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0)  # spending exponents rho tried in order (see boundary_table)
+FINAL_SHIFT = 0.01  # a level's last bound may sit this far (in radius / sigma) beyond fixed-n CP at alpha
+MARGIN = 1e-6  # relative margin under alpha against floating-point rounding in the DP
+TAIL = 1e-40  # probability mass the DP may truncate per step (counted as rejected)
+DIRECT = 64  # convolve directly below this length, by FFT above
+
+
+def default_looks(n: int) -> tuple[int, ...]:
+    """Every STEP estimation samples up to DENSE, then growing by GROWTH (multiples of STEP), then n."""
+    looks, look = [], STEP
+    while look < n:
+        looks.append(look)
+        look = look + STEP if look < DENSE else STEP * math.ceil(look * GROWTH / STEP)
+    return (*looks, n)
+
+
+@dataclass(frozen=True)
+class GroupSequentialConfig:
+    """Parameters of group-sequential CERTIFY; ``looks=None`` means :meth:`resolved_looks`.
+
+    ``n`` is the cap. ``spending``: the exponents rho tried for each level, most aggressive first;
+    ``final_shift``: how far (radius / sigma) beyond fixed-n Clopper-Pearson a level's last boundary
+    may sit (see :func:`boundary_table`; ``spending=(3.0,)`` fixes rho). ``lower_cap`` (optional, a
+    look) caps every level below the top reachable one: images short of the level below the top stop
+    there. ``futility`` (it never certifies, so it costs no alpha): "none"; "deterministic" (stop when
+    even all remaining votes for cA cannot reach the next level's last boundary); "upper" (also stop
+    when the (1 - futility_alpha) Clopper-Pearson upper bound on p is below the rate of cA votes that
+    the next level's last boundary needs).
+    """
+
+    n0: int
+    n: int
+    alpha: float
+    sigma: float
+    radii: tuple[float, ...] = PAPER_RADII
+    looks: tuple[int, ...] | None = None
+    spending: tuple[float, ...] = SPENDING
+    final_shift: float = FINAL_SHIFT
+    futility: str = "upper"
+    futility_alpha: float = 0.01
+    lower_cap: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.n0 < 1 or self.n < 1:
+            raise UserError(f"n0 and n must be >= 1 (got n0={self.n0}, n={self.n})")
+        if not 0 < self.alpha < 1:
+            raise UserError(f"alpha must be in (0, 1), got {self.alpha}")
+        if not (self.sigma > 0 and math.isfinite(self.sigma)):
+            raise UserError(f"sigma must be positive and finite, got {self.sigma}")
+        if not self.radii or not all(math.isfinite(r) and r >= 0 for r in self.radii):
+            raise UserError(f"radii must be a non-empty tuple of finite radii >= 0, got {self.radii}")
+        if not self.spending or not all(rho > 0 and math.isfinite(rho) for rho in self.spending):
+            raise UserError(f"spending must be a non-empty tuple of positive, finite exponents, got {self.spending}")
+        if not (self.final_shift >= 0 and math.isfinite(self.final_shift)):
+            raise UserError(f"final_shift must be finite and >= 0, got {self.final_shift}")
+        if self.futility not in FUTILITY_MODES:
+            raise UserError(f"futility must be one of {FUTILITY_MODES}, got {self.futility!r}")
+        if not 0 < self.futility_alpha < 1:
+            raise UserError(f"futility_alpha must be in (0, 1), got {self.futility_alpha}")
+        looks = self.resolved_looks()
+        if looks[0] < 1 or any(b <= a for a, b in itertools.pairwise(looks)) or looks[-1] != self.n:
+            raise UserError(f"looks must be positive, strictly increasing and end at n={self.n}, got {looks}")
+        if self.lower_cap is not None and (self.lower_cap not in looks or self.lower_cap == self.n):
+            raise UserError(f"lower_cap must be one of the looks below n={self.n}, got {self.lower_cap}")
+
+    def resolved_looks(self) -> tuple[int, ...]:
+        """``looks``, or :func:`default_looks` (with ``lower_cap`` added)."""
+        if self.looks:
+            return self.looks
+        return tuple(sorted(set(default_looks(self.n)) | ({self.lower_cap} if self.lower_cap else set())))
+
+
+def _increment(m: int, q: float) -> tuple[int, np.ndarray, float]:
+    """Failures among m new samples at failure probability q: (first value, pmf window, mass outside)."""
+    spread = 40 * math.sqrt(m * q * (1 - q)) + 40
+    lo, hi = max(0, math.floor(m * q - spread)), min(m, math.ceil(m * q + spread))
+    pmf = binom.pmf(np.arange(lo, hi + 1), m, q)
+    outside = (binom.cdf(lo - 1, m, q) if lo > 0 else 0.0) + binom.sf(hi, m, q)
+    return lo, pmf, float(outside)
+
+
+def _convolve(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if min(a.size, b.size) < DIRECT:
+        return np.convolve(a, b)
+    return np.maximum(fftconvolve(a, b), 0.0)
+
+
+def _dp(looks: tuple[int, ...], q: float, bounds: np.ndarray | None = None, targets: np.ndarray | None = None,
+        ceiling: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, float]:
+    """The exact DP over failure counts at failure probability q.
+
+    Either evaluates given failure bounds, or (``targets``: cumulative rejection probability allowed
+    through each look; ``ceiling``: largest bound allowed) picks at each look the largest bound whose
+    cumulative rejection probability, plus the truncated mass, stays within the target.
+    Returns (bounds, rejection probability at each look, truncated mass).
+    """
+    out = np.full(len(looks), -1, dtype=np.int64)
+    rejected = np.zeros(len(looks))
+    start, alive, truncated, prev = 0, np.ones(1), 0.0, 0  # alive[i]: P(F = start + i, not rejected)
+    for k, look in enumerate(looks):
+        lo, pmf, outside = _increment(look - prev, q)
+        prev, truncated = look, truncated + outside
+        alive, start = _convolve(alive, pmf), start + lo
+        end = int(binom.isf(TAIL, look, q)) + 1 - start  # beyond: mass <= TAIL even unconditionally
+        if end < alive.size:
+            alive, truncated = alive[:max(end, 0)], truncated + TAIL
+        mass = np.cumsum(alive)
+        if bounds is not None:
+            d = int(bounds[k])
+        else:
+            budget = targets[k] - rejected.sum() - truncated
+            d = start + int(np.searchsorted(mass, budget, side="right")) - 1
+            d = min(d, int(ceiling[k]), look)
+        i = min(d - start, alive.size - 1)
+        if i >= 0:
+            rejected[k] = mass[i]
+            alive, start = alive[i + 1:], start + i + 1
+        out[k] = d
+        if not alive.size:
+            alive, start = np.zeros(1), look + 1
+    return out, rejected, truncated
+
+
+def crossing_probabilities(looks: tuple[int, ...], failure_bounds: np.ndarray, q: float) -> np.ndarray:
+    """P(first rejection at look k) for each k when each vote is for another class than cA with
+    probability q = 1 - p (exact DP); a rejection at look k is F_k <= failure_bounds[k] (-1: none)."""
+    return _dp(tuple(looks), q, bounds=np.asarray(failure_bounds))[1]
+
+
+def fixed_n_failures(n: int, alpha: float, z: float) -> int:
+    """The most failures in n samples whose fixed-n Clopper-Pearson bound at alpha is >= Phi(z) (-1: none)."""
+    lo, hi = -1, n + 1  # lower_confidence_bound(n - F, n) >= Phi(z) holds for F <= lo, fails for F >= hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        ok = mid < n and lower_confidence_bound(n - mid, n, alpha) >= norm.cdf(z)
+        lo, hi = (mid, hi) if ok else (lo, mid)
+    return lo
+
+
+@functools.lru_cache(maxsize=64)
+def boundary_table(looks: tuple[int, ...], z: tuple[float, ...], alpha: float, caps: tuple[int, ...],
+                   spending: tuple[float, ...], final_shift: float) -> tuple[np.ndarray, np.ndarray]:
+    """Failure bounds d[j, k] of every level j (threshold Phi(z[j]), z increasing; caps[j] its last
+    look; -1 where it cannot be rejected), calibrated by the exact DP at alpha, and each level's
+    spending exponent rho: the first of ``spending`` whose last bound is at least fixed-n
+    Clopper-Pearson's at threshold Phi(z[j] + final_shift) (the last one if none is), with
+    alpha * (L_k / cap) ** rho spent by look k. Cached per configuration."""
+    looks_array = np.array(looks)
+    table = np.full((len(z), len(looks)), -1, dtype=np.int64)
+    rhos = np.full(len(z), np.nan)
+    ceiling = looks_array  # monotone in j: no level is rejected where the one below is not
+    for j, (zj, cap) in enumerate(zip(z, caps)):
+        k_end, q = looks.index(cap) + 1, float(norm.sf(zj))
+        if cap * math.log1p(-q) <= math.log(alpha):  # else not even cap votes out of cap for cA reject H_j
+            wanted = fixed_n_failures(cap, alpha, zj + final_shift)
+            for rho in spending:
+                targets = alpha * (1 - MARGIN) * (looks_array[:k_end] / cap) ** rho
+                table[j, :k_end] = _dp(looks[:k_end], q, targets=targets, ceiling=ceiling[:k_end])[0]
+                rhos[j] = rho
+                if table[j, k_end - 1] >= wanted:
+                    break
+        ceiling = np.concatenate([table[j, :k_end], looks_array[k_end:]])
+    table.setflags(write=False)
+    rhos.setflags(write=False)
+    return table, rhos
+
+
+def _min_votes(n: int, alpha: float, rates: np.ndarray) -> np.ndarray:
+    """The fewest votes for cA in n whose (1 - alpha) Clopper-Pearson upper bound on p reaches each
+    rate (n + 1 if none do), by bisection: the bound increases with the votes."""
+    lo, hi = np.full(rates.shape, -1), np.full(rates.shape, n + 1)
+    while np.any(active := hi - lo > 1):
+        mid = (lo + hi) // 2
+        ok = upper_bounds(np.clip(mid, 0, n), n, alpha) >= rates
+        hi, lo = np.where(active & ok, mid, hi), np.where(active & ~ok, mid, lo)
+    return hi
+
+
+class GroupSequentialCertifier(LookStopping):
+    """Stopping decisions and certificates of group-sequential CERTIFY for one configuration.
+
+    ``failures[j, k]``: the most failures (votes for other classes) at look k that reject level j
+    (level 0: "certified at all", radius 0; level j: radius ``level_radii[j]``); -1 where none does.
+    ``target``: the top level certifiable at the cap; ``caps[j]``: level j's last look; ``rhos[j]``:
+    its spending exponent. Every decision is an integer comparison against precomputed tables.
+    """
+
+    def __init__(self, config: GroupSequentialConfig) -> None:
+        self.config = config
+        self.looks: tuple[int, ...] = config.resolved_looks()
+        self.level = config.alpha
+        self.level_radii = np.unique(np.array((0.0, *config.radii)))
+        self.thresholds = norm.cdf(self.level_radii / config.sigma)
+        z = tuple(float(v) for v in self.level_radii / config.sigma)
+        settings = (config.alpha, config.spending, config.final_shift)
+        full, self.rhos = boundary_table(self.looks, z, settings[0], (config.n,) * len(z), *settings[1:])
+        reachable = np.flatnonzero(full[:, -1] >= 0)
+        self.target = int(reachable[-1]) if reachable.size else 0
+        self.caps = np.full(len(z), config.n)
+        self.failures = full.copy()
+        if config.lower_cap is not None and self.target > 0:
+            self.caps[:self.target] = config.lower_cap
+            table, self.rhos = boundary_table(self.looks, z, settings[0], tuple(int(c) for c in self.caps),
+                                              *settings[1:])
+            beyond = np.array(self.looks) > config.lower_cap  # images here had levels < target rejected
+            self.failures = table.copy()
+            self.failures[:self.target, beyond] = np.array(self.looks)[beyond]
+        self._final = self.failures[np.arange(len(z)), [self.looks.index(c) for c in self.caps]]
+        need = 1.0 - self._final / self.caps  # the rate of cA votes that just meets a level's last bound
+        self._upper_need = np.stack([_min_votes(look, config.futility_alpha, need) for look in self.looks])
+
+    @property
+    def procedure(self) -> str:
+        """The ``procedure`` column of results made with this certifier: the name, the number of looks
+        and a digest of the failure bounds (equal names certify equal counts alike)."""
+        digest = hashlib.sha256(np.ascontiguousarray(self.failures).tobytes()).hexdigest()[:8]
+        return f"{PROCEDURE}-K{len(self.looks)}-{digest}"
+
+    @property
+    def target_radius(self) -> float:
+        """The largest grid radius certifiable at the cap (0.0: "certified at all")."""
+        return float(self.level_radii[self.target])
+
+    def levels(self, look: int, n_a: np.ndarray) -> np.ndarray:
+        """How many levels (0 .. J) n_a votes for cA reject at look ``look`` (0-based): the certified
+        level is this minus 1 (-1: abstain)."""
+        failures = self.looks[look] - np.asarray(n_a)
+        return (failures[..., None] <= self.failures[:, look]).sum(-1)
+
+    def stop(self, look: int, n_a: np.ndarray) -> np.ndarray:
+        """Whether to stop after look ``look`` (0-based), vectorized over counts n_a of cA."""
+        n_a = np.asarray(n_a)
+        if look == len(self.looks) - 1:
+            return np.ones(n_a.shape, dtype=bool)
+        reached = self.levels(look, n_a)  # the next level to reject
+        following = np.minimum(reached, self.target)
+        stop = (reached > self.target) | (self.caps[following] <= self.looks[look])
+        if self.config.futility != "none":
+            stop |= self.looks[look] - n_a > self._final[following]
+        if self.config.futility == "upper":
+            stop |= n_a < self._upper_need[look, following]
+        return stop
+
+    def certified_radius(self, look: int, n_a: np.ndarray) -> np.ndarray:
+        """The certified grid radius at look ``look`` (-1 where nothing is certified), vectorized."""
+        level = self.levels(look, n_a) - 1
+        return np.where(level >= 0, self.level_radii[np.maximum(level, 0)], -1.0)
+
+    def certify(self, selection_counts: np.ndarray, n_a: int, n_used: int) -> Certificate:
+        """The certificate after stopping with n_a votes for cA in n_used estimation samples (a look)."""
+        if n_used not in self.looks:
+            raise UserError(f"n_used={n_used} is not one of the looks {self.looks}")
+        level = int(self.levels(self.looks.index(n_used), n_a)) - 1
+        n0 = int(np.sum(selection_counts))
+        if level < 0:
+            return Certificate(ABSTAIN, 0.0, n0, n_used, int(n_a), 0.0)
+        return Certificate(int(np.argmax(selection_counts)), float(self.level_radii[level]), n0, n_used, int(n_a),
+                           float(self.thresholds[level]))

@@ -1,0 +1,49 @@
+"""What every image of a procedure is sampled with: its :class:`SamplingPlan` and the
+:data:`Decide` callback consulted at the plan's looks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from dmae_fast.noise import Phase
+
+Decide = Callable[[int, np.ndarray, int], bool]
+"""(image index, counts [phases, classes] at look k, k) -> True to stop sampling the image."""
+
+
+@dataclass(frozen=True)
+class SamplingPlan:
+    """The noisy samples every image gets: ``sizes[i]`` samples of ``phases[i]``.
+
+    ``looks`` are row offsets inside the plan (0 < look < total) after which the host
+    consults a :data:`Decide` callback that may stop the image early (sequential mode).
+    """
+
+    phases: tuple[Phase, ...]
+    sizes: tuple[int, ...]
+    looks: tuple[int, ...] = ()
+
+    @classmethod
+    def certify(cls, n0: int, n: int) -> SamplingPlan:
+        return cls((Phase.SELECTION, Phase.ESTIMATION), (n0, n))
+
+    @classmethod
+    def sequential(cls, n0: int, estimation_looks: tuple[int, ...]) -> SamplingPlan:
+        """n0 selection samples, then estimation samples up to the last look."""
+        looks = tuple(n0 + look for look in estimation_looks[:-1])
+        return cls((Phase.SELECTION, Phase.ESTIMATION), (n0, estimation_looks[-1]), looks)
+
+    @classmethod
+    def predict(cls, n: int) -> SamplingPlan:
+        return cls((Phase.PREDICTION,), (n,))
+
+    @property
+    def total(self) -> int:
+        return sum(self.sizes)
+
+    @property
+    def stage_ends(self) -> tuple[int, ...]:
+        return self.looks + (self.total,)

@@ -1,0 +1,123 @@
+"""One procedure type for PREDICT, fixed-n CERTIFY and sequential CERTIFY.
+
+A :class:`Procedure` is what a run (``dmae-certify``, one process or sharded), a request
+(``dmae-serve``) or a replay asks for: its sampling plan (the noisy samples of every image, and
+the looks where sequential CERTIFY may stop), its stopping rule, and its decision from class
+counts (:meth:`Procedure.result`: a :class:`~dmae_fast.certification.core.Prediction` or a
+:class:`~dmae_fast.certification.core.Certificate`). Result rows and JSON answers only render
+that result. The decisions themselves are the library's: :func:`~.core.predict_from_counts`,
+:func:`~.core.certify_from_counts` and :class:`~.sequential.SequentialCertifier`.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from dmae_fast.certification.bounds import max_radius
+from dmae_fast.certification.core import (
+    FIXED_N,
+    Certificate,
+    Prediction,
+    certify_from_counts,
+    predict_from_counts,
+)
+from dmae_fast.certification.plan import Decide, SamplingPlan
+from dmae_fast.certification.sequential import (
+    PAPER_RADII,
+    SequentialCertifier,
+    SequentialConfig,
+)
+from dmae_fast.resume import RowRules
+
+if TYPE_CHECKING:
+    from dmae_fast.certification.config import CertifyConfig
+
+PREDICT, CERTIFY = "predict", "certify"
+
+
+@dataclass(frozen=True)
+class ProcedureSpec:
+    """What is asked: PREDICT with ``n`` samples, or CERTIFY with ``n0`` + ``n`` (``n`` the cap
+    when ``sequential``; ``radii``, ``looks`` and ``futility`` only matter then)."""
+
+    kind: str  # PREDICT or CERTIFY
+    n: int
+    alpha: float
+    sigma: float
+    n0: int | None = None  # CERTIFY only
+    sequential: bool = False
+    radii: tuple[float, ...] = PAPER_RADII
+    looks: tuple[int, ...] | None = None
+    futility: str = "deterministic"
+
+
+@functools.lru_cache(maxsize=64)
+def sequential_certifier(n0: int, n: int, alpha: float, sigma: float, radii: tuple[float, ...] = PAPER_RADII,
+                         looks: tuple[int, ...] | None = None, futility: str = "deterministic") -> SequentialCertifier:
+    """The sequential certifier of these settings; cached (its tables take milliseconds to build)."""
+    return SequentialCertifier(SequentialConfig(n0, n, alpha, sigma, radii, looks, futility))
+
+
+class Procedure:
+    """A :class:`ProcedureSpec` made concrete: ``name``, ``level`` (the Clopper-Pearson level of
+    the bound: alpha, or alpha / K for sequential CERTIFY), ``plan``, ``decide`` and ``result``."""
+
+    def __init__(self, spec: ProcedureSpec) -> None:
+        self.spec = spec
+        self.sequential: SequentialCertifier | None = None
+        self.decide: Decide | None = None
+        if spec.kind == PREDICT:
+            self.name, self.level, self.plan = PREDICT, spec.alpha, SamplingPlan.predict(spec.n)
+        elif not spec.sequential:
+            self.name, self.level, self.plan = FIXED_N, spec.alpha, SamplingPlan.certify(spec.n0, spec.n)
+        else:
+            self.sequential = sequential_certifier(spec.n0, spec.n, spec.alpha, spec.sigma, spec.radii, spec.looks,
+                                                   spec.futility)
+            self.name, self.level = self.sequential.procedure, self.sequential.level
+            self.plan = SamplingPlan.sequential(spec.n0, self.sequential.looks)
+            self.decide = self.sequential.decide
+
+    @property
+    def kind(self) -> str:
+        return self.spec.kind
+
+    def result(self, counts: np.ndarray) -> Certificate | Prediction:
+        """The decision from one image's class counts [len(plan.phases), classes]."""
+        s = self.spec
+        if s.kind == PREDICT:
+            return predict_from_counts(counts[0], s.alpha)
+        if self.sequential is None:
+            return certify_from_counts(counts[0], counts[1], s.alpha, s.sigma)
+        return self.sequential.certify(counts[0], int(counts[1, np.argmax(counts[0])]), int(counts[1].sum()))
+
+    def max_radius(self) -> float | None:
+        """The largest radius this procedure can certify (every sample of the cap voting for the top
+        class, at the bound's level); None for PREDICT."""
+        return None if self.kind == PREDICT else max_radius(self.spec.n, self.level, self.spec.sigma)
+
+    def rules(self) -> RowRules:
+        """What result rows of this procedure satisfy (checked on the rows a --resume keeps)."""
+        s = self.spec
+        if s.kind == PREDICT:
+            return RowRules(PREDICT, 0, (s.n,), s.alpha, s.sigma, None)
+        sizes = tuple(end - s.n0 for end in self.plan.stage_ends) if self.plan.looks else (s.n,)
+        return RowRules(CERTIFY, s.n0, sizes, self.level, s.sigma, self.name)
+
+    def receipt(self) -> dict:
+        """The sampling settings that, with the seed, an image's index and the classifier, give its counts."""
+        s, plan = self.spec, self.plan
+        return {"procedure": self.name, "phases": [phase.name for phase in plan.phases], "sizes": list(plan.sizes),
+                "looks": list(plan.looks), "n0": s.n0, "n": s.n, "alpha": s.alpha, "sigma": s.sigma}
+
+
+def procedure_for(config: CertifyConfig) -> Procedure:
+    """The procedure a ``dmae-certify`` run asks for (``config.sigma`` resolved)."""
+    c = config
+    if c.predict:
+        return Procedure(ProcedureSpec(PREDICT, c.n, c.alpha, c.sigma))
+    return Procedure(ProcedureSpec(CERTIFY, c.n, c.alpha, c.sigma, c.n0, c.sequential, c.radii or PAPER_RADII, c.looks,
+                                   c.futility))

@@ -1,0 +1,319 @@
+"""CPU runtimes for the CPU batch body: the classifier of one chunk of rows, on the calling core.
+
+The classifier (fp32) is the checkpoint exported to ONNX in memory, or an fp32 ``.onnx`` engine
+file, run by the first runtime installed of (``--cpu-runtime auto``):
+
+* OpenVINO: one inference stream of one thread per worker, models compiled for the chunk sizes
+  of a full batch, no CPU pinning (fused attention, GELU folded into its matrix product; on the
+  demo 1.07-1.12x ONNX Runtime's rate in ``dmae-bench cpu``, on a 224x224 ViT the same within
+  the variation);
+* ONNX Runtime: one intra-op thread per session call;
+* PyTorch eager mode with one intra-op thread per worker.
+
+``--precision bf16`` runs PyTorch; an fp16/bf16 ``.onnx`` engine runs in ONNX Runtime. A graph
+exported here is checked against PyTorch on noisy inputs before it is used (the exporter's
+parity measurement). The exported graph, the check's verdict and OpenVINO's compiled models are
+kept in the model cache (:mod:`dmae_fast.model_cache`), so that a later start with the same
+checkpoint, libraries and settings skips the export, the check and the compilation.
+
+Where a checkpoint's front end is normalization and a plain patch convolution with a side a
+multiple of 4 (no resize), the exported graph takes patch rows instead of images and the noise
+kernel writes them, normalized (:mod:`dmae_fast.patch_layout`): its front end is then one
+matrix product.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import io
+import json
+import shutil
+import threading
+import warnings
+from collections.abc import Iterable
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+
+from dmae_fast.engines.base import predicted_classes
+from dmae_fast.engines.torch_engine import PRECISIONS, precision_model
+from dmae_fast.errors import UserError
+from dmae_fast.integrity import tensors_sha256
+from dmae_fast.model import SmoothingClassifier
+from dmae_fast.model_cache import ModelCache, cache_key, files_sha256
+from dmae_fast.patch_layout import PatchLayout
+
+# A runtime's classifier built from a checkpoint must give the checkpoint's logits.
+PARITY_TOLERANCE = 1e-3
+RUNTIME_NAMES = {"openvino": "OpenVINO", "onnxruntime": "ONNX Runtime", "torch": "PyTorch"}
+
+
+class ChunkClassifier(Protocol):
+    """Classifies one chunk (float32, CPU) on the calling thread's core: images [R, *input_shape],
+    or with a ``layout``, normalized patch rows [R, *layout.row_shape]."""
+
+    description: str
+    layout: PatchLayout | None
+
+    def classify(self, chunk: torch.Tensor) -> torch.Tensor: ...
+
+
+class OrtChunks:
+    """ONNX Runtime, one intra-op thread per call; ``Run`` is thread-safe and frees the GIL."""
+
+    def __init__(self, model: bytes | Path, label: str, layout: PatchLayout | None = None) -> None:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3
+        source = str(model) if isinstance(model, Path) else model
+        self.session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+        self.input_name = self.session.get_inputs()[0].name
+        self.description, self.layout = f"ONNX Runtime {ort.__version__} fp32 ({label})", layout
+
+    def logits(self, chunk: torch.Tensor) -> torch.Tensor:
+        (logits,) = self.session.run(None, {self.input_name: chunk.numpy()})[:1]
+        return torch.from_numpy(logits)
+
+    def classify(self, chunk: torch.Tensor) -> torch.Tensor:
+        return predicted_classes(self.logits(chunk))
+
+
+class OpenVinoChunks:
+    """OpenVINO's CPU runtime: ``workers`` inference streams of one thread; each worker thread
+    has its own infer requests, and ``infer`` frees the GIL.
+
+    A model compiled for one batch size ran 13% faster than one compiled for any (demo, one
+    thread), so the chunk sizes of a full batch (``static_rows``: the bulk of a run's rows) get
+    models of their own, compiled here; other sizes (a run's last batch, a server's partial
+    batches) share one compiled for any size, on first use. With a ``cache_dir``, OpenVINO keeps
+    the compiled models there and loads them instead of compiling again.
+    """
+
+    def __init__(self, model: bytes | Path, label: str, workers: int, static_rows: Iterable[int] = (),
+                 layout: PatchLayout | None = None, cache_dir: Path | None = None) -> None:
+        import openvino as ov
+
+        self._core = openvino_core()
+        self._graph = self._core.read_model(model if isinstance(model, bytes) else str(model))
+        # No pinning: OpenVINO pins each process's streams to the first cores, so two processes
+        # (--nproc-per-node, or two runs) shared one core at half speed; unpinned, as fast alone.
+        self._config = {"INFERENCE_NUM_THREADS": workers, "NUM_STREAMS": workers, "INFERENCE_PRECISION_HINT": "f32",
+                        "ENABLE_CPU_PINNING": False}
+        if cache_dir is not None:
+            self._config["CACHE_DIR"] = str(cache_dir)
+        self._compiled: dict[int | None, Any] = {rows: self._compile(rows) for rows in set(static_rows)}
+        self._lock, self._local = threading.Lock(), threading.local()
+        self.description, self.layout = f"OpenVINO {ov.__version__.split('-')[0]} fp32 ({label})", layout
+
+    def _compile(self, rows: int | None) -> Any:
+        """The graph compiled for ``rows`` rows, or for any number (None)."""
+        graph = self._graph.clone()
+        if rows is not None:
+            shape = graph.input(0).get_partial_shape()
+            shape[0] = rows
+            graph.reshape({0: shape})
+        return self._core.compile_model(graph, "CPU", self._config)
+
+    def _request(self, rows: int) -> Any:
+        """This thread's infer request for a chunk of ``rows`` rows."""
+        key = rows if rows in self._compiled else None
+        requests = self._local.__dict__.setdefault("requests", {})
+        if key not in requests:
+            if key is None:
+                with self._lock:
+                    if None not in self._compiled:
+                        self._compiled[None] = self._compile(None)
+            requests[key] = self._compiled[key].create_infer_request()
+        return requests[key]
+
+    def logits(self, chunk: torch.Tensor) -> torch.Tensor:
+        result = self._request(len(chunk)).infer([chunk.numpy()], share_inputs=True)
+        return torch.from_numpy(result[0])
+
+    def classify(self, chunk: torch.Tensor) -> torch.Tensor:
+        return predicted_classes(self.logits(chunk))
+
+
+@functools.cache
+def openvino_core():
+    """The process's one OpenVINO Core, kept for the process's life.
+
+    Loading OpenVINO's CPU plugin (the first model compiled) gives the calling thread an
+    alternate signal stack inside memory that is unmapped when the plugin is unloaded, i.e. when
+    the last Core and compiled model are freed (OpenVINO 2026.4; bench/results/2026-11-25-cpu-fast/
+    patch-input/README.md). Python's signal handlers run on that stack, so a later Ctrl-C or
+    SIGTERM to the thread crashed the process (SIGSEGV) instead of stopping it. A Core that lives
+    as long as the process keeps the plugin, and that stack, in place.
+    """
+    import openvino as ov
+
+    return ov.Core()
+
+
+class TorchChunks:
+    """The PyTorch classifier in eager mode (fp32, bf16 under autocast, or an fp8 copy) on one thread."""
+
+    def __init__(self, model: SmoothingClassifier, precision: str) -> None:
+        self.model, self.dtype = model.eval(), PRECISIONS[precision]
+        if precision == "fp8":  # a cast copy, fed bf16 rows without autocast
+            self.model, self.dtype, self._inputs = precision_model(model, precision), None, PRECISIONS[precision]
+        else:
+            self._inputs = None
+        self.description, self.layout = f"torch eager {precision}", None
+
+    @torch.inference_mode()
+    def classify(self, chunk: torch.Tensor) -> torch.Tensor:
+        chunk = chunk if self._inputs is None else chunk.to(self._inputs)
+        autocast = nullcontext() if self.dtype is None else torch.autocast("cpu", dtype=self.dtype)
+        with autocast:
+            return predicted_classes(self.model(chunk))
+
+
+def onnx_bytes(model: SmoothingClassifier, layout: PatchLayout | None = None) -> bytes:
+    """The checkpoint's classifier as an in-memory fp32 ONNX graph: the exporter's image graph,
+    or with a ``layout`` its patch-input graph, with the last MLP layer after the pool where
+    that applies (:mod:`dmae_fast.export.graphs`)."""
+    from dmae_fast.export.graphs import ImageGraph, PatchGraph, pooled_tail_applies
+    from dmae_fast.export.onnx_export import OPSET
+
+    pooled_tail = pooled_tail_applies(model)
+    graph = ImageGraph(model, "fp32", pooled_tail) if layout is None else PatchGraph(model, layout, pooled_tail)
+    graph.eval()
+    example = torch.rand((2, *model.spec.input_shape), generator=torch.Generator().manual_seed(0))
+    name = "images" if layout is None else "patches"
+    buffer = io.BytesIO()
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")  # tracer chatter
+        torch.onnx.export(graph, (example if layout is None else layout.inputs(example),), buffer, input_names=[name],
+                          output_names=["logits"], dynamic_axes={name: {0: "batch"}, "logits": {0: "batch"}},
+                          opset_version=OPSET, dynamo=False)
+    return buffer.getvalue()
+
+
+def cached_onnx_bytes(model: SmoothingClassifier, layout: PatchLayout | None, cache: ModelCache) -> bytes:
+    """:func:`onnx_bytes` from the model cache, exported and stored on a miss; keyed by the weights,
+    the classifier's spec and the layout (and the library versions and sources: :func:`cache_key`)."""
+    key = cache_key(what="onnx graph", weights=tensors_sha256(model.state_dict()), spec=model.spec.to_json_dict(),
+                    layout=None if layout is None else dataclasses.asdict(layout), precision="fp32")
+    graph = cache.read(key)
+    if graph is None:
+        graph = onnx_bytes(model, layout)
+        cache.write(key, graph)
+    return graph
+
+
+def cached_check(build, model: SmoothingClassifier, sigma: float, runtime: str, cache: ModelCache, key: str,
+                 compiled: Path | None):
+    """``build()``'s chunks, :func:`checked` unless the cache's entry ``key`` records that they passed
+    the check. OpenVINO's compiled models (folder ``compiled``) are trusted only as recorded there
+    (SHA-256 of each file); where one differs or is missing all are compiled and checked again, and
+    a file recorded nowhere (a model compiled after the check) is compiled again."""
+    entry = cache.read(key)
+    recorded = None if entry is None else json.loads(entry)
+    found = {} if compiled is None else files_sha256(compiled)
+    if recorded is not None and all(found.get(name) == digest for name, digest in recorded.items()):
+        for name in found.keys() - recorded.keys():
+            (compiled / name).unlink(missing_ok=True)
+        return build()
+    if compiled is not None:
+        shutil.rmtree(compiled, ignore_errors=True)
+    chunks = checked(build(), model, sigma, runtime)
+    cache.write(key, json.dumps({} if compiled is None else files_sha256(compiled)).encode())
+    return chunks
+
+
+class ParityMismatch(RuntimeError):
+    """An exported graph's logits differ from PyTorch's (the body is then passed over)."""
+
+
+def checked(chunks: OrtChunks | OpenVinoChunks, model: SmoothingClassifier, sigma: float, runtime: str):
+    """``chunks`` if its logits match the PyTorch model's on noisy inputs (the exporter's parity
+    measurement, :func:`dmae_fast.export.parity.compare_logits`), else :class:`ParityMismatch`."""
+    from dmae_fast.export.parity import compare_logits
+
+    inputs = None if chunks.layout is None else chunks.layout.inputs
+    difference, _ = compare_logits(model, chunks.logits, samples=64, seed=1, batch=64, sigma=sigma, inputs=inputs)
+    if not difference <= PARITY_TOLERANCE:
+        raise ParityMismatch(f"{RUNTIME_NAMES[runtime]} differs from PyTorch by {difference:.2g} on this "
+                             "classifier's logits")
+    return chunks
+
+
+def _installed(runtime: str) -> bool:
+    try:
+        __import__(runtime)
+    except ImportError:
+        return False
+    return True
+
+
+def _runtime(requested: str, candidates: tuple[str, ...], what: str, notice) -> str:
+    """The requested runtime, or for "auto" the first installed of ``candidates`` (the runtimes
+    that can run ``what``, fastest first), with a notice when a faster one is missing."""
+    if requested != "auto":
+        if requested not in candidates:
+            raise UserError(f"--cpu-runtime {requested} does not run {what}; choose from auto, {', '.join(candidates)}")
+        if requested != "torch" and not _installed(requested):
+            raise UserError(f"--cpu-runtime {requested}: {RUNTIME_NAMES[requested]} is not installed "
+                            f"(pip install {requested})")
+        return requested
+    installed = [runtime for runtime in candidates if runtime == "torch" or _installed(runtime)]
+    if not installed:
+        raise UserError(f"the CPU fast path needs {' or '.join(RUNTIME_NAMES[r] for r in candidates)} for {what} "
+                        f"(pip install {candidates[0]}), or run without --fast")
+    if installed[0] != candidates[0]:
+        notice(f"{RUNTIME_NAMES[candidates[0]]} is not installed (pip install {candidates[0]}); the CPU fast path "
+               f"runs {RUNTIME_NAMES[installed[0]]}")
+    return installed[0]
+
+
+def _exported(model: SmoothingClassifier, layout: PatchLayout | None, sigma: float, runtime: str, workers: int,
+              static_rows: Iterable[int], cache: ModelCache) -> OrtChunks | OpenVinoChunks:
+    """The checkpoint exported to ONNX, checked, on ``runtime``; what the model cache holds is not
+    rebuilt: the graph, the check's verdict for this graph and runtime, OpenVINO's compiled models."""
+    graph = cached_onnx_bytes(model, layout, cache)
+    label = "exported in memory" + ("" if layout is None else f", {layout.patch}x{layout.patch} patch rows in")
+    graph_sha256 = hashlib.sha256(graph).hexdigest()
+    if runtime == "onnxruntime":
+        key = cache_key(what="parity verdict", graph=graph_sha256, runtime=runtime, sigma=sigma)
+        return cached_check(lambda: OrtChunks(graph, label, layout), model, sigma, runtime, cache, key, None)
+    static_rows = sorted(set(static_rows))
+    key = cache_key(what="parity verdict", graph=graph_sha256, runtime=runtime, sigma=sigma, workers=workers,
+                    static_rows=static_rows)
+    compiled = cache.subfolder("openvino", key)
+    return cached_check(lambda: OpenVinoChunks(graph, label, workers, static_rows, layout, compiled), model, sigma,
+                        runtime, cache, key, compiled)
+
+
+def cpu_classifier(engine, precision: str, sigma: float, notice, workers: int, runtime: str,
+                   static_rows: Iterable[int] = (), patch_input: bool = True) -> ChunkClassifier:
+    """The fastest chunk classifier for an engine on a CPU (see the module doc); ``static_rows``:
+    the chunk sizes most chunks will have; ``patch_input``: a checkpoint's exported graph takes
+    patch rows where its front end allows (:mod:`dmae_fast.patch_layout`)."""
+    model = getattr(engine, "model", None)
+    if isinstance(model, SmoothingClassifier):
+        if precision != "fp32":
+            _runtime(runtime, ("torch",), f"--precision {precision}", notice)
+            return TorchChunks(model, precision)
+        chosen = _runtime(runtime, ("openvino", "onnxruntime", "torch"), "fp32 checkpoints", notice)
+        if chosen == "torch":
+            return TorchChunks(model, precision)
+        layout = PatchLayout.of(model) if patch_input else None
+        return _exported(model, layout, sigma, chosen, workers, static_rows, ModelCache.open(notice))
+    meta = getattr(engine, "meta", None)
+    if meta is not None and meta.kind == "onnx" and meta.input == "image":
+        fp32 = meta.precision == "fp32"
+        candidates = ("openvino", "onnxruntime") if fp32 else ("onnxruntime",)
+        chosen = _runtime(runtime, candidates, f"{meta.precision} .onnx engines", notice)
+        if chosen == "openvino":
+            return OpenVinoChunks(engine.path, engine.path.name, workers, static_rows)
+        return OrtChunks(engine.path, engine.path.name)
+    raise UserError(f"the CPU fast path (--fast) runs PyTorch checkpoints and .onnx image engines, not "
+                    f"{engine.description}; run without --fast")
