@@ -10,8 +10,9 @@ refused with one line: the file was edited, or belongs to another run.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -22,6 +23,9 @@ from dmae_fast.certification.bounds import (
 )
 from dmae_fast.errors import UserError
 from dmae_fast.results import ABSTAIN, P_LOWER_DECIMALS, RADIUS_DECIMALS, ResultsTable
+
+if TYPE_CHECKING:
+    from dmae_fast.certification.core import Certificate
 
 # Recomputed values may differ from the written ones by the writer's rounding down, plus
 # the last digits of another SciPy's quantile functions.
@@ -39,6 +43,8 @@ class RowRules:
     level: float  # the Clopper-Pearson level of the bound (alpha, or alpha / K) or PREDICT's alpha
     sigma: float
     procedure: str | None  # the `procedure` column (certify only)
+    # (nA, n) -> the Certificate the procedure gives (grid-radius procedures); None: Clopper-Pearson at level
+    certificate: Callable[[int, int], Certificate] | None = None
 
 
 def check_kept_rows(table: ResultsTable, indices: Collection[int], labels: dict[int, int] | None,
@@ -92,6 +98,8 @@ def _certify_problem(predict: int, written_radius: float, n: int, n_a: int, writ
                      rules: RowRules) -> str | None:
     if not 0 <= n_a <= n:
         return f"has nA = {n_a} outside [0, n = {n}]"
+    if rules.certificate is not None:
+        return _grid_problem(predict, written_radius, written_bound, rules.certificate(n_a, n))
     bound = lower_confidence_bound(n_a, n, rules.level)
     if not bound - BOUND_SLACK <= written_bound <= bound + 1e-12:
         return f"has pA_lower {written_bound}, its counts give {bound:.10f}"
@@ -100,6 +108,17 @@ def _certify_problem(predict: int, written_radius: float, n: int, n_a: int, writ
     exact = 0.0 if predict == ABSTAIN else radius(bound, rules.sigma)
     if not exact - RADIUS_SLACK <= written_radius <= exact + 1e-12:
         return f"has radius {written_radius}, its counts give {exact:.6f}"
+    return None
+
+
+def _grid_problem(predict: int, written_radius: float, written_bound: float, expected: Certificate) -> str | None:
+    """A row of a grid-radius procedure: its radius and bound are the procedure's, up to the writer's rounding."""
+    if (predict == ABSTAIN) != (expected.prediction == ABSTAIN):
+        return "abstains where its counts certify" if predict == ABSTAIN else "certifies where its counts abstain"
+    if not expected.p_a_lower - BOUND_SLACK <= written_bound <= expected.p_a_lower + 1e-12:
+        return f"has pA_lower {written_bound}, its counts give {expected.p_a_lower:.10f}"
+    if not expected.radius - RADIUS_SLACK <= written_radius <= expected.radius + 1e-12:
+        return f"has radius {written_radius}, its counts give {expected.radius:.6f}"
     return None
 
 

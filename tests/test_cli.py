@@ -381,7 +381,7 @@ BAD_OPTIONS = [
     (["--normalize", "0.5,nan,0.5:1,1,1"], ["normalization", "finite"]),
     (["--normalize", "0.5,0.5,0.5:1,0,1"], ["normalization", "stds > 0"]),
     (["--normalize", "gray"], ["--normalize"]),
-    (["--sequential", "--looks", "50", "100"], ["looks", "n_max=200"]),
+    (["--sequential", "--looks", "50", "100"], ["looks", "n=200"]),
     (["--sequential", "--looks", "100", "50", "200"], ["looks"]),
 ]
 
@@ -560,7 +560,8 @@ def test_sequential_mode_samples_a_prefix_of_the_fixed_n_run(tmp_path: Path, cap
     looks = ["100", "400", "2000"]
     seq = tmp_path / "seq.tsv"
     args = ["--data", "demo", "--n0", "20", "--batch", "64", "--quiet", "--device", "cpu", "--max", "4"]
-    run = certify(capsys, *args, "--n", "2000", "--sequential", "--looks", *looks, "--out", seq)
+    run = certify(capsys, *args, "--n", "2000", "--sequential", "--sequential-test", "bonferroni", "--looks", *looks,
+                  "--out", seq)
     assert run.rc == 0, run.err
     _, rows = read_rows(seq)
     assert sorted(int(r["idx"]) for r in rows) == [0, 1, 2, 3]
@@ -579,6 +580,45 @@ def test_sequential_mode_samples_a_prefix_of_the_fixed_n_run(tmp_path: Path, cap
     record = json.loads(Path(str(seq) + ".json").read_text())
     assert record["procedure"] == "sequential-cp-bonferroni-K3"
     assert record["samples"] == sum(20 + int(r["n"]) for r in rows)
+
+
+def test_exact_sequential_mode_certifies_grid_radii_from_a_prefix_and_resumes(tmp_path: Path,
+                                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """--sequential (the exact group-sequential test, the default): each image stops at a look with
+    the votes of a fixed-n run of that n, its radius is a radius of the grid (or 0 when abstaining)
+    with pA_lower = Phi(r / sigma); a --resume keeps such rows and refuses a tampered one."""
+    seq = tmp_path / "seq.tsv"
+    args = ["--data", "demo", "--n0", "20", "--batch", "64", "--quiet", "--device", "cpu", "--max", "4"]
+    run = certify(capsys, *args, "--n", "1000", "--sequential", "--out", seq)
+    assert run.rc == 0, run.err
+    header, rows = read_rows(seq)
+    assert {r["procedure"] for r in rows} <= {r["procedure"] for r in rows[:1]}
+    assert rows[0]["procedure"].startswith("group-sequential-exact-K")
+    grid = {0.0, 0.5}  # of the paper's grid, what 1,000 samples can reach at sigma 0.25 (1.0 needs more)
+    assert all(float(r["radius"]) in grid for r in rows)
+    assert any(int(r["n"]) < 1000 for r in rows)  # the confident demo digits stop early
+    certified = [r for r in rows if r["predict"] != "-1"]
+    assert certified and all(float(r["pA_lower"]) == pytest.approx(norm.cdf(float(r["radius"]) / 0.25), abs=1e-6)
+                             for r in certified)
+    for r in rows:  # the votes are those of a fixed-n run with n = the look it stopped at
+        fixed = tmp_path / f"fixed-{r['idx']}.tsv"
+        assert certify(capsys, *args, "--n", r["n"], "--out", fixed).rc == 0
+        assert {f["idx"]: f for f in read_rows(fixed)[1]}[r["idx"]]["nA"] == r["nA"]
+    record = json.loads(Path(str(seq) + ".json").read_text())
+    assert record["max_radius"] == 0.5 and record["procedure"] == rows[0]["procedure"]
+    lines = seq.read_text().splitlines()
+    seq.write_text("\n".join(lines[:-1]) + "\n")  # the last image is missing: --resume certifies it again
+    assert certify(capsys, *args, "--n", "1000", "--sequential", "--resume", "--out", seq).rc == 0
+    untimed = lambda table: sorted(({k: v for k, v in r.items() if k != "time"} for r in table),  # noqa: E731
+                                   key=lambda r: r["idx"])
+    assert untimed(read_rows(seq)[1]) == untimed(rows)
+    tampered = [line.split("\t") for line in seq.read_text().splitlines()]
+    column = tampered[0].index("radius")
+    row = next(i for i, t in enumerate(tampered[1:], 1) if float(t[column]) == 0.5)
+    tampered[row][column] = "1.0"
+    seq.write_text("\n".join("\t".join(t) for t in tampered) + "\n")
+    resumed = certify(capsys, *args, "--n", "1000", "--sequential", "--resume", "--out", seq)
+    assert resumed.rc != 0 and "has radius 1.0, its counts give 0.500000" in resumed.err
 
 
 # --------------------------------------------------------------------------- classifiers that certify nothing

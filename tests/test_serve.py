@@ -287,7 +287,7 @@ def test_sequential_certify_is_reproducible_and_stops_early(server, engine, digi
     status, _, answer = server.request("POST", "/v1/certify", body, headers)
     assert status == 200, answer
     receipt = answer["receipt"]
-    assert answer["procedure"].startswith("sequential-cp-bonferroni-K") and receipt["looks"]
+    assert answer["procedure"].startswith("group-sequential-exact-K") and receipt["looks"]
     offline = offline_counts(engine, receipt, [(r["index"], digits[i]) for r, i in zip(answer["results"], (4, 5))])
     for result in answer["results"]:
         assert np.array_equal(served_counts(result, receipt), offline[result["index"]])

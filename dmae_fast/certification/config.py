@@ -7,7 +7,13 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from dmae_fast.certification.choices import CPU_RUNTIMES, NOISE_CHOICES, SHARD_CHOICES
+from dmae_fast.certification.choices import (
+    CPU_RUNTIMES,
+    FUTILITY_MODES,
+    NOISE_CHOICES,
+    SEQUENTIAL_TESTS,
+    SHARD_CHOICES,
+)
 from dmae_fast.errors import UserError
 from dmae_fast.model.config import sigma_problem
 
@@ -35,7 +41,8 @@ class CertifyConfig:
     predict: bool = False
     sequential: bool = False
     looks: tuple[int, ...] | None = None
-    futility: str = "deterministic"
+    futility: str | None = None  # None: the sequential test's own default (exact: upper; bonferroni: deterministic)
+    sequential_test: str = "exact"
     split: str = "test"
     labels: str | None = None
     image_size: int | None = None
@@ -86,6 +93,10 @@ class CertifyConfig:
             (not (self.overwrite and self.resume), "--overwrite and --resume exclude each other"),
             (all(math.isfinite(r) and r >= 0 for r in self.radii or ()), "--radii must be finite and >= 0"),
             (not (self.sequential and self.predict), "--sequential applies to CERTIFY, not --predict"),
+            (self.sequential_test in SEQUENTIAL_TESTS,
+             f"--sequential-test must be one of {', '.join(SEQUENTIAL_TESTS)}, got {self.sequential_test!r}"),
+            (self.futility is None or self.futility in FUTILITY_MODES,
+             f"--futility must be one of {', '.join(FUTILITY_MODES)}, got {self.futility!r}"),
             (self.noise in NOISE_CHOICES, f"--noise must be one of {', '.join(NOISE_CHOICES)}, got {self.noise!r}"),
             (self.cpu_runtime in CPU_RUNTIMES,
              f"--cpu-runtime must be one of {', '.join(CPU_RUNTIMES)}, got {self.cpu_runtime!r}"),

@@ -26,7 +26,7 @@ from dmae_fast.resume import check_kept_rows, dataset_labels
 # Settings that change the results: a resumed run must agree on all of them.
 RESULT_FIELDS = ("engine", "data", "split", "labels", "image_size", "input_size", "normalize",
                  "sigma", "n0", "n", "alpha", "seed", "predict", "skip", "max_images", "precision",
-                 "sequential", "looks", "futility")
+                 "sequential", "looks", "futility", "sequential_test")
 
 
 def check_out_directory(out: Path) -> None:

@@ -6,11 +6,14 @@ the looks where sequential CERTIFY may stop), its stopping rule, and its decisio
 counts (:meth:`Procedure.result`: a :class:`~dmae_fast.certification.core.Prediction` or a
 :class:`~dmae_fast.certification.core.Certificate`). Result rows and JSON answers only render
 that result. The decisions themselves are the library's: :func:`~.core.predict_from_counts`,
-:func:`~.core.certify_from_counts` and :class:`~.sequential.SequentialCertifier`.
+:func:`~.core.certify_from_counts`, and for sequential CERTIFY
+:class:`~.group_sequential.GroupSequentialCertifier` (``test="exact"``, the default: grid radii)
+or :class:`~.sequential.SequentialCertifier` (``test="bonferroni"``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -24,6 +27,10 @@ from dmae_fast.certification.core import (
     Prediction,
     certify_from_counts,
     predict_from_counts,
+)
+from dmae_fast.certification.group_sequential import (
+    GroupSequentialCertifier,
+    GroupSequentialConfig,
 )
 from dmae_fast.certification.plan import Decide, SamplingPlan
 from dmae_fast.certification.sequential import (
@@ -42,7 +49,8 @@ PREDICT, CERTIFY = "predict", "certify"
 @dataclass(frozen=True)
 class ProcedureSpec:
     """What is asked: PREDICT with ``n`` samples, or CERTIFY with ``n0`` + ``n`` (``n`` the cap
-    when ``sequential``; ``radii``, ``looks`` and ``futility`` only matter then)."""
+    when ``sequential``; ``test``, ``radii``, ``looks`` and ``futility`` only matter then;
+    ``futility`` None: the test's own default)."""
 
     kind: str  # PREDICT or CERTIFY
     n: int
@@ -52,14 +60,23 @@ class ProcedureSpec:
     sequential: bool = False
     radii: tuple[float, ...] = PAPER_RADII
     looks: tuple[int, ...] | None = None
-    futility: str = "deterministic"
+    futility: str | None = None
+    test: str = "exact"  # sequential CERTIFY's test: "exact" (group-sequential) or "bonferroni"
+
+
+Sequential = GroupSequentialCertifier | SequentialCertifier
 
 
 @functools.lru_cache(maxsize=64)
 def sequential_certifier(n0: int, n: int, alpha: float, sigma: float, radii: tuple[float, ...] = PAPER_RADII,
-                         looks: tuple[int, ...] | None = None, futility: str = "deterministic") -> SequentialCertifier:
-    """The sequential certifier of these settings; cached (its tables take milliseconds to build)."""
-    return SequentialCertifier(SequentialConfig(n0, n, alpha, sigma, radii, looks, futility))
+                         looks: tuple[int, ...] | None = None, futility: str | None = None,
+                         test: str = "exact") -> Sequential:
+    """The sequential certifier of these settings; cached (its tables take up to a second to build)."""
+    if test == "exact":
+        config = GroupSequentialConfig(n0, n, alpha, sigma, radii, looks)
+        return GroupSequentialCertifier(config if futility is None else dataclasses.replace(config, futility=futility))
+    config = SequentialConfig(n0, n, alpha, sigma, radii, looks)
+    return SequentialCertifier(config if futility is None else dataclasses.replace(config, futility=futility))
 
 
 class Procedure:
@@ -68,7 +85,7 @@ class Procedure:
 
     def __init__(self, spec: ProcedureSpec) -> None:
         self.spec = spec
-        self.sequential: SequentialCertifier | None = None
+        self.sequential: Sequential | None = None
         self.decide: Decide | None = None
         if spec.kind == PREDICT:
             self.name, self.level, self.plan = PREDICT, spec.alpha, SamplingPlan.predict(spec.n)
@@ -76,7 +93,7 @@ class Procedure:
             self.name, self.level, self.plan = FIXED_N, spec.alpha, SamplingPlan.certify(spec.n0, spec.n)
         else:
             self.sequential = sequential_certifier(spec.n0, spec.n, spec.alpha, spec.sigma, spec.radii, spec.looks,
-                                                   spec.futility)
+                                                   spec.futility, spec.test)
             self.name, self.level = self.sequential.procedure, self.sequential.level
             self.plan = SamplingPlan.sequential(spec.n0, self.sequential.looks)
             self.decide = self.sequential.decide
@@ -94,10 +111,17 @@ class Procedure:
             return certify_from_counts(counts[0], counts[1], s.alpha, s.sigma)
         return self.sequential.certify(counts[0], int(counts[1, np.argmax(counts[0])]), int(counts[1].sum()))
 
+    @property
+    def grid(self) -> bool:
+        """Whether certificates are radii of the grid of interest (the exact sequential test)."""
+        return isinstance(self.sequential, GroupSequentialCertifier)
+
     def max_radius(self) -> float | None:
         """The largest radius this procedure can certify (every sample of the cap voting for the top
-        class, at the bound's level); None for PREDICT."""
-        return None if self.kind == PREDICT else max_radius(self.spec.n, self.level, self.spec.sigma)
+        class: at the bound's level, or the top grid radius reachable); None for PREDICT."""
+        if self.kind == PREDICT:
+            return None
+        return self.sequential.target_radius if self.grid else max_radius(self.spec.n, self.level, self.spec.sigma)
 
     def rules(self) -> RowRules:
         """What result rows of this procedure satisfy (checked on the rows a --resume keeps)."""
@@ -105,7 +129,10 @@ class Procedure:
         if s.kind == PREDICT:
             return RowRules(PREDICT, 0, (s.n,), s.alpha, s.sigma, None)
         sizes = tuple(end - s.n0 for end in self.plan.stage_ends) if self.plan.looks else (s.n,)
-        return RowRules(CERTIFY, s.n0, sizes, self.level, s.sigma, self.name)
+        certificate = None
+        if self.grid:  # grid radii and Phi(r / sigma), not a Clopper-Pearson bound at the level
+            certificate = lambda n_a, n: self.sequential.certify(np.ones(1), n_a, n)  # noqa: E731
+        return RowRules(CERTIFY, s.n0, sizes, self.level, s.sigma, self.name, certificate)
 
     def receipt(self) -> dict:
         """The sampling settings that, with the seed, an image's index and the classifier, give its counts."""
@@ -120,4 +147,4 @@ def procedure_for(config: CertifyConfig) -> Procedure:
     if c.predict:
         return Procedure(ProcedureSpec(PREDICT, c.n, c.alpha, c.sigma))
     return Procedure(ProcedureSpec(CERTIFY, c.n, c.alpha, c.sigma, c.n0, c.sequential, c.radii or PAPER_RADII, c.looks,
-                                   c.futility))
+                                   c.futility, c.sequential_test))

@@ -50,6 +50,7 @@ from dmae_fast.errors import UserError
 #   alpha, not at alpha/2): 3.5 / 1.8 points there with the top bin spread, 0.2 / 0.3 with
 #   it saturated (pA = 1); elsewhere on the grid <= 0.4 points.
 LAST_EARLY, EARLY_LOOKS = 0.65, 5
+BONFERRONI_NAME = "sequential-cp-bonferroni"  # the procedure column's prefix
 
 
 def default_looks(n_max: int) -> tuple[int, ...]:
@@ -182,7 +183,7 @@ class SequentialCertifier(LookStopping):
     @property
     def procedure(self) -> str:
         """The ``procedure`` column of results made with this certifier."""
-        return f"sequential-cp-bonferroni-K{len(self.looks)}"
+        return f"{BONFERRONI_NAME}-K{len(self.looks)}"
 
     @property
     def target_radius(self) -> float:

@@ -30,6 +30,7 @@ from dmae_fast.certification.choices import (
     PAPER_RADII,
     PRECISION_CHOICES,
     PROG,
+    SEQUENTIAL_TESTS,
     SHARD_CHOICES,
     chosen_body,
 )
@@ -90,11 +91,16 @@ def build_parser() -> argparse.ArgumentParser:
     seq = parser.add_argument_group("sequential certification (opt-in; same alpha guarantee, fewer samples)")
     seq.add_argument("--sequential", action="store_true", help="stop sampling an image as soon as the largest "
                      "reachable radius of interest is certified, or the next one is out of reach; --n is the cap")
+    seq.add_argument("--sequential-test", default="exact", choices=SEQUENTIAL_TESTS,
+                     help="exact (default): exact group-sequential boundaries per radius of interest, tested in "
+                     "order at the full alpha, certifying grid radii; bonferroni: Clopper-Pearson at alpha/K at K looks")
     seq.add_argument("--looks", type=int, nargs="+", help="cumulative estimation samples at which to decide "
-                     "(last = --n; default: 6 looks doubling up to --n); Clopper-Pearson at alpha/K over K looks")
-    seq.add_argument("--futility", default="deterministic", choices=FUTILITY_MODES,
-                     help="early abstain/lower-radius stop: deterministic (only when even all remaining samples "
-                     "could not reach the next radius; costs no certificate), upper (also by a 99%% upper bound), none")
+                     "(last = --n; default: exact every 100 samples to 2,000 then x1.1; bonferroni 6 looks "
+                     "doubling up to --n)")
+    seq.add_argument("--futility", choices=FUTILITY_MODES,
+                     help="early abstain/lower-radius stop (it never certifies): deterministic (only when even all "
+                     "remaining samples could not reach the next radius), upper (also by a 99%% upper bound), none; "
+                     "default upper for exact, deterministic for bonferroni")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument("--nproc-per-node", type=int, help="run as this many processes on this machine (torch's "
                      "elastic launcher, like torchrun --standalone; one per GPU, or CPU processes sharing the cores)")

@@ -16,6 +16,7 @@ import torch
 
 from dmae_fast.certification.bodies import BodyOptions, batch_body
 from dmae_fast.certification.procedure import CERTIFY, PREDICT, Procedure, ProcedureSpec
+from dmae_fast.certification.sequential import BONFERRONI_NAME
 from dmae_fast.certification.stream import SamplingPlan, StreamingCertifier
 from dmae_fast.engines.base import Engine
 from dmae_fast.errors import UserError
@@ -33,19 +34,22 @@ def plan_of(receipt: dict) -> SamplingPlan:
 
 
 def procedure_of(receipt: dict) -> Procedure:
-    """The procedure a receipt records (the server's: sequential CERTIFY with the library's defaults);
-    its plan must be the one the receipt names."""
+    """The procedure a receipt records (the server's: sequential CERTIFY with the library's defaults
+    for its test); its plan and name must be the ones the receipt names."""
     plan = plan_of(receipt)
     try:
-        kind = PREDICT if receipt["procedure"] == PREDICT else CERTIFY
+        name = str(receipt["procedure"])
+        kind = PREDICT if name == PREDICT else CERTIFY
         n0 = None if kind == PREDICT else int(receipt["n0"])
+        test = "bonferroni" if name.startswith(BONFERRONI_NAME) else "exact"
         spec = ProcedureSpec(kind, int(receipt["n"]), float(receipt["alpha"]), float(receipt["sigma"]), n0,
-                             sequential=bool(plan.looks))
+                             sequential=bool(plan.looks), test=test)
     except (KeyError, TypeError, ValueError) as error:
         raise UserError(f"not a dmae-serve receipt (procedure, n0, n, alpha, sigma): {error}") from None
     procedure = Procedure(spec)
-    if procedure.plan != plan:
-        raise UserError(f"the receipt's plan {plan} is not what its procedure {procedure.name} samples")
+    if procedure.plan != plan or procedure.name != name:
+        raise UserError(f"the receipt's procedure {name} with plan {plan} is not one this version runs "
+                        f"({procedure.name}, {procedure.plan})")
     return procedure
 
 
