@@ -31,15 +31,15 @@ import pytest
 import torch
 from PIL import Image
 
-from dmae_fast.certification.stream import StreamingCertifier
+from dmae_fast.certification.record import result_row
+from dmae_fast.certification.stream import ImageCounts, StreamingCertifier
 from dmae_fast.cli import serve as serve_cli
 from dmae_fast.data import demo_digits
 from dmae_fast.demo import DEMO_CHECKPOINT
 from dmae_fast.engines import EngineOptions, open_engine
 from dmae_fast.serve.config import Limits
 from dmae_fast.serve.payloads import decode_image
-from dmae_fast.certification.procedure import sequential_certifier
-from dmae_fast.serve.receipt import plan_of, replay_answer
+from dmae_fast.serve.receipt import plan_of, procedure_of, replay_answer
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED, FIRST_INDEX, TOKEN = 12345, 1000, "s3cret-token"
@@ -178,12 +178,11 @@ def sha(image: torch.Tensor) -> str:
 
 def offline_counts(engine, receipt: dict, items: list[tuple[int, torch.Tensor]], batch: int = 97) -> dict:
     """Counts by image index from the library's streaming certifier (the offline re-run)."""
-    plan = plan_of(receipt)
-    decide = None
-    if plan.looks:
-        decide = sequential_certifier(receipt["n0"], receipt["n"], receipt["alpha"], receipt["sigma"]).decide
-    streamer = StreamingCertifier(engine, plan, receipt["sigma"], receipt["seed"], batch)
-    return {done.index: done.counts for done in streamer.run([(i, image, 0) for i, image in items], decide)}
+    procedure = procedure_of(receipt)
+    assert procedure.plan == plan_of(receipt)
+    streamer = StreamingCertifier(engine, procedure.plan, receipt["sigma"], receipt["seed"], batch)
+    return {done.index: done.counts for done in streamer.run([(i, image, 0) for i, image in items],
+                                                             procedure.decide)}
 
 
 def served_counts(result: dict, receipt: dict) -> np.ndarray:
@@ -293,6 +292,13 @@ def test_sequential_certify_is_reproducible_and_stops_early(server, engine, digi
         assert np.array_equal(served_counts(result, receipt), offline[result["index"]])
         assert result["n"] == sum(result["counts"]["estimation"]) <= 5000
     assert min(r["n"] for r in answer["results"]) < 5000  # clean digits stop at an early look
+    # what dmae-certify writes for the same seed and index: the same certificate, field for field
+    procedure = procedure_of(receipt)
+    for result, i in zip(answer["results"], (4, 5)):
+        row = result_row(procedure, ImageCounts(result["index"], 0, offline[result["index"]]), 0.0)
+        assert (row.predict, row.radius, row.n0, row.n, row.nA, row.pA_lower, row.procedure) == (
+            result["prediction"], result["radius"], result["n0"], result["n"], result["n_a"], result["p_a_lower"],
+            answer["procedure"])
 
 
 def test_jpeg_and_a_batch_npy_are_accepted(server, digits):
