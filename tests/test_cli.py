@@ -383,6 +383,9 @@ BAD_OPTIONS = [
     (["--normalize", "gray"], ["--normalize"]),
     (["--sequential", "--looks", "50", "100"], ["looks", "n=200"]),
     (["--sequential", "--looks", "100", "50", "200"], ["looks"]),
+    (["--looks", "100", "200"], ["--looks", "apply to --sequential"]),
+    (["--futility", "upper"], ["--futility", "apply to --sequential"]),
+    (["--sequential-test", "bonferroni"], ["--sequential-test", "apply to --sequential"]),
 ]
 
 

@@ -95,6 +95,8 @@ class CertifyConfig:
             (not (self.sequential and self.predict), "--sequential applies to CERTIFY, not --predict"),
             (self.sequential_test in SEQUENTIAL_TESTS,
              f"--sequential-test must be one of {', '.join(SEQUENTIAL_TESTS)}, got {self.sequential_test!r}"),
+            (self.sequential or (self.looks is None and self.futility is None and self.sequential_test == "exact"),
+             "--looks, --futility and --sequential-test apply to --sequential; add --sequential"),
             (self.futility is None or self.futility in FUTILITY_MODES,
              f"--futility must be one of {', '.join(FUTILITY_MODES)}, got {self.futility!r}"),
             (self.noise in NOISE_CHOICES, f"--noise must be one of {', '.join(NOISE_CHOICES)}, got {self.noise!r}"),
