@@ -60,7 +60,7 @@ class Job:
     """One image to sample: its plan and stopping rule, its progress, its slot, where its answer goes."""
 
     __slots__ = ("image", "plan", "decide", "done", "index", "label", "row", "stage", "slot", "since", "cancelled",
-                 "queued", "_starts")
+                 "queued", "_starts", "_phases")
 
     def __init__(self, image: torch.Tensor, plan: SamplingPlan, decide: Decide | None = None,
                  done: Callable[[object], None] | None = None, index: int = -1, label: int = 0) -> None:
@@ -72,6 +72,7 @@ class Job:
         self.cancelled = False
         self.queued = False  # counted against the server's queue bound (under its lock)
         self._starts = np.cumsum((0,) + plan.sizes)
+        self._phases = [int(phase) for phase in plan.phases]  # their rows in the counts buffer
 
     @property
     def stage_end(self) -> int:
@@ -84,16 +85,16 @@ class Job:
     def segments(self, take: int) -> list[Segment]:
         """Rows [row, row + take) of this image, split at its plan's phase boundaries."""
         out = []
-        for phase, start, end in zip(self.plan.phases, self._starts[:-1], self._starts[1:]):
+        for phase, start, end in zip(self._phases, self._starts[:-1], self._starts[1:]):
             lo, hi = max(self.row, start), min(self.row + take, end)
             if lo < hi:
-                out.append((self.slot, self.index, int(phase), int(lo - start), int(hi - lo)))
+                out.append((self.slot, self.index, phase, int(lo - start), int(hi - lo)))
         return out
 
     def counts(self, slot_counts: np.ndarray) -> np.ndarray:
         """This image's rows of a slot's counts [3 phases, classes + 1], in plan order, the
         non-finite column checked and removed (raises UserError when a logit was not finite)."""
-        return finite_counts(self.index, slot_counts[[int(phase) for phase in self.plan.phases]])
+        return finite_counts(self.index, slot_counts[self._phases])
 
 
 def batch_rows(segments: list[Segment], device: torch.device) -> tuple[torch.Tensor, ...]:
