@@ -97,7 +97,7 @@ class NoiseSource:
 
     ``implementation`` says which runs: ``"compiled"`` or ``"torch ops"`` (the reference).
     ``serial``: a one-thread kernel that releases the GIL, for calls from several threads at once
-    once :attr:`ready` (the first call compiles and checks it, and must not be made concurrently).
+    after the first call (which compiles and checks it, and must not be made concurrently).
     Dynamo guards on the calling thread's torch thread count and grad mode, so the first call
     must be made in the state of the later ones (as :class:`ChunkedCpuBatches` does), or each
     thread recompiles an unchecked kernel, concurrently (an error in torch 2.11).
@@ -133,11 +133,6 @@ class NoiseSource:
                 if self._checked or self._agrees(noisy, clean, sigma, seed, rows):
                     return noisy
         return _reference(clean, sigma, seed, rows, self.layout)
-
-    @property
-    def ready(self) -> bool:
-        """Whether the kernel is settled (compiled and checked, or fallen back to the reference)."""
-        return self._checked or self._compiled is None
 
     def _run_compiled(self, clean: torch.Tensor, sigma: float, seed: int,
                       rows: tuple[torch.Tensor, ...]) -> torch.Tensor:

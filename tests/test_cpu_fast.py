@@ -8,6 +8,8 @@ import json
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -247,6 +249,37 @@ def test_cpu_body_restores_the_thread_setting(demo):
     body = ChunkedCpuBatches(TorchChunks(model, "fp32"), model.spec, 0.25, 5, 100, 2, 8, NoiseSource(CPU))
     _counts(engine, body, items[:1], n0=10, n=90, batch=100)
     assert torch.get_num_threads() == before
+
+
+class _ConcurrencyProbe(TorchChunks):
+    """A PyTorch chunk classifier that records how many calls were in flight during each call."""
+
+    def __init__(self, model):
+        super().__init__(model, "fp32")
+        self._lock, self._active, self.overlaps = threading.Lock(), 0, []
+
+    def classify(self, noisy):
+        with self._lock:
+            self._active += 1
+            self.overlaps.append(self._active)
+        time.sleep(0.05)  # long enough for a concurrent call to arrive
+        try:
+            return super().classify(noisy)
+        finally:
+            with self._lock:
+                self._active -= 1
+
+
+def test_a_runtimes_first_call_is_made_alone(demo):
+    """A runtime's first inference sets up its binding, which is not thread-safe (two first calls
+    at once deadlocked OpenVINO): the body makes it alone, then runs its workers concurrently."""
+    model, items = demo
+    engine = TorchEngine(model, CPU, "fp32")
+    probe = _ConcurrencyProbe(model)
+    body = ChunkedCpuBatches(probe, model.spec, 0.25, 5, 300, workers=2, chunk=16, noise=NoiseSource(CPU, serial=True))
+    assert np.array_equal(_counts(engine, body, items), _counts(engine, _plain(engine), items))
+    assert probe.overlaps[0] == 1 and probe.overlaps[1] == 1  # the first call, and the next began after it
+    assert max(probe.overlaps) == 2  # the rest run concurrently
 
 
 @pytest.mark.parametrize("serial", [True, False])

@@ -90,6 +90,7 @@ class ChunkedCpuBatches:
         self.device = torch.device("cpu")
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="dmae-cpu")
         self._main_threads = torch.get_num_threads()
+        self._settled = False  # whether a first chunk has run (see run)
 
     @property
     def description(self) -> str:
@@ -114,9 +115,14 @@ class ChunkedCpuBatches:
         parts = even_parts(len(slot), self.chunk, self.workers)
         columns = (slot, index, self._phase_ids[position], sample)
         chunks = list(zip(*(column.tensor_split(parts) for column in columns)))
-        if not self.noise.ready:  # the first call compiles and checks the kernel: once, as a worker calls it
-            self._pool.submit(self._noisy_on_worker, chunks[0]).result()
-        predicted = list(self._pool.map(self._classify_chunk, chunks))
+        predicted = []
+        if not self._settled:
+            # The first chunk runs alone: it compiles and checks the noise kernel, and makes the
+            # runtime's first inference, whose one-time set-up is not thread-safe (two first calls
+            # at once have deadlocked OpenVINO's Python binding, each thread holding what the other waits for).
+            predicted.append(self._pool.submit(self._classify_chunk, chunks.pop(0)).result())
+            self._settled = True
+        predicted += self._pool.map(self._classify_chunk, chunks)
         count(self._counts, slot, position, torch.cat(predicted), self._ones)
 
     def _noisy(self, rows: tuple[torch.Tensor, ...]) -> torch.Tensor:
