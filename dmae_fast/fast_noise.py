@@ -136,13 +136,17 @@ class NoiseSource:
 
     def _run_compiled(self, clean: torch.Tensor, sigma: float, seed: int,
                       rows: tuple[torch.Tensor, ...]) -> torch.Tensor:
-        """One compiled program for every batch size: the row axis is marked dynamic."""
+        """One compiled program for every batch size and slot count: the row and slot axes are
+        marked dynamic (a recompiled kernel would run unchecked, and on several workers at once)."""
         count = len(rows[0])
         # Fresh columns (a lone row twice, since Inductor specializes sizes 0 and 1): a chunk cut
         # from a batch is a view at some storage offset, which Dynamo would guard on and recompile.
         rows = tuple(torch.cat((r, r)) if count == 1 else r.clone() for r in rows)
         for column in rows:
             torch._dynamo.mark_dynamic(column, 0)
+        if len(clean) == 1:  # a lone slot twice, likewise
+            clean = torch.cat((clean, clean))
+        torch._dynamo.mark_dynamic(clean, 0)
         slot, image, phase, sample = rows
         quiet = _quiet_compiler() if not self._checked else nullcontext()  # only the first call compiles
         with quiet:

@@ -123,6 +123,22 @@ def test_rows_cut_from_a_batch_at_any_offset_reuse_the_compiled_kernel():
     assert source.implementation == COMPILED and counters["stats"]["unique_graphs"] == 1
 
 
+def test_one_kernel_serves_every_slot_count_a_lone_slot_included():
+    """The clean images' slot axis is dynamic: a recompiled kernel would run unchecked."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    source = NoiseSource(CPU)
+    for slots in (3, 1, 7):
+        clean = torch.rand((slots, 3, 4, 4))
+        rows = _rows(range(10), images=slots)
+        want = clean[rows[0]] + 0.5 * gaussian_noise(9, *rows[1:], (3, 4, 4))
+        assert torch.allclose(source(clean, rows[0], 0.5, 9, *rows[1:]), want, rtol=0, atol=1e-5)
+    assert source.implementation == COMPILED
+    assert counters["stats"]["unique_graphs"] == 1, dict(counters["recompiles"])
+
+
 def test_failing_compiler_falls_back_to_the_reference_with_one_notice(capsys):
     source = NoiseSource(CPU)
 
@@ -157,9 +173,8 @@ def test_serial_noise_from_several_threads_at_once_is_the_contract():
     source, shape = NoiseSource(CPU, serial=True), (3, 6, 6)
     clean = torch.rand((5, *shape), generator=torch.Generator().manual_seed(8))
     slot, image, phase, sample = _rows(range(203))
-    assert not source.ready
     whole = source(clean, slot, 0.5, 13, image, phase, sample)
-    assert source.ready and source.implementation == COMPILED
+    assert source.implementation == COMPILED
     chunks = list(zip(*(column.tensor_split(24) for column in (slot, image, phase, sample))))
     with ThreadPoolExecutor(4) as pool:
         parts = list(pool.map(lambda rows: source(clean, rows[0], 0.5, 13, *rows[1:]), chunks * 3))
@@ -291,11 +306,18 @@ def test_the_noise_kernel_is_compiled_once_for_every_worker_and_chunk(demo, seri
     model, items = demo
     engine = TorchEngine(model, CPU, "fp32")
     reference = _counts(engine, _plain(engine), items)
+    second_reference = _counts(engine, _plain(engine), items[:2], n0=10, n=90)
     torch._dynamo.reset()
     counters.clear()
     body = ChunkedCpuBatches(TorchChunks(model, "fp32"), model.spec, 0.25, 5, 300, workers=2, chunk=16,
                              noise=NoiseSource(CPU, serial=serial))
+    slots = []
+    allocate = body.allocate
+    body.allocate = lambda num_slots, phase_ids: slots.append(num_slots) or allocate(num_slots, phase_ids)
     assert np.array_equal(_counts(engine, body, items), reference)
+    # a second run on the same body (as after its trial batch) has another slot count
+    assert np.array_equal(_counts(engine, body, items[:2], n0=10, n=90), second_reference)
+    assert len(set(slots)) == 2, slots
     assert body.noise.implementation == COMPILED
     assert counters["stats"]["unique_graphs"] == 1, dict(counters["recompiles"])
 
