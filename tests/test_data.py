@@ -76,6 +76,8 @@ def test_demo_splits_partition_the_digits() -> None:
 
     perm = np.random.default_rng(0).permutation(1797)
     assert torch.equal(test.labels, torch.from_numpy(digits.target[perm[:500]]))
+    # the embedded file is scikit-learn's digits, in its order, to the last value
+    assert torch.equal(test.images[:, 0], torch.from_numpy((digits.images[perm[:500]] / 16.0).astype(np.float32)))
 
 
 def test_demo_images_and_metadata() -> None:

@@ -56,8 +56,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.signal import fftconvolve
-from scipy.stats import binom, norm
+from scipy.special import ndtr
 
 from dmae_fast.certification.bounds import lower_confidence_bound
 from dmae_fast.certification.choices import FUTILITY_MODES, PAPER_RADII
@@ -141,6 +140,8 @@ class GroupSequentialConfig:
 
 def _increment(m: int, q: float) -> tuple[int, np.ndarray, float]:
     """Failures among m new samples at failure probability q: (first value, pmf window, mass outside)."""
+    from scipy.stats import binom  # on first use: the tables are built once per setting and cached
+
     spread = 40 * math.sqrt(m * q * (1 - q)) + 40
     lo, hi = max(0, math.floor(m * q - spread)), min(m, math.ceil(m * q + spread))
     pmf = binom.pmf(np.arange(lo, hi + 1), m, q)
@@ -151,6 +152,8 @@ def _increment(m: int, q: float) -> tuple[int, np.ndarray, float]:
 def _convolve(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if min(a.size, b.size) < DIRECT:
         return np.convolve(a, b)
+    from scipy.signal import fftconvolve
+
     return np.maximum(fftconvolve(a, b), 0.0)
 
 
@@ -163,6 +166,8 @@ def _dp(looks: tuple[int, ...], q: float, bounds: np.ndarray | None = None, targ
     cumulative rejection probability, plus the truncated mass, stays within the target.
     Returns (bounds, rejection probability at each look, truncated mass).
     """
+    from scipy.stats import binom
+
     out = np.full(len(looks), -1, dtype=np.int64)
     rejected = np.zeros(len(looks))
     start, alive, truncated, prev = 0, np.ones(1), 0.0, 0  # alive[i]: P(F = start + i, not rejected)
@@ -201,7 +206,7 @@ def fixed_n_failures(n: int, alpha: float, z: float) -> int:
     lo, hi = -1, n + 1  # lower_confidence_bound(n - F, n) >= Phi(z) holds for F <= lo, fails for F >= hi
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        ok = mid < n and lower_confidence_bound(n - mid, n, alpha) >= norm.cdf(z)
+        ok = mid < n and lower_confidence_bound(n - mid, n, alpha) >= ndtr(z)
         lo, hi = (mid, hi) if ok else (lo, mid)
     return lo
 
@@ -219,7 +224,7 @@ def boundary_table(looks: tuple[int, ...], z: tuple[float, ...], alpha: float, c
     rhos = np.full(len(z), np.nan)
     ceiling = looks_array  # monotone in j: no level is rejected where the one below is not
     for j, (zj, cap) in enumerate(zip(z, caps)):
-        k_end, q = looks.index(cap) + 1, float(norm.sf(zj))
+        k_end, q = looks.index(cap) + 1, float(ndtr(-zj))
         if cap * math.log1p(-q) <= math.log(alpha):  # else not even cap votes out of cap for cA reject H_j
             wanted = fixed_n_failures(cap, alpha, zj + final_shift)
             for rho in spending:
@@ -259,7 +264,7 @@ class GroupSequentialCertifier(LookStopping):
         self.looks: tuple[int, ...] = config.resolved_looks()
         self.level = config.alpha
         self.level_radii = np.unique(np.array((0.0, *config.radii)))
-        self.thresholds = norm.cdf(self.level_radii / config.sigma)
+        self.thresholds = ndtr(self.level_radii / config.sigma)
         z = tuple(float(v) for v in self.level_radii / config.sigma)
         settings = (config.alpha, config.spending, config.final_shift)
         full, self.rhos = boundary_table(self.looks, z, settings[0], (config.n,) * len(z), *settings[1:])

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import beta, norm
+from scipy.special import betaincinv, ndtr
 
 from dmae_fast.certification.bounds import lower_confidence_bound, radius
 from dmae_fast.certification.choices import FUTILITY_MODES, PAPER_RADII
@@ -103,14 +103,14 @@ def lower_bounds(n_a: np.ndarray, n: np.ndarray | int, alpha: float) -> np.ndarr
     base = int(n.max(initial=0)) + 1
     keys, inverse = np.unique(n_a * base + n, return_inverse=True)
     k_a, k_n = keys // base, keys % base
-    bound = np.where(k_a > 0, beta.ppf(alpha, np.maximum(k_a, 1), k_n - k_a + 1), 0.0)
+    bound = np.where(k_a > 0, betaincinv(np.maximum(k_a, 1), k_n - k_a + 1, alpha), 0.0)
     return bound[inverse].reshape(n_a.shape)
 
 
 def upper_bounds(n_a: np.ndarray, n: np.ndarray | int, alpha: float) -> np.ndarray:
     """One-sided (1 - alpha) Clopper-Pearson upper bound on p (1 when n_a = n)."""
     n_a = np.asarray(n_a)
-    bound = beta.ppf(1 - alpha, n_a + 1, np.maximum(n - n_a, 1))
+    bound = betaincinv(n_a + 1, np.maximum(n - n_a, 1), 1 - alpha)
     return np.where(n_a < n, bound, 1.0)
 
 
@@ -173,7 +173,7 @@ class SequentialCertifier(LookStopping):
         self.looks: tuple[int, ...] = config.looks or default_looks(config.n_max)
         self.level = config.alpha / len(self.looks)
         self.level_radii = np.unique(np.array((0.0, *config.radii)))
-        self.thresholds = norm.cdf(self.level_radii / config.sigma)
+        self.thresholds = ndtr(self.level_radii / config.sigma)
         self.need = np.stack([_min_counts(lower_bounds, n, self.level, self.thresholds) for n in self.looks])
         self.upper_need = np.stack([_min_counts(upper_bounds, n, config.futility_alpha, self.thresholds)
                                     for n in self.looks])

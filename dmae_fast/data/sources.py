@@ -18,24 +18,26 @@ from dmae_fast.data.labels import read_label_file
 from dmae_fast.errors import UserError
 
 DEMO_TEST_SIZE = 500
+DEMO_DIGITS = Path(__file__).parents[1] / "assets" / "demo-digits.safetensors"
 LIST_SUFFIXES = (".txt", ".tsv", ".csv")
 
 
 def demo_digits(split: str) -> TensorImageDataset:
-    """The built-in demo set: scikit-learn's 8x8 digits as ``[3, 8, 8]`` images.
+    """The built-in demo set: scikit-learn's 8x8 digits as ``[3, 8, 8]`` images in [0, 1].
 
-    The 1,797 images are split deterministically: the first 500 (``DEMO_TEST_SIZE``) of
-    ``np.random.default_rng(0).permutation(1797)`` are the test set, the rest (1,297)
-    the training set.
+    Read from ``DEMO_DIGITS`` (the 1,797 digits as stored by scikit-learn, grey levels 0-16;
+    ``scripts/make_demo_digits.py`` writes it). They are split deterministically: the first
+    500 (``DEMO_TEST_SIZE``) of ``np.random.default_rng(0).permutation(1797)`` are the test
+    set, the rest (1,297) the training set.
     """
-    from sklearn.datasets import load_digits
+    from safetensors.numpy import load_file
 
     check_split(split)
-    digits = load_digits()
-    perm = np.random.default_rng(0).permutation(len(digits.target))
+    digits = load_file(DEMO_DIGITS)
+    perm = np.random.default_rng(0).permutation(len(digits["labels"]))
     indices = perm[:DEMO_TEST_SIZE] if split == "test" else perm[DEMO_TEST_SIZE:]
-    images = torch.from_numpy((digits.images[indices] / 16.0).astype(np.float32))
-    labels = torch.from_numpy(digits.target[indices].astype(np.int64))
+    images = torch.from_numpy((digits["images"][indices] / 16.0).astype(np.float32))
+    labels = torch.from_numpy(digits["labels"][indices].astype(np.int64))
     return TensorImageDataset(
         images.unsqueeze(1).repeat(1, 3, 1, 1), labels, [str(d) for d in range(10)]
     )
