@@ -15,7 +15,7 @@ import torch
 from dmae_fast.bench.config import PAPER_IMAGES
 from dmae_fast.bench.reference_loops import ReferenceLoop
 from dmae_fast.certification.fast_stream import FastBatches, FastPath
-from dmae_fast.certification.sequential import SequentialCertifier
+from dmae_fast.certification.procedure import Procedure
 from dmae_fast.certification.stream import SamplingPlan, StreamingCertifier
 from dmae_fast.engines import TorchEngine
 from dmae_fast.model import SmoothingClassifier
@@ -66,9 +66,10 @@ def time_reference(name: str, model: SmoothingClassifier, loop: ReferenceLoop, i
 
 def time_ours(name: str, model: SmoothingClassifier, fast: FastPath, precision: str, batch: int,
               images: list[torch.Tensor], n0: int, n: int, sigma: float,
-              sequential: SequentialCertifier | None = None) -> CertifyTiming:
-    """The streaming certifier over all images (after a one-image warm-up that compiles); with
-    ``sequential``, its plan and stopping rule (--n is the cap; samples/s counts samples drawn)."""
+              sequential: Procedure | None = None) -> CertifyTiming:
+    """The streaming certifier over all images (after a one-image warm-up that compiles); with a
+    ``sequential`` procedure (what ``--sequential`` runs), its plan and stopping rule (--n is the
+    cap; samples/s counts samples drawn)."""
     device = next(model.parameters()).device
     engine = TorchEngine(model, device, precision)
     body = FastBatches(engine, sigma, 0, batch, fast)
@@ -82,12 +83,11 @@ def time_ours(name: str, model: SmoothingClassifier, fast: FastPath, precision: 
     items = [(i, image.cpu(), 0) for i, image in enumerate(images)]
     if sequential is None:
         out = run(items, SamplingPlan.certify(n0, n))
-        drawn = len(out) * (n0 + n)
     else:
-        out = run(items, SamplingPlan.sequential(n0, sequential.looks), sequential.decide)
-        drawn = sum(int(done.counts.sum()) for done in out)
+        out = run(items, sequential.plan, sequential.decide)
+    drawn = sum(int(done.counts.sum()) for done in out)
     _sync(device)
-    method = f"ours: {body.options.describe()}" + (f", {sequential.procedure}" if sequential else "")
+    method = f"ours: {body.options.describe()}" + (f", {sequential.name}" if sequential else "")
     timing = _timing(name, method, precision, batch, n0, n, len(out), time.perf_counter() - start)
     timing.samples_per_s = drawn / timing.seconds
     return timing

@@ -22,7 +22,7 @@ from dmae_fast.bench.reference_loops import COHEN, DMAE
 from dmae_fast.bench.throughput import Row, Variant, add_ratios, build_model, measure
 from dmae_fast.certification.fast_stream import FastPath
 from dmae_fast.certification.host import device_name
-from dmae_fast.certification.sequential import SequentialCertifier, SequentialConfig
+from dmae_fast.certification.procedure import CERTIFY, Procedure, ProcedureSpec
 from dmae_fast.engines import EngineOptions, open_engine, resolve_device
 from dmae_fast.engines.sidecar import KIND_BY_SUFFIX, BatchRange, read_sidecar
 from dmae_fast.errors import UserError, raise_if_interrupted
@@ -207,8 +207,8 @@ def _certify(config: BenchConfig, device: torch.device, budget: _Budget) -> list
         print(f"{PROG}: certify timing, ours ({fast.describe()})", file=sys.stderr)
         batch = config.main_batch if config.smoke else 1024
         timings.append(time_ours(name, model, fast, precision, batch, images, config.n0, config.n, sigma))
-        if budget.allows(10 if cuda else 5):  # the same images, sequential CERTIFY (--n as the cap)
-            sequential = SequentialCertifier(SequentialConfig(config.n0, config.n, 0.001, sigma))
+        if budget.allows(10 if cuda else 5):  # the same images, what --sequential runs (--n as the cap)
+            sequential = Procedure(ProcedureSpec(CERTIFY, config.n, 0.001, sigma, config.n0, sequential=True))
             timings.append(time_ours(name, model, fast, precision, batch, images, config.n0, config.n, sigma,
                                      sequential))
     return timings

@@ -70,7 +70,8 @@ def test_smoke_run_writes_json_markdown_and_plot(tmp_path, capsys):
     assert (engine_folder / "tiny-cpu-tokens-fp32.onnx.frontend.safetensors").is_file()
     methods = [t["method"] for t in record["certify"]]
     assert methods[:3] == ["reference: Cohen et al.", "reference: DMAE", "ours: fused"]
-    assert len(methods) == 4 and methods[3].startswith("ours: fused, sequential")  # the same images, early stops
+    # the same images, what --sequential runs (the exact group-sequential test), early stops
+    assert len(methods) == 4 and methods[3].startswith("ours: fused, group-sequential-exact-")
     fixed, sequential = record["certify"][2:]
     assert sequential["images"] == fixed["images"] and sequential["n"] == fixed["n"]
     assert all(t["images"] >= 1 and t["extrapolated_1000_s"] > 0 for t in record["certify"])
