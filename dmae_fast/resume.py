@@ -98,27 +98,18 @@ def _certify_problem(predict: int, written_radius: float, n: int, n_a: int, writ
                      rules: RowRules) -> str | None:
     if not 0 <= n_a <= n:
         return f"has nA = {n_a} outside [0, n = {n}]"
-    if rules.certificate is not None:
-        return _grid_problem(predict, written_radius, written_bound, rules.certificate(n_a, n))
-    bound = lower_confidence_bound(n_a, n, rules.level)
+    if rules.certificate is None:  # Clopper-Pearson at the rules' level
+        bound = lower_confidence_bound(n_a, n, rules.level)
+        abstains, exact = bound < 0.5, 0.0 if predict == ABSTAIN else radius(bound, rules.sigma)
+    else:  # a grid-radius procedure: its own certificate
+        expected = rules.certificate(n_a, n)
+        bound, abstains, exact = expected.p_a_lower, expected.prediction == ABSTAIN, expected.radius
     if not bound - BOUND_SLACK <= written_bound <= bound + 1e-12:
         return f"has pA_lower {written_bound}, its counts give {bound:.10f}"
-    if (predict == ABSTAIN) != (bound < 0.5):
+    if (predict == ABSTAIN) != abstains:
         return "abstains where its counts certify" if predict == ABSTAIN else "certifies where its counts abstain"
-    exact = 0.0 if predict == ABSTAIN else radius(bound, rules.sigma)
     if not exact - RADIUS_SLACK <= written_radius <= exact + 1e-12:
         return f"has radius {written_radius}, its counts give {exact:.6f}"
-    return None
-
-
-def _grid_problem(predict: int, written_radius: float, written_bound: float, expected: Certificate) -> str | None:
-    """A row of a grid-radius procedure: its radius and bound are the procedure's, up to the writer's rounding."""
-    if (predict == ABSTAIN) != (expected.prediction == ABSTAIN):
-        return "abstains where its counts certify" if predict == ABSTAIN else "certifies where its counts abstain"
-    if not expected.p_a_lower - BOUND_SLACK <= written_bound <= expected.p_a_lower + 1e-12:
-        return f"has pA_lower {written_bound}, its counts give {expected.p_a_lower:.10f}"
-    if not expected.radius - RADIUS_SLACK <= written_radius <= expected.radius + 1e-12:
-        return f"has radius {written_radius}, its counts give {expected.radius:.6f}"
     return None
 
 

@@ -1,8 +1,9 @@
 """The statistics of Cohen et al.'s CERTIFY and PREDICT, each a one-liner over SciPy.
 
-The quantiles come from ``scipy.special`` (bit for bit what ``scipy.stats.beta.ppf`` and
-``norm.ppf`` return: the same Boost and Cephes routines; tested), which imports in a third of
-the time of ``scipy.stats``; the binomial tails of PREDICT import ``scipy.stats`` on first use.
+The quantiles come from ``scipy.special``, which imports in a third of the time of
+``scipy.stats``: ``betaincinv`` and ``ndtri`` are the routines behind ``beta.ppf`` and
+``norm.ppf`` (bit for bit the same values on 55,744 quantiles with SciPy 1.17; the tests compare
+to 1e-12 relative). PREDICT's binomial tails import ``scipy.stats`` on first use.
 """
 
 from __future__ import annotations
