@@ -10,14 +10,28 @@ from typing import Literal, Sequence
 
 import numpy as np
 
+from dmae_fast.certification.bounds import radius as certified_radius
 from dmae_fast.errors import UserError
+from dmae_fast.model.config import MAX_SIGMA
+from dmae_fast.files import read_regular_file
 from dmae_fast.results import ABSTAIN, RADIUS_DECIMALS, ResultsTable
+from dmae_fast.resume import BELOW_ONE, COUNT_COLUMNS, RowRules, row_problems
 
 DEFAULT_RADII: tuple[float, ...] = tuple(0.25 * i for i in range(13))
 PLOT_RADIUS_STEP = 0.01
 PLOT_FORMATS = (".png", ".pdf")
+# No certificate states more: sigma <= MAX_SIGMA (100, the most dmae-certify accepts; images are in [0, 1])
+# times Phi^-1 of the largest pA_lower below 1 (820.95), rounded up to 821 as Cohen's 3 digits write it.
+RADIUS_CEILING = float(math.ceil(certified_radius(BELOW_ONE, MAX_SIGMA)))
+MAX_RECORD_BYTES = 16 * 2**20  # a run record is a few KiB
 
 Style = Literal["text", "markdown", "latex"]
+
+
+def _some_indices(table: ResultsTable, rows: Sequence[int] | np.ndarray) -> str:
+    """'idx 3, 8, 9 (+2 more)': the images of the first few of ``rows``."""
+    shown = ", ".join(str(table.idx[row]) for row in rows[:5])
+    return f"idx {shown}" + (f" (+{len(rows) - 5} more)" if len(rows) > 5 else "")
 
 
 def _require_rows(table: ResultsTable) -> None:
@@ -35,6 +49,79 @@ def _require_rows(table: ResultsTable) -> None:
         row = int(inconsistent[0])
         raise UserError(f"{table.path}: the row of image idx {table.idx[row]} contradicts itself (correct must be "
                         "1 exactly when predict == label, and an abstain (-1) has radius 0)")
+    if table.radius is not None:
+        beyond = np.flatnonzero(table.radius > RADIUS_CEILING)
+        if beyond.size:
+            raise UserError(f"{table.path}: {beyond.size} row(s) state a radius above {RADIUS_CEILING:g}, more than "
+                            f"any certificate can (sigma <= {MAX_SIGMA:g}): {_some_indices(table, beyond)}")
+
+
+def run_record(table: ResultsTable) -> tuple[dict | None, str]:
+    """The run record ``<file>.json`` that dmae-certify writes beside a results file, or None and
+    why there is none (a missing, unreadable or oversized file, or not a JSON object)."""
+    path = f"{table.path}.json"
+    if not os.path.exists(path):
+        return None, f"there is no run record {path}"
+    try:
+        record = json.loads(read_regular_file(path, MAX_RECORD_BYTES, "run record").decode("utf-8"))
+    except UserError as exc:
+        return None, str(exc)
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None, f"{path} is not JSON"
+    if not isinstance(record, dict):
+        return None, f"{path} is not a run record"
+    return record, ""
+
+
+def recorded_rules(table: ResultsTable, record: dict) -> tuple[RowRules | None, str]:
+    """The rules of the rows of the run a record describes, rebuilt from its settings as ``--resume``
+    builds them; None, and why, when they cannot be rebuilt or the record names another procedure
+    than the rows (e.g. another version's digest of the exact test)."""
+    from dmae_fast.certification.config import CertifyConfig
+    from dmae_fast.certification.procedure import procedure_for
+
+    path = f"{table.path}.json"
+    try:
+        settings = {key: tuple(v) if isinstance(v, list) else v for key, v in record["config"].items()}
+        config = CertifyConfig(**settings)
+        config.validate()
+        procedure = procedure_for(config)
+    except (KeyError, AttributeError, TypeError, ValueError, ArithmeticError, UserError):
+        return None, f"{path} holds no settings this version can rebuild the procedure from"
+    named = sorted(set(map(str, table.extra["procedure"]))) if "procedure" in table.extra else [table.kind]
+    if procedure.kind != table.kind or procedure.name != record.get("procedure") or procedure.name not in named:
+        return None, f"{path} is for procedure {record.get('procedure')}, the rows name {', '.join(named)}"
+    return procedure.rules(), ""
+
+
+def check_rows(table: ResultsTable) -> str | None:
+    """Refuse (UserError, one line) a results file with a row its run cannot have written; returns a
+    one-line warning when the rows could only be checked without their run record, else None.
+
+    Rows with counts (dmae-certify's) are checked as ``--resume`` checks them
+    (:func:`dmae_fast.resume.row_problems`) under the procedure rebuilt from the run record
+    ``<file>.json``; without a usable record, by what they prove at every alpha
+    (:meth:`RowRules.unknown`). Rows without counts (Cohen et al.'s) get the range checks of every
+    summary: consistent ``correct``, abstains at radius 0, radii at most :data:`RADIUS_CEILING`.
+    """
+    if not any(name in table.extra for name in COUNT_COLUMNS[table.kind]):
+        _require_rows(table)
+        return None
+    record, why = run_record(table)
+    rules, why = recorded_rules(table, record) if record is not None else (None, why)
+    bad = list(row_problems(table, rules or RowRules.unknown(table.kind)))
+    if bad:
+        (row, problem), others = bad[0], [other for other, _ in bad[1:]]
+        basis = (f"against their run record {table.path}.json (those --resume makes)" if rules
+                 else f"of what their counts alone prove at any alpha ({why})")
+        also = f"; so do {_some_indices(table, others)}" if others else ""
+        raise UserError(f"{table.path}: {len(bad)} of {len(table)} rows fail the checks {basis}: the row of image "
+                        f"idx {table.idx[row]} {problem}{also}; the file was edited or its rows come from another run")
+    _require_rows(table)
+    if rules is None:
+        return (f"{table.path}: rows checked without their run record ({why}): only what their counts prove at any "
+                "alpha, not the run's own settings")
+    return None
 
 
 def rounding_warning(table: ResultsTable) -> str | None:
@@ -136,10 +223,8 @@ def reachable_radii(radii: Sequence[float], cap: float | None, what: str = CAP_R
 def recorded_cap(table: ResultsTable) -> float | None:
     """The largest radius the run behind a results file could certify, as its run record
     (``<file>.json``, ``max_radius``) states it; None without a record that says."""
-    try:
-        value = json.loads(Path(f"{table.path}.json").read_text(encoding="utf-8")).get("max_radius")
-    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
-        return None
+    record, _ = run_record(table)
+    value = None if record is None else record.get("max_radius")
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 

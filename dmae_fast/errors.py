@@ -1,16 +1,20 @@
-"""The exceptions that end a command without a traceback.
+"""The exceptions that end a command without a traceback, and what SIGINT/SIGTERM do.
 
 Command-line entry points catch :class:`UserError` and print its message as one line
 with exit status 2, and :class:`Interrupted` (SIGINT or SIGTERM) with one line saying
 what was kept, exit status 128 + the signal number; :class:`AlreadyReported` (another rank
 of a multi-process job prints the line) ends silently; everything else is a bug and keeps its
-traceback.
+traceback. While a command is still starting (:func:`starting`), a signal ends it at once instead.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import threading
+from collections.abc import Iterator
+from typing import Any
 
 
 class UserError(Exception):
@@ -89,3 +93,41 @@ def raise_if_interrupted() -> None:
     (see ``_received``); long loops call this once per step."""
     if _received is not None:
         raise Interrupted(_received)
+
+
+def exit_on_signals(prog: str | None) -> dict[int, Any]:
+    """Make SIGINT and SIGTERM end the process at once with ``prog: interrupted by SIGTERM while
+    starting; nothing was written``, exit status 128 + N (silently for ``prog`` None: a rank whose
+    launcher says it, or a command that has ended); the handlers replaced. Only for a command that
+    has written nothing yet, until :func:`interrupt_on_signals` takes over (:func:`starting`), or
+    one whose ``main`` has returned.
+
+    At once, not by raising :class:`Interrupted`: start-up is imports, and an exception raised inside
+    one can be swallowed by an extension module's initialisation, leaving a module half-imported
+    (torch's C extension imports numpy and discards numpy's errors: the next ``import numpy`` then
+    fails with a RecursionError or "cannot load module more than once"); after ``main``, Python's exit
+    handlers run, where it is printed as "Exception ignored" with a traceback (a rank that ended on a
+    lost peer, then stopped by its launcher). Main thread only; elsewhere a no-op.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def end(signum: int, frame: object) -> None:
+        if prog is not None:
+            name = signal.Signals(signum).name
+            os.write(2, f"{prog}: interrupted by {name} while starting; nothing was written\n".encode())
+        os._exit(128 + signum)
+
+    return {signum: signal.signal(signum, end) for signum in (signal.SIGINT, signal.SIGTERM)}
+
+
+@contextlib.contextmanager
+def starting(prog: str | None) -> Iterator[None]:
+    """:func:`exit_on_signals` for the block (a command's imports and checks before it writes
+    anything); the handlers before it are back after it."""
+    previous = exit_on_signals(prog)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

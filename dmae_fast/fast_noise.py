@@ -15,8 +15,8 @@ For the CPU fast path's patch-input classifiers, :func:`noisy_patches` writes th
 values in a :class:`~dmae_fast.patch_layout.PatchLayout`, normalized.
 
 Where compiling is impossible (no C++ compiler, no Triton) or the compiled kernel does not
-reproduce the reference on a check batch, :class:`NoiseSource` says so in one line and runs
-the reference instead.
+reproduce the reference on a check batch, :class:`NoiseSource` says so in one line (to its
+``notice``, which the batch bodies also keep in the run record) and runs the reference instead.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import math
 import sys
+from collections.abc import Callable
 from contextlib import contextmanager, nullcontext
 
 import torch
@@ -80,6 +81,10 @@ def _reference(clean: torch.Tensor, sigma: float, seed: int, rows: tuple[torch.T
     return (clean[slot] + sigma * eta - mean) / std
 
 
+def _print_notice(message: str) -> None:
+    print(f"dmae-fast: {message}", file=sys.stderr)
+
+
 @contextmanager
 def _quiet_compiler():
     """Inductor logs a CUDA_HOME warning on CPU-only machines; it is not the user's concern."""
@@ -103,11 +108,13 @@ class NoiseSource:
     thread recompiles an unchecked kernel, concurrently (an error in torch 2.11).
     ``layout``: make a :class:`~dmae_fast.patch_layout.PatchLayout`'s normalized patch rows
     (:func:`noisy_patches`) from clean images stored arranged, instead of noisy images.
+    ``notice``: where the one-line fallback notice goes (default: stderr).
     """
 
     def __init__(self, device: torch.device, compiled: bool = True, serial: bool = False,
-                 layout: PatchLayout | None = None) -> None:
+                 layout: PatchLayout | None = None, notice: Callable[[str], None] | None = None) -> None:
         self.device, self.layout = device, layout
+        self._notice = notice or _print_notice
         self.implementation = COMPILED if compiled else REFERENCE
         options = SERIAL_OPTIONS if serial else None
         function = noisy_rows if layout is None else noisy_patches
@@ -180,7 +187,6 @@ class NoiseSource:
         return self._sigma[1]
 
     def _fall_back(self, why: str) -> None:
-        print(f"dmae-fast: compiled noise unavailable ({why}); using the torch-op reference (slower, same noise)",
-              file=sys.stderr)
+        self._notice(f"compiled noise unavailable ({why}); using the torch-op reference (slower, same noise)")
         self._compiled = None
         self.implementation = REFERENCE

@@ -4,13 +4,18 @@ verdict of its parity check against PyTorch, and OpenVINO's compiled models.
 The folder is ``$DMAE_FAST_CACHE``, else ``$XDG_CACHE_HOME/dmae-fast``, else ``~/.cache/dmae-fast``;
 ``DMAE_FAST_CACHE=off`` disables it. An entry is named by :func:`cache_key`, the SHA-256 of
 everything it depends on, and holds the SHA-256 of its payload (hex), a newline, then the payload.
-An entry that cannot be read, or whose payload does not match its digest, is a miss: it is rebuilt
-and overwritten, never trusted. Writes go to a temporary file in the folder, renamed into place,
-so that no reader sees half an entry. A folder that cannot be written runs uncached.
+An entry that cannot be read, is not a regular file (a FIFO would block the read forever), is
+larger than :data:`MAX_ENTRY_BYTES`, or whose payload does not match its digest, is a miss: it is
+rebuilt and replaced, never trusted. Writes go to a temporary file in the folder, renamed into
+place, so that no reader sees half an entry. A folder that cannot be written runs uncached. An
+entry whose digest holds can still be wrong (edited, digest recomputed): the entries a build read
+are listed (``reads``), so that a body built from them that fails is named, dropped
+(:func:`drop_entries`) and rebuilt (:mod:`dmae_fast.certification.fallback`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.metadata
@@ -19,12 +24,16 @@ import os
 import tempfile
 from pathlib import Path
 
+from dmae_fast.errors import UserError
+from dmae_fast.files import read_regular_file
 from dmae_fast.integrity import file_sha256
 
 ENVIRONMENT = "DMAE_FAST_CACHE"
 # Bump when what an entry holds, or how it is keyed, changes.
 FORMAT_VERSION = 1
 LIBRARIES = ("torch", "timm", "onnx", "openvino", "onnxruntime")
+# The largest entry read: an ONNX graph is at most 2 GiB (protobuf's limit), plus the digest line.
+MAX_ENTRY_BYTES = (2 << 30) + 65
 
 
 def cache_folder() -> Path | None:
@@ -76,16 +85,25 @@ def files_sha256(folder: Path) -> dict[str, str]:
         return {}
 
 
-class ModelCache:
-    """The cache folder; without one (disabled, or not writable) every read misses and writes are dropped."""
+def drop_entries(paths: list[Path]) -> None:
+    """Delete the entries ``paths`` (what was built from them failed); one already gone is fine."""
+    for path in paths:
+        with contextlib.suppress(OSError):  # else the next write replaces it, or turns the cache off
+            path.unlink()
 
-    def __init__(self, folder: Path | None, notice=None) -> None:
+
+class ModelCache:
+    """The cache folder; without one (disabled, or not writable) every read misses and writes are
+    dropped. ``reads`` collects the path of every entry read (a hit)."""
+
+    def __init__(self, folder: Path | None, notice=None, reads: list[Path] | None = None) -> None:
         self.folder, self._notice = folder, notice
+        self.reads = [] if reads is None else reads
 
     @classmethod
-    def open(cls, notice) -> ModelCache:
+    def open(cls, notice, reads: list[Path] | None = None) -> ModelCache:
         """The configured cache, created if missing; one ``notice`` and no cache if it cannot be written."""
-        cache = cls(cache_folder(), notice)
+        cache = cls(cache_folder(), notice, reads)
         if cache.folder is not None:
             try:
                 cache.folder.mkdir(parents=True, exist_ok=True)
@@ -106,15 +124,20 @@ class ModelCache:
         return self.folder / f"{key}.entry"
 
     def read(self, key: str) -> bytes | None:
-        """The payload stored under ``key``, or None: absent, unreadable, or not matching its digest."""
+        """The payload stored under ``key``, or None: absent, unreadable, not a regular file, too
+        large, or not matching its digest."""
         if self.folder is None:
             return None
+        path = self._path(key)
         try:
-            data = self._path(key).read_bytes()
-        except OSError:
+            data = read_regular_file(path, MAX_ENTRY_BYTES, "model-cache entry")
+        except UserError:  # missing, unreadable, not a regular file (a FIFO would block), too large: a miss
             return None
         digest, _, payload = data.partition(b"\n")
-        return payload if digest.decode("ascii", "replace") == hashlib.sha256(payload).hexdigest() else None
+        if digest.decode("ascii", "replace") != hashlib.sha256(payload).hexdigest():
+            return None
+        self.reads.append(path)
+        return payload
 
     def write(self, key: str, payload: bytes) -> None:
         """Store ``payload`` under ``key``, atomically; a failure (disk full) turns the cache off, with a notice."""

@@ -25,6 +25,7 @@ from typing import Callable, Literal, TextIO
 import numpy as np
 
 from dmae_fast.errors import UserError
+from dmae_fast.files import read_regular_file
 
 CERTIFY_COLUMNS: tuple[str, ...] = (
     "idx", "label", "predict", "radius", "correct", "time",
@@ -39,6 +40,7 @@ REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
     "predict": ("idx", "label", "predict", "correct", "time"),
 }
 ABSTAIN = -1
+MAX_RESULTS_BYTES = 256 * 2**20  # ~2.5M rows of ours (about 110 bytes each); a larger file is refused, not read
 SYNC_SECONDS = 1.0  # the most a power failure can take from a results file (see ResultsWriter)
 
 Kind = Literal["certify", "predict"]
@@ -242,15 +244,9 @@ def _prepare_append(path: str, header: str, kind: Kind) -> bool:
 
     Returns True when the file is missing or empty, so the header still has to be written.
     """
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
+    if not os.path.exists(path):
         return True
-    except IsADirectoryError:
-        raise UserError(f"{path} is a directory, not a results file") from None
-    except OSError as exc:
-        raise UserError(f"cannot read {path}: {exc.strerror}") from None
+    data = read_regular_file(path, MAX_RESULTS_BYTES)
     first, newline, _ = data.partition(b"\n")
     found = first.rstrip(b"\r").decode("utf-8", errors="replace")
     if newline and found != header or not newline and not header.startswith(found):
@@ -361,14 +357,7 @@ def _infer_column(values: list[str]) -> np.ndarray:
 
 def _read_lines(path: str) -> tuple[list[str], bool]:
     """The file's lines without terminators, and whether the last one was terminated."""
-    try:
-        data = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such results file") from None
-    except IsADirectoryError:
-        raise UserError(f"{path} is a directory, not a results file") from None
-    except OSError as exc:
-        raise UserError(f"cannot read {path}: {exc.strerror}") from None
+    data = read_regular_file(path, MAX_RESULTS_BYTES)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:

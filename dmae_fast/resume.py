@@ -1,16 +1,19 @@
-"""Checking the rows of a results file before a run continues it (``--resume``).
+"""Checking the rows of a results file: before a run continues it (``--resume``), and before
+``dmae-certify analyze`` summarizes it.
 
 A resumed run keeps the rows already on disk, so they must be rows this very run would
 have written: images of this run, each once, made with its settings, and each row
 consistent with its own counts (the radius and pA_lower recomputed from nA, n, the
 procedure's alpha and sigma; the PREDICT decision from its p-value). A row that fails is
-refused with one line: the file was edited, or belongs to another run.
+refused with one line: the file was edited, or belongs to another run. :func:`row_problems`
+names every such row; ``analyze`` applies it with the rules rebuilt from the run record, or,
+without one, with :meth:`RowRules.unknown`: only what holds at every alpha and sigma.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -22,6 +25,7 @@ from dmae_fast.certification.bounds import (
     top_two_pvalue,
 )
 from dmae_fast.errors import UserError
+from dmae_fast.model.config import MAX_SIGMA, sigma_problem
 from dmae_fast.results import ABSTAIN, P_LOWER_DECIMALS, RADIUS_DECIMALS, ResultsTable
 
 if TYPE_CHECKING:
@@ -31,20 +35,34 @@ if TYPE_CHECKING:
 # the last digits of another SciPy's quantile functions.
 RADIUS_SLACK = 2 * 10.0**-RADIUS_DECIMALS
 BOUND_SLACK = 2 * 10.0**-P_LOWER_DECIMALS
+# The largest double below 1: the largest alpha a run accepts, and the largest pA_lower with a finite radius.
+BELOW_ONE = math.nextafter(1.0, 0.0)
 
 
 @dataclass(frozen=True)
 class RowRules:
-    """What every kept row must satisfy: the run's kind, sample counts, level and sigma."""
+    """What every row of a run satisfies: the run's kind, sample counts, level and sigma. A field
+    that is None is unknown (rows read without their run record) and only what holds for every
+    value of it is checked."""
 
     kind: str  # "certify" or "predict"
-    n0: int
-    sizes: tuple[int, ...]  # allowed n (one for fixed n; every look for sequential runs)
-    level: float  # the Clopper-Pearson level of the bound (alpha, or alpha / K) or PREDICT's alpha
-    sigma: float
+    n0: int | None
+    sizes: tuple[int, ...] | None  # allowed n (one for fixed n; every look for sequential runs)
+    level: float | None  # the Clopper-Pearson level of the bound (alpha, or alpha / K) or PREDICT's alpha
+    sigma: float | None
     procedure: str | None  # the `procedure` column (certify only)
     # (nA, n) -> the Certificate the procedure gives (grid-radius procedures); None: Clopper-Pearson at level
     certificate: Callable[[int, int], Certificate] | None = None
+
+    @classmethod
+    def unknown(cls, kind: str) -> RowRules:
+        """The rules of a run of ``kind`` whose settings are unknown: what its rows alone prove."""
+        return cls(kind, None, None, None, None, None)
+
+
+# The columns a row needs to be checked against its counts (Cohen et al.'s files have none of them).
+COUNT_COLUMNS = {"certify": ("n0", "n", "nA", "pA_lower", "sigma", "procedure"),
+                 "predict": ("n", "count1", "count2", "pvalue", "sigma")}
 
 
 def check_kept_rows(table: ResultsTable, indices: Collection[int], labels: dict[int, int] | None,
@@ -57,47 +75,61 @@ def check_kept_rows(table: ResultsTable, indices: Collection[int], labels: dict[
     if repeated:
         raise UserError(f"{where}: image idx {repeated[0]} appears in more than one row; remove the repeated "
                         "rows or start over with --overwrite")
-    wanted = set(indices)
+    for row, problem in row_problems(table, rules, indices, labels):
+        raise UserError(f"{where}: the row of image idx {table.idx[row]} {problem}: the file was edited or "
+                        "comes from another run (remove the row, or start over with --overwrite)")
+
+
+def row_problems(table: ResultsTable, rules: RowRules, indices: Collection[int] | None = None,
+                 labels: dict[int, int] | None = None) -> Iterator[tuple[int, str]]:
+    """(row, what is wrong with it) for each row of ``table`` that a run of ``rules`` would not have
+    written, in file order; ``indices`` are the run's images and ``labels`` the data set's (None: unknown)."""
+    wanted = None if indices is None else set(indices)
     for row in range(len(table)):
         problem = _row_problem(table, row, wanted, labels, rules)
         if problem:
-            raise UserError(f"{where}: the row of image idx {table.idx[row]} {problem}: the file was edited or "
-                            "comes from another run (remove the row, or start over with --overwrite)")
+            yield row, problem
 
 
-def _row_problem(table: ResultsTable, row: int, wanted: set[int], labels: dict[int, int] | None,
+def _row_problem(table: ResultsTable, row: int, wanted: set[int] | None, labels: dict[int, int] | None,
                  rules: RowRules) -> str | None:
     extra = {name: values[row] for name, values in table.extra.items()}
     idx, label, predict = int(table.idx[row]), int(table.label[row]), int(table.predict[row])
+    needed = COUNT_COLUMNS[rules.kind]
     checks = [
-        (idx in wanted, "is not one of this run's images (--skip/--max or another data set)"),
+        (wanted is None or idx in wanted, "is not one of this run's images (--skip/--max or another data set)"),
         (labels is None or labels.get(idx) == label, f"has label {label}, the data set says {labels and labels.get(idx)}"),
         (int(table.correct[row]) == int(predict == label), "has a 'correct' that contradicts predict and label"),
-        (all(k in extra for k in _NEEDED[rules.kind]), f"lacks the columns {', '.join(_NEEDED[rules.kind])}"),
+        (all(k in extra for k in needed), f"lacks the columns {', '.join(needed)}"),
     ]
     for ok, problem in checks:
         if not ok:
             return problem
-    if not math.isclose(float(extra["sigma"]), rules.sigma, rel_tol=1e-12):
-        return f"was made with sigma {extra['sigma']}, this run uses {rules.sigma}"
+    sigma = float(extra["sigma"])
+    if rules.sigma is None:
+        if sigma_problem(sigma) is not None:
+            return f"has sigma {sigma}, outside (0, {MAX_SIGMA:g}]"
+    elif not math.isclose(sigma, rules.sigma, rel_tol=1e-12):
+        return f"was made with sigma {sigma}, this run uses {rules.sigma}"
     n = int(extra["n"])
-    if n not in rules.sizes:
+    if n < 1:
+        return f"has n = {n} samples"
+    if rules.sizes is not None and n not in rules.sizes:
         return f"has n = {n}, this run uses {' or '.join(map(str, rules.sizes))}"
     if rules.kind == "predict":
         return _predict_problem(predict, n, int(extra["count1"]), int(extra["count2"]), float(extra["pvalue"]), rules)
-    if int(extra["n0"]) != rules.n0 or str(extra["procedure"]) != rules.procedure:
+    if rules.procedure is not None and (int(extra["n0"]) != rules.n0 or str(extra["procedure"]) != rules.procedure):
         return f"was made with n0 {extra['n0']} and procedure {extra['procedure']}, not {rules.n0} and {rules.procedure}"
-    return _certify_problem(predict, float(table.radius[row]), n, int(extra["nA"]), float(extra["pA_lower"]), rules)
+    return _certify_problem(predict, float(table.radius[row]), n, int(extra["nA"]), float(extra["pA_lower"]),
+                            sigma, rules)
 
 
-_NEEDED = {"certify": ("n0", "n", "nA", "pA_lower", "sigma", "procedure"),
-           "predict": ("n", "count1", "count2", "pvalue", "sigma")}
-
-
-def _certify_problem(predict: int, written_radius: float, n: int, n_a: int, written_bound: float,
+def _certify_problem(predict: int, written_radius: float, n: int, n_a: int, written_bound: float, sigma: float,
                      rules: RowRules) -> str | None:
     if not 0 <= n_a <= n:
         return f"has nA = {n_a} outside [0, n = {n}]"
+    if rules.level is None:
+        return _problem_at_any_alpha(predict, written_radius, n, n_a, written_bound, sigma)
     if rules.certificate is None:  # Clopper-Pearson at the rules' level
         bound = lower_confidence_bound(n_a, n, rules.level)
         abstains, exact = bound < 0.5, 0.0 if predict == ABSTAIN else radius(bound, rules.sigma)
@@ -113,13 +145,30 @@ def _certify_problem(predict: int, written_radius: float, n: int, n_a: int, writ
     return None
 
 
+def _problem_at_any_alpha(predict: int, written_radius: float, n: int, n_a: int, written_bound: float,
+                          sigma: float) -> str | None:
+    """What a certify row proves whatever its run's alpha and procedure. Every procedure's pA_lower is
+    at most the Clopper-Pearson bound at the largest alpha below 1 (a bound at alpha or alpha / K, or
+    a grid level Phi(r / sigma) that its test rejects at alpha); it abstains exactly when pA_lower < 1/2;
+    its radius is at most sigma * Phi^-1(pA_lower) of the bound before it was rounded down."""
+    ceiling = lower_confidence_bound(n_a, n, BELOW_ONE)
+    if not 0 <= written_bound <= ceiling + BOUND_SLACK:
+        return f"has pA_lower {written_bound}, above {ceiling:.10f}, the most its counts give at any alpha"
+    if (predict == ABSTAIN) != (written_bound < 0.5):
+        return "abstains with pA_lower >= 0.5" if predict == ABSTAIN else "certifies with pA_lower < 0.5"
+    most = 0.0 if predict == ABSTAIN else radius(min(written_bound + BOUND_SLACK, BELOW_ONE), sigma)
+    if written_radius > most + RADIUS_SLACK:
+        return f"has radius {written_radius}, above {most:.6f}, the most its pA_lower proves"
+    return None
+
+
 def _predict_problem(predict: int, n: int, count1: int, count2: int, written: float, rules: RowRules) -> str | None:
     if not (0 <= count2 <= count1 and count1 + count2 <= n):
         return f"has counts {count1}, {count2} that do not fit n = {n}"
     pvalue = top_two_pvalue(count1, count2)
     if not pvalue * (1 - 1e-9) <= written <= pvalue * (1 + 2e-5) + 1e-300:
         return f"has p-value {written}, its counts give {pvalue:.6g}"
-    if (predict == ABSTAIN) != (pvalue > rules.level):
+    if rules.level is not None and (predict == ABSTAIN) != (pvalue > rules.level):
         return "abstains where its p-value decides" if predict == ABSTAIN else "predicts where its p-value abstains"
     return None
 

@@ -301,13 +301,15 @@ def test_predict_pvalue_is_written_rounded_up(tmp_path: Path) -> None:
 
 def test_analyze_reports_nothing_above_a_radius_that_was_not_reached(tmp_path: Path, capsys) -> None:
     """Radii just under 0.8: exactly 0% certified at 0.8, where Cohen's format would claim 100%."""
+    from scipy.special import ndtr
+
     ours = tmp_path / "ours.tsv"
     with ResultsWriter(ours) as writer:
-        for i, radius in enumerate([0.79964, 0.79999, 0.7999999]):
-            writer.write(CertifyRow(i, 1, 1, radius, 1, 0.1, 100, 10_000, 9_990, 0.999, 0.25, "cohen"))
+        for i, radius in enumerate([0.79964, 0.79999, 0.7999999]):  # pA_lower = Phi(radius / sigma)
+            writer.write(CertifyRow(i, 1, 1, radius, 1, 0.1, 100, 10_000, 9_999, ndtr(radius / 0.25), 0.25, "cohen"))
     assert analyze_main([str(ours), "--radii", "0.79", "0.8"]) == 0
     out, err = capsys.readouterr()
-    assert "100.0" in out and out.split()[-2] == "0.0" and err == ""
+    assert "100.0" in out and out.split()[-2] == "0.0" and "without their run record" in err
     # a Cohen-format file: read as written, with a one-line caveat about its rounding
     cohen = _write(tmp_path / "cohen.tsv", "idx\tlabel\tpredict\tradius\tcorrect\ttime\n0\t1\t1\t0.8\t1\t0:00:01\n")
     assert analyze_main([str(cohen), "--radii", "0.8"]) == 0

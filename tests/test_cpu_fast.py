@@ -488,7 +488,7 @@ def test_a_signal_after_an_openvino_body_is_freed_reaches_its_handler():
         signal.raise_signal(signal.SIGINT)
         print("handled", len(caught))
     """)
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=900)
     assert result.returncode == 0 and "handled 1" in result.stdout, (result.returncode, result.stderr[-300:])
 
 
@@ -623,3 +623,39 @@ def test_an_unwritable_cache_folder_runs_uncached_with_one_notice(demo, monkeypa
                                                                                           "(set DMAE_FAST_CACHE to "
                                                                                           "another folder, or to off)")
     assert sorted(path.name for path in tmp_path.iterdir()) == ["a-file"]
+
+
+def test_an_edited_cache_entry_with_its_digest_recomputed_is_named_dropped_and_rebuilt(monkeypatch, tmp_path,
+                                                                                     capsys):
+    """Through the command: a graph entry whose weights were edited (digest recomputed) fails its
+    parity check; the run names the entry, rebuilds it and runs the fast body on it, not PyTorch."""
+    import hashlib
+
+    import onnx
+    from onnx import numpy_helper
+
+    monkeypatch.delenv("DMAE_FAST_BODY")
+    common = ["--data", "demo", "--max", "1", "--n0", "20", "--n", "100", "--device", "cpu", "--quiet"]
+
+    def run(name):
+        assert certify_main([*common, "--out", str(tmp_path / name)]) == 0
+        record = json.loads((tmp_path / f"{name}.json").read_text())
+        assert not record["engine"].startswith("torch")  # the exported graph runs
+        return record, capsys.readouterr().err
+
+    run("first.tsv")
+    entry = max((tmp_path / "model-cache").glob("*.entry"), key=lambda path: path.stat().st_size)  # the graph
+    original = entry.read_bytes()
+    graph = onnx.load_from_string(original.partition(b"\n")[2])
+    weights = max(graph.graph.initializer, key=lambda tensor: numpy_helper.to_array(tensor).size)
+    weights.CopyFrom(numpy_helper.from_array(-numpy_helper.to_array(weights), weights.name))
+    edited = graph.SerializeToString()
+    entry.write_bytes(hashlib.sha256(edited).hexdigest().encode() + b"\n" + edited)
+
+    record, err = run("edited.tsv")
+    [notice] = record["body_fallbacks"]
+    assert notice.startswith(f"the CPU fast body, built from the model cache entry {entry}, failed (ParityMismatch: ")
+    assert notice.endswith("; dropped the entry, building it again from scratch") and f"dmae-fast: {notice}\n" in err
+    assert entry.read_bytes() == original  # rebuilt
+    assert _rows_without_time(tmp_path / "edited.tsv") == _rows_without_time(tmp_path / "first.tsv")
+    assert run("again.tsv")[0]["body_fallbacks"] == []

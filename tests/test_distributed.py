@@ -245,6 +245,14 @@ def _launch(out: Path, settings: dict, *extra: str, env: dict | None = None) -> 
                             start_new_session=True, env=env)
 
 
+def _with_site(tmp_path: Path, code: str) -> dict[str, str]:
+    """The environment of processes that run ``code`` (their ``sitecustomize``) before anything else."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(code)
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
+
+
 def _state(pid: int) -> str | None:
     """The process's state in /proc (Z: dead, not yet reaped by its parent); None once it is gone."""
     try:
@@ -294,7 +302,9 @@ def test_ranks_end_with_their_killed_launcher_and_resume_completes(tmp_path, ref
 
 @pytest.mark.parametrize("rank", [0, 1])
 def test_a_killed_rank_is_named_in_one_line(tmp_path, rank):
-    """Was: rank 1 killed -> 'interrupted by SIGTERM' (the launcher's signal to rank 0); rank 0 killed -> no line."""
+    """Was: rank 1 killed -> 'interrupted by SIGTERM' (the launcher's signal to rank 0); rank 0 killed -> no line,
+    and the run record said 'running' beside a stale lock file (rank 0 ends the run's record and lock; the
+    launcher, which survives it, now does what a killed rank 0 could not)."""
     out = tmp_path / "r.tsv"
     process = _launch(out, LONG)
     _wait_for_rows(process, out)
@@ -304,6 +314,54 @@ def test_a_killed_rank_is_named_in_one_line(tmp_path, rank):
     said = _said(err, out)
     assert len(said) == 1 and said[0].startswith(f"dmae-certify: error: rank {rank} died (killed by signal 9, SIGKILL); "), err
     assert "--resume" in said[0]
+    record = json.loads(Path(f"{out}.json").read_text())
+    if rank == 0:
+        assert record["status"] == "failed" and record["error"] == "rank 0 died (killed by signal 9, SIGKILL)"
+    else:  # rank 0 ended the run itself
+        assert record["status"] == "interrupted"
+    assert not Path(f"{out}.lock").exists()
+
+
+RANK_1_DIES_RANK_0_ENDS_FIRST = """
+import atexit, os, signal, sys, time
+
+if os.environ.get("RANK") == "0":  # the launcher's SIGTERM waits until rank 0 has ended and Python exits
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+
+    @atexit.register  # the first registered: it runs last
+    def take_the_launcher_s_signal():
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        time.sleep(60)
+
+elif os.environ.get("RANK") == "1":  # killed at its third sum of counts
+    sums = []
+
+    def die_at_the_third_sum(frame, event, arg):
+        if event == "call" and frame.f_code.co_name == "_all_reduced":
+            sums.append(1)
+            if len(sums) == 3:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    class ProfileSums:
+        def find_spec(self, name, path=None, target=None):
+            if name == "dmae_fast.certification.sample_shards":
+                sys.setprofile(die_at_the_third_sum)
+            return None
+
+    sys.meta_path.insert(0, ProfileSums())
+"""
+
+
+def test_a_rank_killed_while_sharing_samples_is_one_line(tmp_path):
+    """Rank 0 meets the death in its next sum of counts and ends at once, by itself (no line: the
+    launcher says it); the launcher's SIGTERM then found it in Python's exit handlers, where the
+    Interrupted it raised was printed as 'Exception ignored in atexit callback' with a traceback."""
+    out = tmp_path / "r.tsv"
+    status, err = _finish(_launch(out, SMALL, "--shard", "samples", env=_with_site(tmp_path, RANK_1_DIES_RANK_0_ENDS_FIRST)))
+    assert status == 137
+    said = _said(err, out)
+    assert len(said) == 1 and said[0].startswith("dmae-certify: error: rank 1 died (killed by signal 9, SIGKILL); "), err
+    assert json.loads(Path(f"{out}.json").read_text())["status"] == "failed"
 
 
 def test_ctrl_c_is_the_run_s_own_line(tmp_path):
@@ -320,11 +378,8 @@ def test_ctrl_c_is_the_run_s_own_line(tmp_path):
 
 def test_a_full_disk_is_one_line_naming_the_file(tmp_path):
     """Was one line per rank, each ending in ': None' (write and fsync errors carry no file name)."""
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(  # every process of the job: each fsync meets a full disk
-        "import os\n\ndef fsync(fd):\n    raise OSError(28, 'No space left on device')\n\nos.fsync = fsync\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
+    env = _with_site(tmp_path,  # every process of the job: each fsync meets a full disk
+                     "import os\n\ndef fsync(fd):\n    raise OSError(28, 'No space left on device')\n\nos.fsync = fsync\n")
     out = tmp_path / "r.tsv"
     status, err = _finish(_launch(out, SMALL, env=env))
     assert status == 2

@@ -1,13 +1,17 @@
 """Fail safe, with proof: each stage of a fast body is made to fail, and the run goes on.
 
 Every test injects one fault (Triton compile, torch.compile, CUDA-graph capture, a CPU runtime's
-session, a parity mismatch, a body that disagrees) and asserts three things: the run completes,
-its counts (so its rows) are identical to the plain body's, and the fallback was said in one line
-(printed and kept in ``body.fallbacks``, which the run record stores). Engine files that fail to
-load (AOTInductor) are the classifier itself: they stop the run with one line instead.
+session, a parity mismatch, a body that disagrees, a batch that fails mid-run, the compiled noise)
+and asserts three things: the run completes, its counts (so its rows) are identical to the plain
+body's, and the fallback was said in one line (printed and kept in ``body.fallbacks``, which the run
+record stores). Engine files that fail to load (AOTInductor) are the classifier itself: they stop
+the run with one line instead, and so does the plain body failing mid-run (the record says
+``failed``; ``--resume`` continues).
 """
 
+import itertools
 import os
+import signal
 import types
 
 import torch
@@ -33,7 +37,7 @@ from dmae_fast.engines import (
     cpu_runtimes,  # noqa: E402
 )
 from dmae_fast.engines.aoti_engine import AOTIEngine  # noqa: E402
-from dmae_fast.errors import UserError  # noqa: E402
+from dmae_fast.errors import Interrupted, UserError  # noqa: E402
 from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier  # noqa: E402
 
 CPU = torch.device("cpu")
@@ -207,3 +211,149 @@ def test_dmae_certify_runs_the_fast_body_by_default_and_says_why(monkeypatch, tm
     record = json.loads(out.with_name("default.tsv.json").read_text())
     assert record["config"]["fast"] and record["config"]["body_reason"].startswith("fast body: the default")
     assert record["body_fallbacks"] == []
+
+
+# --------------------------------------------------------------------------- failures mid-run (issue 39)
+
+
+def _fail_on_call(monkeypatch, body_class, call, error, after_counting=False):
+    """``body_class.run`` raises ``error`` on its ``call``-th call (a body's trial batch is a call too),
+    with ``after_counting`` once that batch has been counted."""
+    calls = itertools.count(1)
+    run = body_class.run
+
+    def failing(body, *rows):
+        if next(calls) != call:
+            return run(body, *rows)
+        if after_counting:
+            run(body, *rows)
+        raise error
+
+    monkeypatch.setattr(body_class, "run", failing)
+
+
+@pytest.mark.parametrize("sequential", [False, True])
+def test_a_body_that_fails_mid_run_gives_way_to_the_next_with_the_same_counts(engine, monkeypatch, capsys,
+                                                                           sequential):
+    """The batch that fails was counted before it raised: the images on the device start again on
+    the next body, so nothing of the failed body's counts is kept."""
+    monkeypatch.setattr(torch, "compile", lambda function, **kwargs: function)  # the compiled body: eager here
+    looks = (20, 40, 60)
+    plan = SamplingPlan.sequential(10, looks) if sequential else SamplingPlan.certify(n0=10, n=60)
+    stop_at = {3 * i: i % 3 for i in range(6)}
+
+    def decide(index, counts, look):
+        return look >= stop_at[index]
+
+    def counts(body):
+        generator = torch.Generator().manual_seed(1)
+        images = [(3 * i, torch.rand((3, 16, 16), generator=generator), i % 10) for i in range(6)]
+        out = StreamingCertifier(engine, plan, 0.5, 11, 48, body).run(images, decide if sequential else None)
+        return {o.index: o.counts for o in out}
+
+    plain = counts(ImageBatches(engine, 0.5, 11, 48))
+    _fail_on_call(monkeypatch, FastBatches, 4, RuntimeError("std::bad_alloc"), after_counting=True)
+    body = batch_body(engine, 0.5, 11, 48, BodyOptions(compile=True, noise="reference"))
+    assert body.options.compile and body.fallbacks == []
+    got = counts(body)
+    assert got.keys() == plain.keys() and all(np.array_equal(got[i], plain[i]) for i in plain)
+    notice = ("the fast body (compiled) failed mid-run (RuntimeError: std::bad_alloc); continuing on the fast body "
+              "(eager)")
+    assert body.fallbacks == [notice] and capsys.readouterr().err.count("dmae-fast: ") == 1
+    assert not body.chain.body.options.compile  # what the run record describes
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt(), Interrupted(signal.SIGTERM), UserError("bad image 3")])
+def test_interrupts_and_user_errors_in_a_batch_are_not_fallen_back_from(engine, monkeypatch, error):
+    monkeypatch.setattr(torch, "compile", lambda function, **kwargs: function)
+    _fail_on_call(monkeypatch, FastBatches, 2, error)  # the first batch after the trial
+    body = batch_body(engine, 0.5, 11, 48, BodyOptions(compile=True, noise="reference"))
+    with pytest.raises(type(error)):
+        _counts(engine, body)
+    assert body.fallbacks == [] and body.chain.body is body
+
+
+DEMO_RUN = ["--data", "demo", "--max", "3", "--n0", "20", "--n", "100", "--batch", "50", "--quiet", "--workers", "0",
+            "--device", "cpu"]
+
+
+def _rows(path):
+    """The rows of a results file, all columns but ``time``."""
+    return [line.split("\t")[:5] + line.split("\t")[6:] for line in path.read_text().splitlines()]
+
+
+def _fail_in_a_runtime_mid_run(monkeypatch, batch, message):
+    """The CPU runtimes raise ``message`` on the last chunk of the ``batch``-th batch that a CPU fast
+    body runs (its trial batch is the first): the batch's other chunks were classified."""
+    from dmae_fast.certification.cpu_batches import ChunkedCpuBatches, even_parts
+
+    batches = itertools.count(1)
+    state = {"batch": 0}  # the parity check's logits come first
+    run = ChunkedCpuBatches.run
+
+    def counting(body, *rows):
+        state.update(batch=next(batches), chunks=itertools.count(1),
+                     last=even_parts(len(rows[0]), body.chunk, body.workers))
+        return run(body, *rows)
+
+    monkeypatch.setattr(ChunkedCpuBatches, "run", counting)
+    for kind in (cpu_runtimes.OrtChunks, cpu_runtimes.OpenVinoChunks):
+        def failing(self, chunk, logits=kind.logits):
+            if state["batch"] == batch and next(state["chunks"]) == state["last"]:
+                raise RuntimeError(message)
+            return logits(self, chunk)
+
+        monkeypatch.setattr(kind, "logits", failing)
+
+
+def test_a_runtime_that_fails_mid_run_falls_back_and_the_run_completes(monkeypatch, capsys, tmp_path):
+    """Through the command: an OpenVINO/ONNX Runtime error in the run's fourth batch (the first image
+    written, the second partly counted) continues on PyTorch; rows identical to the plain body's."""
+    monkeypatch.setenv("DMAE_FAST_CACHE", "off")
+    assert main([*DEMO_RUN, "--body", "plain", "--out", str(tmp_path / "plain.tsv")]) == 0
+    capsys.readouterr()
+    error = "Exception from src/inference/src/cpp/infer_request.cpp:223: std::bad_alloc"
+    _fail_in_a_runtime_mid_run(monkeypatch, 5, error)
+    assert main([*DEMO_RUN, "--fast", "--out", str(tmp_path / "fast.tsv")]) == 0
+    notice = (f"the CPU fast body failed mid-run (RuntimeError: {error}); continuing on the CPU fast body on "
+              "PyTorch")
+    assert f"dmae-fast: {notice}\n" in capsys.readouterr().err
+    assert _rows(tmp_path / "fast.tsv") == _rows(tmp_path / "plain.tsv")
+    record = json.loads((tmp_path / "fast.tsv.json").read_text())
+    assert record["status"] == "complete" and record["body_fallbacks"] == [notice]
+    assert record["engine"].startswith("torch eager fp32")  # the body the run ended on
+
+
+def test_a_plain_body_that_fails_mid_run_is_one_line_a_failed_record_and_resume_completes(monkeypatch, capsys,
+                                                                                         tmp_path):
+    run = [*DEMO_RUN, "--body", "plain"]
+    assert main([*run, "--out", str(tmp_path / "whole.tsv")]) == 0
+    capsys.readouterr()
+    out = tmp_path / "failed.tsv"
+    with monkeypatch.context() as patch:
+        _fail_on_call(patch, ImageBatches, 4, RuntimeError("std::bad_alloc"))  # after the first image's row
+        assert main([*run, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    [line] = [line for line in err.splitlines() if "error" in line]
+    assert line == ("dmae-certify: error: the plain body failed mid-run (RuntimeError: std::bad_alloc); no simpler "
+                    "body to continue on")
+    record = json.loads((tmp_path / "failed.tsv.json").read_text())
+    assert record["status"] == "failed" and "std::bad_alloc" in record["error"] and record["images"] == 1
+    assert main([*run, "--resume", "--out", str(out)]) == 0
+    assert _rows(out) == _rows(tmp_path / "whole.tsv")
+    assert json.loads((tmp_path / "failed.tsv.json").read_text())["status"] == "complete"
+
+
+def test_the_compiled_noise_fallback_is_in_the_run_record(monkeypatch, capsys, tmp_path):
+    from dmae_fast.fast_noise import NoiseSource
+
+    def no_compiler(*args, **kwargs):
+        raise RuntimeError("InvalidCxxCompiler: No working C++ compiler found")
+
+    monkeypatch.setattr(NoiseSource, "_run_compiled", no_compiler)
+    out = tmp_path / "r.tsv"
+    assert main([*DEMO_RUN, "--max", "1", "--body", "plain", "--out", str(out)]) == 0
+    [notice] = json.loads(out.with_name("r.tsv.json").read_text())["body_fallbacks"]
+    assert notice.startswith("compiled noise unavailable (compiling it failed (RuntimeError: InvalidCxxCompiler")
+    assert f"dmae-fast: {notice}\n" in capsys.readouterr().err

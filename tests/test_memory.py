@@ -34,7 +34,7 @@ libc.free(block)
 
 def _probe(**environment: str) -> list[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")} | environment
-    done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, timeout=120)
+    done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, timeout=900)
     if "mallinfo2" in done.stderr:
         pytest.skip("this glibc has no mallinfo2 to observe the allocator with")
     assert done.returncode == 0, done.stderr
@@ -82,7 +82,7 @@ print(*faults)
 
 def test_other_threads_keep_their_freed_memory_too():
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
-    done = subprocess.run([sys.executable, "-c", THREAD_PROBE], capture_output=True, text=True, env=env, timeout=120)
+    done = subprocess.run([sys.executable, "-c", THREAD_PROBE], capture_output=True, text=True, env=env, timeout=900)
     assert done.returncode == 0, done.stderr
     first, *again = map(int, done.stdout.split())
     assert first > 1000  # the first round faults its 100 MiB in (else the probe measures nothing)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import threading
 
 import pytest
 
 from dmae_fast import model_cache
-from dmae_fast.model_cache import ModelCache, cache_folder, cache_key, files_sha256
+from dmae_fast.model_cache import ModelCache, cache_folder, cache_key, drop_entries, files_sha256
 
 
 @pytest.fixture
@@ -90,3 +92,36 @@ def test_files_are_hashed_by_name(tmp_path):
     (tmp_path / "a.blob").write_bytes(b"abc")
     (tmp_path / "folder").mkdir()
     assert files_sha256(tmp_path) == {"a.blob": hashlib.sha256(b"abc").hexdigest()}
+
+
+def test_a_fifo_at_an_entrys_path_is_a_miss_that_gets_replaced(cache):
+    """Reading it used to wait for a writer forever (``--fast`` hung at start-up)."""
+    path = cache.folder / "k.entry"
+    os.mkfifo(path)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(cache.read("k")), daemon=True)
+    reader.start()
+    reader.join(timeout=60)  # a hang guard: the read takes microseconds
+    if reader.is_alive():  # the old code: let the blocked open through before failing
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail("reading a FIFO entry blocked")
+    assert got == [None] and cache.reads == []
+    cache.write("k", b"rebuilt")
+    assert path.is_file() and cache.read("k") == b"rebuilt"
+
+
+def test_what_is_read_is_bounded_and_only_from_regular_files(cache, monkeypatch, tmp_path):
+    cache.write("big", b"x" * 100)
+    monkeypatch.setattr(model_cache, "MAX_ENTRY_BYTES", 100)  # the digest line makes the entry larger
+    assert cache.read("big") is None
+    (cache.folder / "zero.entry").symlink_to("/dev/zero")
+    (cache.folder / "folder.entry").mkdir()
+    assert cache.read("zero") is None and cache.read("folder") is None and cache.reads == []
+
+
+def test_the_entries_read_are_listed_and_can_be_dropped(cache):
+    cache.write("a", b"payload")
+    assert cache.read("a") == b"payload" and cache.read("b") is None
+    assert cache.reads == [cache.folder / "a.entry"]
+    drop_entries(cache.reads + [cache.folder / "never-written.entry"])
+    assert cache.read("a") is None

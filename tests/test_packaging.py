@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_wheel_layout(tmp_path):
     build = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        capture_output=True, text=True, timeout=1200, cwd=tmp_path,
     )
     assert build.returncode == 0, build.stderr
     (wheel,) = tmp_path.glob("dmae_fast-*.whl")

@@ -183,17 +183,6 @@ def test_a_signal_whose_exception_a_library_swallows_still_stops_the_run(tmp_pat
     assert main([*RUN, "--out", str(tmp_path / "after.tsv")]) == 0  # the next command starts afresh
 
 
-def test_a_signal_while_starting_is_one_line(tmp_path):
-    out = tmp_path / "early.tsv"
-    process = _start(out)
-    time.sleep(0.3)  # still importing torch
-    process.send_signal(signal.SIGINT)
-    _, err = process.communicate(timeout=120)
-    assert process.returncode == 130
-    assert "Traceback" not in err and len(err.strip().splitlines()) <= 2, err
-    assert "interrupted by SIGINT" in err.strip().splitlines()[-1]
-
-
 def test_a_signal_during_overwrite_leaves_the_old_file(tmp_path, small):
     out = tmp_path / "precious.tsv"
     out.write_bytes(small.read_bytes())

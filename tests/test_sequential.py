@@ -192,6 +192,21 @@ def test_default_looks(n_max):
     SequentialConfig(N0, n_max, 0.001, 0.5, looks=looks)
 
 
+def test_default_looks_of_a_huge_cap_start_early():
+    """Issue 39: --n 10^9 put the first look at 40.6 million samples. The K = 6 schedule stays for caps
+    up to 123,076 (10,000: 407 .. 10,000); above, halvings go on until the first look is <= 5,000."""
+    assert default_looks(10_000) == (407, 813, 1625, 3250, 6500, 10_000)
+    assert default_looks(100_000) == (4063, 8125, 16_250, 32_500, 65_000, 100_000)
+    assert len(default_looks(123_076)) == 6 and len(default_looks(123_077)) == 7
+    looks = default_looks(10 ** 9)
+    assert looks[0] == 4960 and len(looks) == 19 and looks[-2:] == (650_000_000, 10 ** 9)
+    assert all(b <= 2 * a + 1 for a, b in zip(looks[:-2], looks[1:-1]))  # doubling, up to the rounding up
+    certifier = SequentialCertifier(SequentialConfig(N0, 10 ** 9, 0.001, 0.25))
+    assert certifier.procedure == "sequential-cp-bonferroni-K19" and certifier.target_radius == 1.0
+    unanimous = next(look for k, look in enumerate(looks) if certifier.should_stop(k, look))
+    assert unanimous == 317_383  # where all votes for cA certify 4 sigma at alpha / 19 (it was 40.6 million)
+
+
 def test_procedure_names_the_bonferroni_split():
     assert SequentialCertifier(SequentialConfig(N0, 10_000, 0.001, 0.5)).procedure == "sequential-cp-bonferroni-K6"
 

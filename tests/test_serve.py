@@ -59,11 +59,11 @@ class Server:
     stderr: list[str]
 
     def request(self, method: str, path: str, body: bytes | None = None, headers: dict | None = None,
-                token: str | None = TOKEN, timeout: float = 120) -> tuple[int, dict, object]:
+                token: str | None = TOKEN, timeout: float = 900) -> tuple[int, dict, object]:
         return request(self.host, self.port, method, path, body, headers, token, timeout)
 
 
-def request(host, port, method, path, body=None, headers=None, token=TOKEN, timeout=120):
+def request(host, port, method, path, body=None, headers=None, token=TOKEN, timeout=900):
     """(status, headers, JSON or text) of one request on a fresh connection."""
     headers = dict(headers or {})
     if token is not None:
@@ -82,7 +82,7 @@ def request(host, port, method, path, body=None, headers=None, token=TOKEN, time
         connection.close()
 
 
-def start_server(*args: str, timeout: float = 180) -> Server:
+def start_server(*args: str, timeout: float = 900) -> Server:
     process = subprocess.Popen([sys.executable, "-m", "dmae_fast.cli.serve", "--ckpt", "demo", "--port", "0", *args],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     lines: list[str] = []
@@ -268,7 +268,7 @@ def test_answers_equal_the_offline_api_for_the_same_seed_and_index(server, engin
     assert result["radius"] >= 0 and result["input_sha256"] == sha(image)
 
     # the library's replay helper and `dmae-serve replay` say the same; another image does not reproduce it
-    assert all(r.same_counts and r.same_input for r in replay_answer(certified, [image], engine, batch=33))
+    assert replay_answer(certified, [image], engine, batch=33, model_file=DEMO_CHECKPOINT).identical
     (tmp_path / "answer.json").write_text(json.dumps(certified))
     (tmp_path / "digit.png").write_bytes(png)
     (tmp_path / "other.npy").write_bytes(npy_bytes(digits[int(np.argmax(labels != labels[3]))].numpy()))
@@ -484,7 +484,7 @@ def test_concurrent_clients_lose_duplicate_and_mix_up_no_answer(server, engine, 
     errors: list[str] = []
 
     def client(c: int) -> None:
-        connection = http.client.HTTPConnection(server.host, server.port, timeout=120)  # keep-alive
+        connection = http.client.HTTPConnection(server.host, server.port, timeout=900)  # keep-alive
         for k in range(per_client):
             image = digits[40 + c * per_client + k]
             certify = (c + k) % 2 == 1
@@ -507,7 +507,7 @@ def test_concurrent_clients_lose_duplicate_and_mix_up_no_answer(server, engine, 
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(180)
+        thread.join(900)
     elapsed = time.monotonic() - start
     assert not errors, errors[:5]
     assert len(answers) == clients * per_client and elapsed < 180
@@ -548,7 +548,7 @@ def _in_thread(server: Server, path: str, body: bytes, out: list) -> threading.T
     return thread
 
 
-def _wait_for_queue(server: Server, images: int, timeout: float = 30) -> None:
+def _wait_for_queue(server: Server, images: int, timeout: float = 600) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if server.request("GET", "/healthz", token=None)[2]["queue_images"] >= images:
@@ -584,7 +584,7 @@ def test_timeout_answers_504_and_a_full_queue_429(small_server, digits):
     status, headers, payload = small_server.request("POST", "/v1/predict?n=10", four,
                                                     {"Content-Type": "application/x-npy"}, token=None)
     assert status == 429 and "queue is full" in payload["error"] and headers.get("retry-after") == "1"
-    thread.join(30)
+    thread.join(600)
     ((status, _, payload),) = slow
     assert status == 504 and "timeout" in payload["error"]
     status, _, payload = small_server.request("POST", "/v1/predict?n=10", four, {"Content-Type": "application/x-npy"},
@@ -630,7 +630,7 @@ def test_sigterm_finishes_the_requests_in_flight_then_stops(small_server, digits
     _wait_for_queue(small_server, 2)
     small_server.process.send_signal(signal.SIGTERM)
     for thread in threads:
-        thread.join(60)
+        thread.join(600)
     assert len(answers) == 3  # every request is answered: with its result if admitted before SIGTERM, else 503
     statuses = [status for status, _, _ in answers]
     assert statuses.count(200) >= 2 and set(statuses) <= {200, 503}, answers
@@ -639,7 +639,7 @@ def test_sigterm_finishes_the_requests_in_flight_then_stops(small_server, digits
             assert sum(payload["results"][0]["counts"]["prediction"]) == 1000
         else:
             assert "shutting down" in payload["error"]
-    assert small_server.process.wait(60) == 0
+    assert small_server.process.wait(600) == 0
     assert any("stopped by SIGTERM after answering" in line for line in small_server.stderr)
     with pytest.raises(OSError):
         request(small_server.host, small_server.port, "GET", "/healthz", token=None, timeout=5)
@@ -702,6 +702,7 @@ def test_slow_clients_are_cut_off_and_cannot_lock_the_others_out():
     (["--ckpt", "demo", "--seed", "-1"], "--seed must be in"),
     (["--ckpt", "demo", "--first-index", str(2**32)], "--first-index must be in"),
     (["--ckpt", "demo", "--max-alpha", "2"], "--min-alpha <= --max-alpha < 1"),
+    (["--ckpt", "demo", "--min-alpha", "1e-301"], "--min-alpha must be >= 1e-300"),
     (["--ckpt", "demo", "--n", "0"], "--n must be in"),
     (["--ckpt", "demo", "--sigma", "0"], "sigma must be"),
     (["--ckpt", "demo", "--timeout", "nan"], "--timeout must be"),
@@ -736,5 +737,33 @@ def test_help_shows_byte_limits_as_whole_numbers():
 
 def test_console_script_is_installed():
     script = Path(sys.executable).parent / "dmae-serve"
-    done = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=900)
     assert done.returncode == 0 and "--max-wait-ms" in done.stdout
+
+
+def test_uvicorn_is_bounded_to_the_releases_the_read_deadline_was_verified_on(capsys, monkeypatch):
+    """ReadDeadline relies on uvicorn internals: pyproject admits only the verified releases, the
+    installed one is among them and has what ReadDeadline uses, and another is refused in one line."""
+    import inspect
+
+    import uvicorn
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+
+    from dmae_fast.serve import server as server_module
+
+    (low, high) = server_module.UVICORN_VERIFIED
+    pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    assert re.findall(r'"(uvicorn[^"]*)"', pyproject) == [f"uvicorn>={low[0]}.{low[1]},<{high[0]}.{high[1]}"]
+    server_module.check_uvicorn()  # the installed release is in the range
+    for name in ("connection_made", "connection_lost", "on_message_begin", "on_headers_complete",
+                 "on_message_complete"):
+        assert callable(getattr(HttpToolsProtocol, name))
+    cycle_init = inspect.getsource(RequestResponseCycle.__init__)
+    assert all(f"self.{name} =" in cycle_init for name in ("disconnected", "message_event", "response_complete"))
+    assert "self.cycle" in inspect.getsource(HttpToolsProtocol) and uvicorn.__version__
+    monkeypatch.setattr(server_module, "check_uvicorn",
+                        lambda real=server_module.check_uvicorn: real(f"{high[0]}.{high[1]}.0"))
+    assert serve_cli.main(["--ckpt", "demo", "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"dmae-serve: error: uvicorn {high[0]}.{high[1]}.0 is installed") and \
+        len(err.strip().splitlines()) == 1

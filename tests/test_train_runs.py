@@ -200,7 +200,7 @@ def test_two_process_torchrun_equals_one_process_on_the_combined_batch(tmp_path)
     launched = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
          "-m", "dmae_fast.cli.train", *args, "--out", str(tmp_path / "ddp")],
-        env=env, capture_output=True, text=True, timeout=240, check=False,
+        env=env, capture_output=True, text=True, timeout=900, check=False,
     )
     assert launched.returncode == 0, launched.stderr[-2000:]
     single, ddp = state_of(tmp_path / "single" / "pretrain.pth"), state_of(tmp_path / "ddp" / "pretrain.pth")

@@ -8,8 +8,8 @@
 
 A body on the CPU makes the process keep freed memory (:mod:`dmae_fast.memory`). A fast body
 is used only after it has built, run and agreed with the plain body on a trial batch; where a
-stage fails (Triton, torch.compile, CUDA-graph capture, a runtime session, the agreement) the
-run says so in one line and continues on the next simpler body
+stage fails (Triton, torch.compile, CUDA-graph capture, a runtime session, the agreement), or
+it fails mid-run, the run says so in one line and continues on the next simpler body
 (:mod:`dmae_fast.certification.fallback`).
 
 Every body gives the same counts up to the classifier's floating-point rounding.
@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import functools
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from dmae_fast.certification.cpu_batches import (
     ChunkedCpuBatches,
@@ -27,7 +29,7 @@ from dmae_fast.certification.cpu_batches import (
     chunk_sizes,
     cpu_workers,
 )
-from dmae_fast.certification.fallback import Candidate, first_working
+from dmae_fast.certification.fallback import BodyChain, Candidate
 from dmae_fast.certification.fast_stream import FastBatches, FastPath, StageTimer
 from dmae_fast.certification.scheduler import BatchBody
 from dmae_fast.certification.stream import ImageBatches
@@ -70,40 +72,39 @@ def batch_body(engine: Engine, sigma: float, seed: int, batch: int, options: Bod
     """The batch body for ``engine`` and ``options`` (see the module doc): the fastest one asked
     for that builds, runs and agrees with the plain body on a trial batch, else the next simpler
     one (:mod:`dmae_fast.certification.fallback`). ``body.fallbacks`` lists the one-line notices
-    of the bodies that were passed over (also printed)."""
+    of the bodies that were passed over (also printed); ``body.chain`` gives the next body if
+    this one fails mid-run."""
     compiled = options.noise == "compiled"
     if engine.device.type == "cpu":
         keep_freed_memory()
+    chain = BodyChain(engine, _notice)
     path = options.gpu_path(engine.device.type, timer is not None)
     if options.fast and engine.device.type == "cpu" and timer is None and engine.input == "image":
-        candidates = _cpu_candidates(engine, sigma, seed, batch, options, compiled)
+        candidates = _cpu_candidates(engine, sigma, seed, batch, options, compiled, chain.notice)
     elif path is not None or engine.input == "tokens":
-        candidates = _fast_candidates(engine, sigma, seed, batch, path or FastPath(), timer, compiled)
+        candidates = _fast_candidates(engine, sigma, seed, batch, path or FastPath(), timer, compiled, chain.notice)
     else:
         candidates = []
-    body, fallbacks = None, []
-    if candidates:
-        reference = _plain(engine, sigma, seed, batch, None, compiled=False)  # the torch-op noise
-        body, fallbacks = first_working(candidates, reference, engine, _notice)
-    if body is None:
-        body = _plain(engine, sigma, seed, batch, timer, compiled)
+    # the trial's reference: the torch-op noise
+    reference = _plain(engine, sigma, seed, batch, None, False, chain.notice) if candidates else None
+    body = chain.choose(candidates, functools.partial(_plain, engine, sigma, seed, batch, timer, compiled,
+                                                      chain.notice), reference)
     if timer is not None:
         timer.reset()  # the trial batches are not part of the profile
-    body.fallbacks = fallbacks
     return body
 
 
 def _plain(engine: Engine, sigma: float, seed: int, batch: int, timer: StageTimer | None,
-           compiled: bool) -> BatchBody:
+           compiled: bool, notice: Callable[[str], None]) -> BatchBody:
     """The plain body; for a token engine, which no plain body runs, the eager unfused fast body."""
-    noise = NoiseSource(engine.device, compiled)
+    noise = NoiseSource(engine.device, compiled, notice=notice)
     if engine.input == "tokens":
         return FastBatches(engine, sigma, seed, batch, FastPath(), timer, noise)
     return ImageBatches(engine, sigma, seed, batch, noise)
 
 
 def _fast_candidates(engine: Engine, sigma: float, seed: int, batch: int, path: FastPath,
-                     timer: StageTimer | None, compiled: bool) -> list[Candidate]:
+                     timer: StageTimer | None, compiled: bool, notice: Callable[[str], None]) -> list[Candidate]:
     """``path``, then the same without CUDA graphs, without compiling, unfused (those that differ)."""
     chain = [path]
     for part in ("cuda_graphs", "compile", "fused"):
@@ -111,13 +112,14 @@ def _fast_candidates(engine: Engine, sigma: float, seed: int, batch: int, path: 
             chain.append(replace(chain[-1], **{part: False}))
 
     def build(option: FastPath) -> FastBatches:
-        return FastBatches(engine, sigma, seed, batch, option, timer, NoiseSource(engine.device, compiled))
+        return FastBatches(engine, sigma, seed, batch, option, timer, NoiseSource(engine.device, compiled,
+                                                                                   notice=notice))
 
     return [Candidate(f"the fast body ({option.describe()})", functools.partial(build, option)) for option in chain]
 
 
 def _cpu_candidates(engine: Engine, sigma: float, seed: int, batch: int, options: BodyOptions,
-                    compiled: bool) -> list[Candidate]:
+                    compiled: bool, notice: Callable[[str], None]) -> list[Candidate]:
     """The CPU fast body on the runtime asked for (auto: the fastest installed), then, for an fp32
     checkpoint, on PyTorch."""
     ignored = [flag for flag, on in (("--fused", options.fused), ("--compile", options.compile),
@@ -128,15 +130,16 @@ def _cpu_candidates(engine: Engine, sigma: float, seed: int, batch: int, options
     workers = options.workers or cpu_workers()
     chunk = options.chunk or chunk_rows(engine.spec)
 
-    def build(runtime: str) -> ChunkedCpuBatches:
+    def build(runtime: str, cache_reads: list[Path]) -> ChunkedCpuBatches:
         classifier = cpu_classifier(engine, engine.precision, sigma, _notice, workers, runtime,
-                                    chunk_sizes(batch, chunk, workers), options.patch_input)
+                                    chunk_sizes(batch, chunk, workers), options.patch_input, cache_reads)
         # made by each worker for its own chunks, as the classifier takes them
-        noise = NoiseSource(engine.device, compiled, serial=True, layout=classifier.layout)
+        noise = NoiseSource(engine.device, compiled, serial=True, layout=classifier.layout, notice=notice)
         return ChunkedCpuBatches(classifier, engine.spec, sigma, seed, batch, workers, chunk, noise)
 
-    candidates = [Candidate("the CPU fast body", functools.partial(build, options.cpu_runtime))]
+    reads: list[Path] = []
+    candidates = [Candidate("the CPU fast body", functools.partial(build, options.cpu_runtime, reads), reads)]
     checkpoint = isinstance(getattr(engine, "model", None), SmoothingClassifier)
     if checkpoint and engine.precision == "fp32" and options.cpu_runtime != "torch":
-        candidates.append(Candidate("the CPU fast body on PyTorch", functools.partial(build, "torch")))
+        candidates.append(Candidate("the CPU fast body on PyTorch", functools.partial(build, "torch", [])))
     return candidates

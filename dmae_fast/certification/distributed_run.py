@@ -34,16 +34,18 @@ from pathlib import Path
 import torch.distributed as dist
 
 from dmae_fast.certification.config import CertifyConfig
+from dmae_fast.certification.fallback import one_line
 from dmae_fast.certification.host import device_name
 from dmae_fast.certification.opened import OpenedRun, open_run
 from dmae_fast.certification.output import (
+    check_out_before_loading,
     images_to_do,
     kept_after_interrupt,
     output_mode,
     rows_file,
 )
 from dmae_fast.certification.parts import merge_parts, part_path, start_parts
-from dmae_fast.certification.ranks import Ranks, rank_device, restart_count
+from dmae_fast.certification.ranks import Ranks, rank_device
 from dmae_fast.certification.record import (
     RowWriter,
     RunRecord,
@@ -88,8 +90,7 @@ def _certify(config: CertifyConfig, ranks: Ranks, device: str, device_error: str
             raise UserError(device_error)
         if config.profile:
             raise UserError("--profile profiles one process; run it without torchrun")
-        if not (config.resume or restart_count()):
-            output_mode(config)  # refuse an existing --out before loading anything
+        check_out_before_loading(config)
         return open_run(config, device)
 
     opened = ranks.agree(open_this_rank)
@@ -143,6 +144,11 @@ def _certify(config: CertifyConfig, ranks: Ranks, device: str, device_error: str
         except AlreadyReported:
             if ranks.primary:
                 record.write({"status": "failed", "error": ranks.failed()})
+            raise
+        except Exception as error:  # a bug, or a body that failed under --shard samples: the record says so
+            if ranks.primary:
+                with contextlib.suppress(OSError):
+                    record.write({"status": "failed", "error": one_line(error)})
             raise
         elapsed = job.rows.elapsed
         images, samples = job.totals(per_rank)

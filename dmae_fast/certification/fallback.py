@@ -2,7 +2,7 @@
 
 :func:`~dmae_fast.certification.bodies.batch_body` lists the bodies that could run a
 certification, fastest first (e.g. fused + compiled + CUDA graphs, then without the graphs,
-without the compile, unfused), and :func:`first_working` builds each in turn and runs it on a
+without the compile, unfused), and a :class:`BodyChain` builds each in turn and runs it on a
 trial batch: ``TRIAL_ROWS`` rows, each a different random image (a slot of its own), so every
 row's predicted class is visible in the counts. The plain body (the reference, with the torch-op
 noise) runs the same rows. A body is kept when it builds and runs (Triton compiles, torch.compile
@@ -10,37 +10,51 @@ compiles, the CUDA graph captures, the runtime session loads) and its classes ag
 body's on at least ``AGREEMENT[precision]`` of the rows; otherwise one line says what failed and
 the next simpler body is tried. The plain body itself is used unchecked: it is the reference.
 
+A body built from model-cache entries (:mod:`dmae_fast.model_cache`) that fails is built once more
+from scratch, the entries named and dropped first: a damaged entry is replaced, not a reason to run
+slower from then on. A body that fails mid-run (a runtime's ``infer`` error, ``bad_alloc``) is
+replaced the same way by the next one that works (:meth:`BodyChain.replace`; the streamer restarts
+the images it had on the device, so the rows are the ones the new body gives from the start).
+
 The agreement asked for detects a broken body (a wrong kernel, layout or weights disagree on
 most rows), not rounding: fp16 bodies on cast weights flip ~1% of a random-weight ViT's votes
 against the plain body's autocast, which is the classifier as executed, not a fault.
-Errors in the user's input (:class:`~dmae_fast.errors.UserError`) are raised, not fallen back from.
+Errors in the user's input (:class:`~dmae_fast.errors.UserError`) and interrupts are raised, not
+fallen back from. Every notice, the compiled noise's fallback included, is printed and kept in
+:attr:`BodyChain.notices` (the run record's ``body_fallbacks``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
 from dmae_fast.certification.scheduler import BatchBody
 from dmae_fast.engines.base import Engine
-from dmae_fast.errors import Interrupted, UserError
+from dmae_fast.errors import UserError
+from dmae_fast.model_cache import drop_entries
 
 AGREEMENT = {"fp32": 0.95, "fp16": 0.9, "bf16": 0.9, "fp8": 0.9}  # the share of trial rows that must agree
 TRIAL_ROWS = {"cuda": 64, "cpu": 16}  # per device type: a trial batch costs little next to a run
 TRIAL_INDEX = 0xD0FA11  # image index of the trial rows' noise (any index inside the contract)
+PLAIN = "the plain body"
 
 
 @dataclass(frozen=True)
 class Candidate:
-    """A body to try: its name for the notices, and how to build it."""
+    """A body to try: its name for the notices, how to build it, and the model-cache entries its
+    latest build read (the build appends them; see :class:`~dmae_fast.model_cache.ModelCache`)."""
 
     name: str
     build: Callable[[], BatchBody]
+    cache_reads: list[Path] = field(default_factory=list)
 
 
-def _one_line(error: BaseException) -> str:
+def one_line(error: BaseException) -> str:
+    """``Type: message`` on one line, at most 200 characters."""
     text = " ".join(f"{type(error).__name__}: {error}".split())
     return text if len(text) <= 200 else text[:197] + "..."
 
@@ -60,29 +74,81 @@ def trial_classes(body: BatchBody, engine: Engine, rows: int) -> torch.Tensor:
         body.finish()
 
 
-def first_working(candidates: list[Candidate], plain: BatchBody, engine: Engine,
-                  notice: Callable[[str], None]) -> tuple[BatchBody | None, list[str]]:
-    """(the first candidate that builds, runs and agrees with ``plain`` on a trial batch, else
-    None: the caller runs the plain body; the one-line notices of those that did not, in order)."""
-    rows = TRIAL_ROWS.get(engine.device.type, TRIAL_ROWS["cuda"])
-    needed = AGREEMENT.get(engine.precision, AGREEMENT["fp16"])
-    reference: torch.Tensor | None = None
-    fallbacks: list[str] = []
-    for position, candidate in enumerate(candidates):
+class BodyChain:
+    """The bodies a run may use, fastest first, then ``last`` (the plain body, built unchecked).
+
+    :meth:`choose` gives the first that builds, runs and agrees with ``reference`` on a trial batch;
+    :meth:`replace` the next one after it failed mid-run. ``body`` is the one in use; ``notices``
+    lists, in order, what was passed over and why. Each body handed out carries ``chain`` (this) and
+    ``fallbacks`` (the notices).
+    """
+
+    def __init__(self, engine: Engine, say: Callable[[str], None]) -> None:
+        self.engine, self._say = engine, say
+        self.notices: list[str] = []
+        self.candidates: list[Candidate] = []
+        self.position = 0  # the body in use: candidates[position], or the last one
+        self._reference: torch.Tensor | None = None  # the reference's trial classes, once computed
+
+    def notice(self, message: str) -> None:
+        """Say ``message`` in one line and keep it in :attr:`notices`."""
+        self.notices.append(message)
+        self._say(message)
+
+    def choose(self, candidates: list[Candidate], last: Callable[[], BatchBody],
+               reference: BatchBody | None) -> BatchBody:
+        """The first working body of ``candidates``, else ``last()`` (see the class doc)."""
+        self.candidates, self._last, self._reference_body = candidates, last, reference
+        return self._first_working(0)
+
+    def replace(self, error: Exception) -> BatchBody:
+        """The body after :attr:`body`, which failed mid-run with ``error``, said in one line;
+        :class:`UserError` when it was the last."""
+        failed = self._name(self.position)
+        if self.position == len(self.candidates):
+            raise UserError(f"{failed} failed mid-run ({one_line(error)}); no simpler body to continue on")
+        self.notice(f"{failed} failed mid-run ({one_line(error)}); continuing on {self._name(self.position + 1)}")
+        return self._first_working(self.position + 1)
+
+    def _name(self, position: int) -> str:
+        return self.candidates[position].name if position < len(self.candidates) else PLAIN
+
+    def _first_working(self, start: int) -> BatchBody:
+        for position in range(start, len(self.candidates)):
+            candidate = self.candidates[position]
+            body, problem = self._tried(candidate)
+            if problem is not None and candidate.cache_reads:
+                noun = "entry" if len(candidate.cache_reads) == 1 else "entries"
+                named = " and ".join(str(path) for path in candidate.cache_reads)
+                drop_entries(candidate.cache_reads)
+                self.notice(f"{candidate.name}, built from the model cache {noun} {named}, {problem}; dropped the "
+                            f"{noun}, building it again from scratch")
+                body, problem = self._tried(candidate)
+            if problem is None:
+                return self._use(position, body)
+            self.notice(f"{candidate.name} {problem}; continuing on {self._name(position + 1)}")
+        return self._use(len(self.candidates), self._last())
+
+    def _tried(self, candidate: Candidate) -> tuple[BatchBody | None, str | None]:
+        """(``candidate`` built, None) if it runs and agrees with the reference, else (None, what failed)."""
+        rows = TRIAL_ROWS.get(self.engine.device.type, TRIAL_ROWS["cuda"])
+        needed = AGREEMENT.get(self.engine.precision, AGREEMENT["fp16"])
+        candidate.cache_reads.clear()
         try:
             body = candidate.build()
-            if reference is None:
-                reference = trial_classes(plain, engine, rows)
-            agreed = float((trial_classes(body, engine, rows) == reference).float().mean())
-            problem = None if agreed >= needed else (f"disagreed with the plain body on {1 - agreed:.0%} of a trial "
-                                                     f"batch's rows (at most {1 - needed:.0%} allowed)")
-        except (UserError, Interrupted, KeyboardInterrupt):
+            if self._reference is None:
+                self._reference = trial_classes(self._reference_body, self.engine, rows)
+            agreed = float((trial_classes(body, self.engine, rows) == self._reference).float().mean())
+        except UserError:
             raise
-        except Exception as error:  # any stage: build, compile, capture, load, run
-            problem = f"failed ({_one_line(error)})"
-        if problem is None:
-            return body, fallbacks
-        following = candidates[position + 1].name if position + 1 < len(candidates) else "the plain body"
-        fallbacks.append(f"{candidate.name} {problem}; continuing on {following}")
-        notice(fallbacks[-1])
-    return None, fallbacks
+        except Exception as error:  # any stage: build, compile, capture, load, run (interrupts are BaseExceptions)
+            return None, f"failed ({one_line(error)})"
+        if agreed < needed:
+            return None, (f"disagreed with the plain body on {1 - agreed:.0%} of a trial batch's rows "
+                          f"(at most {1 - needed:.0%} allowed)")
+        return body, None
+
+    def _use(self, position: int, body: BatchBody) -> BatchBody:
+        self.position, self.body = position, body
+        body.chain, body.fallbacks = self, self.notices
+        return body

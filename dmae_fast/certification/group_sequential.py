@@ -16,8 +16,10 @@ p are fixed and F_1 <= F_2 <= ... are the failure counts of one Bernoulli(1 - p)
    the binomial paths: the distribution of F_k at t_j restricted to the paths not rejected before
    look k, so that P_{t_j}(F_k <= d[j, k] for some k) <= alpha, exactly (up to floating-point
    rounding, kept below a relative 1e-6 margin; the tail mass the DP truncates is counted as
-   rejected). A power alpha-spending function decides how much goes to early looks: the cumulative
-   rejection probability through look k is at most alpha * (L_k / cap) ** rho; integer boundaries
+   rejected). Below alpha = 1e-6 the DP convolves directly, without FFT (whose rounding, 1e-17 of
+   the largest probability, would swamp these), down to alpha = 1e-300; smaller alphas are refused.
+   A power alpha-spending function decides how much goes to early looks: the cumulative rejection
+   probability through look k is at most alpha * (L_k / cap) ** rho; integer boundaries
    spend at most what is planned, the rest carries forward, and the last look gets all of alpha.
    Each level takes the most aggressive rho of a fixed ladder whose last boundary still rejects
    every failure count whose fixed-n Clopper-Pearson bound at alpha reaches Phi(r_j / sigma +
@@ -59,7 +61,7 @@ import numpy as np
 from scipy.special import ndtr
 
 from dmae_fast.certification.bounds import lower_confidence_bound
-from dmae_fast.certification.choices import FUTILITY_MODES, PAPER_RADII
+from dmae_fast.certification.choices import FUTILITY_MODES, PAPER_RADII, SMALLEST_SEQUENTIAL_ALPHA
 from dmae_fast.certification.core import ABSTAIN, Certificate
 from dmae_fast.certification.sequential import LookStopping, upper_bounds
 from dmae_fast.errors import UserError
@@ -71,6 +73,8 @@ FINAL_SHIFT = 0.01  # a level's last bound may sit this far (in radius / sigma) 
 MARGIN = 1e-6  # relative margin under alpha against floating-point rounding in the DP
 TAIL = 1e-40  # probability mass the DP may truncate per step (counted as rejected)
 DIRECT = 64  # convolve directly below this length, by FFT above
+PRECISE_BELOW = 1e-6  # below this alpha the DP runs precise (see _dp): an FFT's rounding (~1e-17) counts there
+PRECISE_TAIL = 1e-9  # the precise DP's truncated mass per window edge and step, relative to alpha
 
 
 def default_looks(n: int) -> tuple[int, ...]:
@@ -113,6 +117,10 @@ class GroupSequentialConfig:
             raise UserError(f"n0 and n must be >= 1 (got n0={self.n0}, n={self.n})")
         if not 0 < self.alpha < 1:
             raise UserError(f"alpha must be in (0, 1), got {self.alpha}")
+        if self.alpha < SMALLEST_SEQUENTIAL_ALPHA:  # the DP's underflow (a product <= 5e-324) << alpha * MARGIN
+            raise UserError(f"alpha {self.alpha:g} is below {SMALLEST_SEQUENTIAL_ALPHA:g}, the smallest the exact "
+                            "sequential test can calibrate in double precision; fixed-n CERTIFY takes it, the "
+                            "Bonferroni sequential test down to about 1e-307")
         if not (self.sigma > 0 and math.isfinite(self.sigma)):
             raise UserError(f"sigma must be positive and finite, got {self.sigma}")
         if not self.radii or not all(math.isfinite(r) and r >= 0 for r in self.radii):
@@ -138,19 +146,28 @@ class GroupSequentialConfig:
         return tuple(sorted(set(default_looks(self.n)) | ({self.lower_cap} if self.lower_cap else set())))
 
 
-def _increment(m: int, q: float) -> tuple[int, np.ndarray, float]:
-    """Failures among m new samples at failure probability q: (first value, pmf window, mass outside)."""
+def _increment(m: int, q: float, tail: float | None) -> tuple[int, np.ndarray, float]:
+    """Failures among m new samples at failure probability q: (first value, pmf window, mass outside).
+
+    The window spans 40 standard deviations (+ 40) each side, or with ``tail`` (precise DP) as much as
+    leaves out at most ``tail`` each side by Bernstein's inequality, that bound being the mass outside
+    (SciPy's binomial tails underflow near 1e-250; its pmf holds to 1e-11 relative down to 1e-300)."""
     from scipy.stats import binom  # on first use: the tables are built once per setting and cached
 
-    spread = 40 * math.sqrt(m * q * (1 - q)) + 40
+    if tail is None:
+        spread = 40 * math.sqrt(m * q * (1 - q)) + 40
+    else:  # P(|X - mq| >= t) <= exp(-t^2 / (2 (mq(1-q) + t/3))) each side, <= tail for this t
+        spread = math.sqrt(2 * m * q * (1 - q) * -math.log(tail)) - math.log(tail)
     lo, hi = max(0, math.floor(m * q - spread)), min(m, math.ceil(m * q + spread))
     pmf = binom.pmf(np.arange(lo, hi + 1), m, q)
+    if tail is not None:
+        return lo, pmf, tail * ((lo > 0) + (hi < m))
     outside = (binom.cdf(lo - 1, m, q) if lo > 0 else 0.0) + binom.sf(hi, m, q)
     return lo, pmf, float(outside)
 
 
-def _convolve(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    if min(a.size, b.size) < DIRECT:
+def _convolve(a: np.ndarray, b: np.ndarray, direct: bool) -> np.ndarray:
+    if direct or min(a.size, b.size) < DIRECT:
         return np.convolve(a, b)
     from scipy.signal import fftconvolve
 
@@ -158,13 +175,17 @@ def _convolve(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _dp(looks: tuple[int, ...], q: float, bounds: np.ndarray | None = None, targets: np.ndarray | None = None,
-        ceiling: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, float]:
+        ceiling: np.ndarray | None = None, tail: float | None = None) -> tuple[np.ndarray, np.ndarray, float]:
     """The exact DP over failure counts at failure probability q.
 
     Either evaluates given failure bounds, or (``targets``: cumulative rejection probability allowed
     through each look; ``ceiling``: largest bound allowed) picks at each look the largest bound whose
     cumulative rejection probability, plus the truncated mass, stays within the target.
     Returns (bounds, rejection probability at each look, truncated mass).
+
+    With ``tail`` (precise, for tiny alpha) it convolves directly, never by FFT (sums of non-negative
+    terms keep their relative precision: no mass of 1e-300 lost to an FFT's rounding of 1e-17), and
+    truncates at most ``tail`` per window edge and step, counting what it truncates as rejected.
     """
     from scipy.stats import binom
 
@@ -172,12 +193,18 @@ def _dp(looks: tuple[int, ...], q: float, bounds: np.ndarray | None = None, targ
     rejected = np.zeros(len(looks))
     start, alive, truncated, prev = 0, np.ones(1), 0.0, 0  # alive[i]: P(F = start + i, not rejected)
     for k, look in enumerate(looks):
-        lo, pmf, outside = _increment(look - prev, q)
+        lo, pmf, outside = _increment(look - prev, q, tail)
         prev, truncated = look, truncated + outside
-        alive, start = _convolve(alive, pmf), start + lo
-        end = int(binom.isf(TAIL, look, q)) + 1 - start  # beyond: mass <= TAIL even unconditionally
+        alive, start = _convolve(alive, pmf, tail is not None), start + lo
+        if tail is None:
+            end = int(binom.isf(TAIL, look, q)) + 1 - start  # beyond: mass <= TAIL even unconditionally
+            cut = TAIL
+        else:
+            above = np.cumsum(alive[::-1])[::-1]  # above[i]: the mass at start + i and beyond
+            end = int(np.count_nonzero(above > tail))
+            cut = float(above[end]) if end < alive.size else 0.0
         if end < alive.size:
-            alive, truncated = alive[:max(end, 0)], truncated + TAIL
+            alive, truncated = alive[:max(end, 0)], truncated + cut
         mass = np.cumsum(alive)
         if bounds is not None:
             d = int(bounds[k])
@@ -223,13 +250,14 @@ def boundary_table(looks: tuple[int, ...], z: tuple[float, ...], alpha: float, c
     table = np.full((len(z), len(looks)), -1, dtype=np.int64)
     rhos = np.full(len(z), np.nan)
     ceiling = looks_array  # monotone in j: no level is rejected where the one below is not
+    tail = alpha * PRECISE_TAIL if alpha < PRECISE_BELOW else None
     for j, (zj, cap) in enumerate(zip(z, caps)):
         k_end, q = looks.index(cap) + 1, float(ndtr(-zj))
         if cap * math.log1p(-q) <= math.log(alpha):  # else not even cap votes out of cap for cA reject H_j
             wanted = fixed_n_failures(cap, alpha, zj + final_shift)
             for rho in spending:
                 targets = alpha * (1 - MARGIN) * (looks_array[:k_end] / cap) ** rho
-                table[j, :k_end] = _dp(looks[:k_end], q, targets=targets, ceiling=ceiling[:k_end])[0]
+                table[j, :k_end] = _dp(looks[:k_end], q, targets=targets, ceiling=ceiling[:k_end], tail=tail)[0]
                 rhos[j] = rho
                 if table[j, k_end - 1] >= wanted:
                     break

@@ -8,12 +8,15 @@ it, with what rank 0 kept. Several nodes need ``torchrun`` (or SLURM) itself.
 
 The ranks start in sessions of their own (torch's choice), so a signal to the launcher's process
 group misses them: each rank asks the kernel to kill it when the launcher dies (Linux), so that no
-rank outlives a killed launcher or holds its caller's pipes.
+rank outlives a killed launcher or holds its caller's pipes. A rank stays silent when it is stopped
+(the launcher says so), also while it starts; when rank 0 could not end the run itself (killed), the
+launcher, which survives it, marks the run record and removes the lock file.
 """
 
 from __future__ import annotations
 
 import ctypes
+import json
 import logging
 import os
 import signal
@@ -21,8 +24,12 @@ import sys
 import tempfile
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from dmae_fast.errors import UserError
+from dmae_fast.errors import UserError, starting
+
+if TYPE_CHECKING:
+    from dmae_fast.certification.config import CertifyConfig
 
 LAUNCHER = "DMAE_CERTIFY_LAUNCHER"  # environment of the ranks: the launcher's pid
 KEPT = "DMAE_CERTIFY_KEPT"  # ... and the file where rank 0 leaves what an interrupted run kept
@@ -38,25 +45,26 @@ def _cause(exitcode: int) -> int:
     return KILLED if exitcode < 0 else FAILED
 
 
-def launch_local(argv: list[str], nproc: int, max_restarts: int, overwrite: bool) -> int:
-    """Run ``dmae-certify argv`` as ``nproc`` ranks; the job's exit status.
+def launch_local(argv: list[str], config: CertifyConfig, nproc: int, max_restarts: int) -> int:
+    """Run ``dmae-certify argv`` (which ``config`` describes) as ``nproc`` ranks; the job's exit status.
 
     The ranks see torchrun's environment (``WORLD_SIZE`` > 1), so the same ``argv`` runs one rank
     each. CPU ranks get an equal share of the cores (``OMP_NUM_THREADS``, unless set).
     """
-    from torch.distributed.elastic.multiprocessing.api import SignalException
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
-
     from dmae_fast.certification.choices import PROG
 
     if nproc < 1 or max_restarts < 0:
         raise UserError(f"--nproc-per-node must be >= 1 and --max-restarts >= 0, got {nproc} and {max_restarts}")
+    with starting(PROG):  # torch's launcher: seconds of imports, before anything is written
+        from torch.distributed.elastic.multiprocessing.api import SignalException
+        from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+        from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
     quiet = logging.getLogger("torch.distributed.elastic")  # its modules set their own levels: cut them off
     quiet.addHandler(logging.NullHandler())
     quiet.propagate = False
-    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=str(uuid.uuid4()),
+    launch = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=str(uuid.uuid4()),
                           rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=max_restarts,
                           monitor_interval=0.1, start_method="spawn")
     with tempfile.TemporaryDirectory(prefix="dmae-certify-") as folder:
@@ -64,13 +72,13 @@ def launch_local(argv: list[str], nproc: int, max_restarts: int, overwrite: bool
         os.environ.update({LAUNCHER: str(os.getpid()), KEPT: str(kept_file)})
 
         def say(what: str) -> None:
-            default = ("the results file is unchanged: run it again with --overwrite" if overwrite else
+            default = ("the results file is unchanged: run it again with --overwrite" if config.overwrite else
                        "the rows written so far are kept: continue with the same command and --resume")
             kept = (kept_file.read_text() if kept_file.exists() else "") or default
             print(f"{PROG}: {what}; {kept}", file=sys.stderr)
 
         try:
-            elastic_launch(config, entrypoint=sys.executable)("-m", "dmae_fast.cli.certify_rank", *argv)
+            elastic_launch(launch, entrypoint=sys.executable)("-m", "dmae_fast.cli.certify_rank", *argv)
         except ChildFailedError as failure:
             # torch's timestamps are in seconds: within one, the rank whose end explains the others'
             rank, first = min(failure.failures.items(), key=lambda item: (item[1].timestamp, _cause(item[1].exitcode)))
@@ -79,16 +87,37 @@ def launch_local(argv: list[str], nproc: int, max_restarts: int, overwrite: bool
                 return code  # the rank printed its line
             signum = -code if code < 0 else code - 128
             name = signal.Signals(signum).name
-            say(f"error: rank {rank} died (killed by signal {signum}, {name})" if cause == KILLED else
-                f"interrupted by {name} (sent to rank {rank})")
+            what = (f"rank {rank} died (killed by signal {signum}, {name})" if cause == KILLED else
+                    f"interrupted by {name} (sent to rank {rank})")
+            _end_for_rank_0(config, "failed" if cause == KILLED else "interrupted", what)
+            say(f"error: {what}" if cause == KILLED else what)
             return 128 + signum
         except SignalException as stop:  # Ctrl-C or SIGTERM
-            say(f"interrupted by {stop.sigval.name}")
+            what = f"interrupted by {stop.sigval.name}"
+            _end_for_rank_0(config, "interrupted", what)
+            say(what)
             return 128 + int(stop.sigval)
         finally:
             for variable in (LAUNCHER, KEPT):
                 del os.environ[variable]
     return 0
+
+
+def _end_for_rank_0(config: CertifyConfig, status: str, why: str) -> None:
+    """What rank 0 does on its way out, for a rank 0 that could not (``kill -9``): a run record it left
+    ``running`` says ``status`` and why, and its lock file goes. Under the lock, so that a run started
+    on the same output since is left alone; an --overwrite run's record (the old run's) is not touched."""
+    from dmae_fast.certification.output import record_path
+    from dmae_fast.locking import OutputLock
+
+    try:
+        with OutputLock(config.out, "results file"):
+            path = record_path(config)
+            record = json.loads(path.read_text())
+            if record.get("status") == "running":
+                path.write_text(json.dumps({**record, "status": status, "error": why}, indent=2) + "\n")
+    except (UserError, OSError, ValueError):
+        pass  # another run holds the output, or rank 0 never wrote a record
 
 
 def in_launched_rank() -> bool:

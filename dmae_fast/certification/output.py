@@ -8,9 +8,10 @@ import dataclasses
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+# Light modules only (no torch): the command checks --out before its slow imports.
 from dmae_fast.certification.config import CertifyConfig
-from dmae_fast.certification.opened import OpenedRun
 from dmae_fast.certification.parts import (
     clear_parts,
     has_parts,
@@ -18,10 +19,13 @@ from dmae_fast.certification.parts import (
     parts_dir,
     replaces_out,
 )
-from dmae_fast.certification.ranks import restart_count
+from dmae_fast.certification.torchrun_env import restart_count
 from dmae_fast.errors import UserError
 from dmae_fast.results import Mode, read_kept_rows
 from dmae_fast.resume import check_kept_rows, dataset_labels
+
+if TYPE_CHECKING:
+    from dmae_fast.certification.opened import OpenedRun
 
 # Settings that change the results: a resumed run must agree on all of them.
 RESULT_FIELDS = ("engine", "data", "split", "labels", "image_size", "input_size", "normalize",
@@ -36,6 +40,15 @@ def check_out_directory(out: Path) -> None:
         raise UserError(f"directory of --out {out} does not exist")
     if not os.access(out.parent, os.W_OK | os.X_OK):
         raise UserError(f"cannot write --out {out}: directory {out.parent} is not writable")
+
+def check_out_before_loading(config: CertifyConfig) -> None:
+    """Refuse an ``--out`` this run must not write before anything is loaded: a directory, a missing
+    or unwritable directory, an existing results file or parts without --overwrite or --resume. A
+    resumed (or restarted) run's record is checked once its settings are resolved."""
+    if config.resume or restart_count():
+        check_out_directory(Path(config.out))
+    else:
+        output_mode(config)
 
 def kept_after_interrupt(config: CertifyConfig, mode: str, finished: int) -> str:
     """What an interrupted run leaves on disk, and how to continue."""

@@ -135,10 +135,12 @@ class Procedure:
         return RowRules(CERTIFY, s.n0, sizes, self.level, s.sigma, self.name, certificate)
 
     def receipt(self) -> dict:
-        """The sampling settings that, with the seed, an image's index and the classifier, give its counts."""
+        """The sampling settings that, with the seed, an image's index and the classifier, give its counts
+        (``sequential`` said outright: a sequential plan of one look has no looks)."""
         s, plan = self.spec, self.plan
         return {"procedure": self.name, "phases": [phase.name for phase in plan.phases], "sizes": list(plan.sizes),
-                "looks": list(plan.looks), "n0": s.n0, "n": s.n, "alpha": s.alpha, "sigma": s.sigma}
+                "looks": list(plan.looks), "n0": s.n0, "n": s.n, "alpha": s.alpha, "sigma": s.sigma,
+                "sequential": self.sequential is not None}
 
 
 def procedure_for(config: CertifyConfig) -> Procedure:

@@ -23,25 +23,13 @@ import torch
 import torch.distributed as dist
 
 from dmae_fast.certification.launch import in_launched_rank
+from dmae_fast.certification.torchrun_env import restart_count
 from dmae_fast.errors import AlreadyReported, UserError
 
 T = TypeVar("T")
 START_TIMEOUT = timedelta(minutes=30)  # ranks must all reach start-up within this (loading a large engine)
 POLL_SECONDS = 0.2
 _runs = 0  # certification runs started in this process (a key prefix per run)
-
-
-def world_size() -> int:
-    """``WORLD_SIZE`` as set by torchrun; 1 outside it."""
-    try:
-        return max(1, int(os.environ.get("WORLD_SIZE", "1")))
-    except ValueError:
-        raise UserError(f"WORLD_SIZE={os.environ['WORLD_SIZE']!r} is not a number") from None
-
-
-def restart_count() -> int:
-    """How often torchrun restarted this job (``--max-restarts``): > 0 means an earlier attempt wrote rows."""
-    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
 
 
 def rank_device(device: str, local_rank: int) -> str:

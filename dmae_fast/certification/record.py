@@ -40,17 +40,19 @@ class RunRecord:
         if self.mode == "overwrite" and not final:
             return
         opened, procedure = self.opened, self.opened.procedure
+        chain = getattr(self.body, "chain", None)
+        body = self.body if chain is None else chain.body  # a body that failed mid-run was replaced
         record = {
             "config": dataclasses.asdict(opened.config),
             "procedure": procedure.name,
             "max_radius": procedure.max_radius(),  # what the summary tables stop at
             "plan": {"phases": [p.name for p in procedure.plan.phases], "sizes": procedure.plan.sizes,
                      "looks": procedure.plan.looks},
-            "engine": self.body.description,
-            "body_fallbacks": getattr(self.body, "fallbacks", []),
+            "engine": body.description,
+            "body_fallbacks": getattr(body, "fallbacks", []),
             "model_sha256": self.model_sha256,
             "threads": {"torch_intra_op": torch.get_num_threads(), "dataloader_workers": opened.workers,
-                        "body_workers": getattr(self.body, "workers", None)},
+                        "body_workers": getattr(body, "workers", None)},
             "classifier": opened.engine.spec.to_json_dict(),
             "versions": {"dmae_fast": __version__, "torch": torch.__version__, "python": platform.python_version()},
             "device_name": device_name(opened.engine.device),

@@ -28,16 +28,16 @@ from torch.profiler import ProfilerActivity, profile
 from dmae_fast.certification.choices import PROG
 from dmae_fast.certification.config import CertifyConfig
 from dmae_fast.certification.distributed_run import certify_ranks
+from dmae_fast.certification.fallback import one_line
 from dmae_fast.certification.fast_stream import StageTimer
 from dmae_fast.certification.opened import open_run
 from dmae_fast.certification.output import (
-    check_out_directory,
+    check_out_before_loading,
     images_to_do,
     kept_after_interrupt,
     output_mode,
 )
 from dmae_fast.certification.parts import clear_parts, has_parts
-from dmae_fast.certification.ranks import restart_count, world_size
 from dmae_fast.certification.record import (
     RowWriter,
     RunRecord,
@@ -45,6 +45,7 @@ from dmae_fast.certification.record import (
     progress_bar,
     show_progress,
 )
+from dmae_fast.certification.torchrun_env import world_size
 from dmae_fast.errors import Interrupted, UserError
 from dmae_fast.locking import OutputLock
 from dmae_fast.results import ResultsWriter, Row
@@ -74,7 +75,9 @@ def certify_dataset(config: CertifyConfig, on_row: Callable[[Row], None] | None 
     keep the run record ``<out>.json``.
 
     The results file is locked for the whole run: a second run on the same ``out`` is refused.
-    Bad input raises :class:`UserError`; SIGINT/SIGTERM (with :func:`interrupt_on_signals`)
+    A body that fails mid-run is replaced by the next simpler one (one line; the record's
+    ``body_fallbacks``); with none left, or on bad input, :class:`UserError` is raised after
+    the record says ``failed`` (``--resume`` continues); SIGINT/SIGTERM (with :func:`interrupt_on_signals`)
     raise :class:`Interrupted` after marking the record, its ``kept`` saying what is on disk.
     Under ``torchrun`` with more than one process this is one rank of a multi-process run
     (:func:`dmae_fast.certification.distributed_run.certify_ranks`); ``on_row`` then sees the
@@ -84,9 +87,7 @@ def certify_dataset(config: CertifyConfig, on_row: Callable[[Row], None] | None 
     on_row = on_row or (lambda row: None)
     if world_size() > 1:
         return certify_ranks(config, on_row)
-    if not (config.resume or restart_count()):
-        output_mode(config)  # refuse an existing --out before loading anything
-    check_out_directory(Path(config.out))
+    check_out_before_loading(config)
     with OutputLock(config.out, "results file"):
         return _certify_locked(config, on_row)
 
@@ -115,8 +116,10 @@ def _certify_locked(config: CertifyConfig, on_row: Callable[[Row], None]) -> Run
         record.write({"status": "interrupted", "images": finished})
         stop.kept = kept_after_interrupt(config, mode, finished)
         raise
-    except UserError as error:
-        record.write({"status": "failed", "images": rows.images if rows else 0, "error": str(error)})
+    except Exception as error:  # bad input (one line), the machine, or a bug (a traceback): the record says so
+        with contextlib.suppress(OSError):  # a full disk may refuse the record too
+            record.write({"status": "failed", "images": rows.images if rows else 0,
+                          "error": str(error) if isinstance(error, UserError) else one_line(error)})
         raise
     if mode == "overwrite":
         clear_parts(config.out)  # a stale multi-process run's parts: --out is now this run's

@@ -5,12 +5,16 @@ iterable of images, each with the run's :class:`~dmae_fast.certification.plan.Sa
 yields each image's class counts as soon as they are on the host. :class:`ImageBatches` is the
 plain batch body (noise, classify, count on the device). Because the noise does not depend on how
 rows are packed, the counts are identical for any batch size (and equal to
-:class:`dmae_fast.certification.core.Smooth`'s).
+:class:`dmae_fast.certification.core.Smooth`'s), and a body that fails mid-run can be replaced by
+the next one its chain offers (:mod:`dmae_fast.certification.fallback`): the images not yet
+yielded start again on the new body, so no count of the failed batch, nor of a batch before it,
+is mixed into the new body's.
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -120,35 +124,62 @@ class StreamingCertifier:
 
         Without looks (fixed n) images finish in input order. With looks, ``decide`` is
         called at each look with the counts so far; images that stop early free their
-        slot for the next image, so batches stay full.
+        slot for the next image, so batches stay full. A batch that fails moves the run to
+        the body's next body (see the module doc), or raises when it has none.
         """
         if self.plan.looks and decide is None:
             raise ValueError("a plan with looks needs a decide callback")
-        scheduler = SlotScheduler(self.body, self.device, self.batch_size, self.num_slots)
-        scheduler.allocate()
         source = iter(images)
+        restarted: deque[tuple[int, torch.Tensor, int]] = deque()  # images to start again, first
+        unfinished: dict[Job, None] = {}  # the images loaded and not yet yielded, in the order they came
 
         def next_job() -> Job | None:
-            item = next(source, None)
+            item = restarted.popleft() if restarted else next(source, None)
             if item is None:
                 return None
             index, image, label = item
-            return Job(checked_image(index, image, self.shape), self.plan, decide, index=index, label=int(label))
+            job = Job(checked_image(index, image, self.shape), self.plan, decide, index=index, label=int(label))
+            unfinished[job] = None
+            return job
 
         try:
+            scheduler = self._scheduler()
             while True:
                 segments, reached = scheduler.pack(next_job, block=True)
                 if segments:
-                    scheduler.issue(segments)
+                    try:
+                        scheduler.issue(segments)
+                    except Exception as error:  # noqa: BLE001 (the body failed: the next body, or raised)
+                        self._replace_body(error)
+                        scheduler = self._scheduler()
+                        restarted.extendleft(reversed([(job.index, job.image, job.label) for job in unfinished]))
+                        unfinished.clear()
+                        continue
                     raise_if_interrupted()
                 scheduler.snapshot(reached)
                 scheduler.resolve(wait=not segments)
                 for job, counts in scheduler.finished:
                     if isinstance(counts, BaseException):
                         raise counts
+                    del unfinished[job]
                     yield ImageCounts(job.index, job.label, counts)
                 scheduler.finished.clear()
                 if not segments and not scheduler.busy:
                     break
         finally:
             self.body.finish()
+
+    def _scheduler(self) -> SlotScheduler:
+        scheduler = SlotScheduler(self.body, self.device, self.batch_size, self.num_slots)
+        scheduler.allocate()
+        return scheduler
+
+    def _replace_body(self, error: Exception) -> None:
+        """After ``error`` in a batch: the body's next body (said in one line), unless the error is
+        the user's, a signal's that surfaced as another error, or the body has no chain."""
+        raise_if_interrupted()
+        chain = getattr(self.body, "chain", None)
+        if isinstance(error, UserError) or chain is None:
+            raise error
+        failed, self.body = self.body, chain.replace(error)
+        failed.finish()

@@ -8,6 +8,7 @@ import sys
 
 from dmae_fast.analysis import (
     DEFAULT_RADII,
+    check_rows,
     format_table,
     plot_certified_accuracy,
     reachable_radii,
@@ -70,6 +71,7 @@ def _analyze(args: argparse.Namespace) -> int:
     if args.labels is not None and len(args.labels) != len(args.files):
         raise UserError(f"--labels got {len(args.labels)} names for {len(args.files)} files")
     tables = [read_results(path) for path in args.files]
+    unchecked = [check_rows(t) for t in tables]  # a row its run cannot have written refuses the file
     style = "markdown" if args.markdown else "latex" if args.latex else "text"
     caps = [recorded_cap(t) for t in tables if t.kind == "certify"]
     cap = max(caps) if caps and None not in caps else None  # a radius any of the runs could reach stays
@@ -80,7 +82,7 @@ def _analyze(args: argparse.Namespace) -> int:
             if t.kind != "certify":
                 raise UserError(f"--plot needs certification files; {t.path} is a prediction file")
         plot_certified_accuracy(tables, args.plot, labels=args.labels)
-    for warning in filter(None, map(rounding_warning, tables)):
+    for warning in filter(None, [*unchecked, *map(rounding_warning, tables)]):
         print(f"{PROG}: warning: {warning}", file=sys.stderr)
     print(table)
     if note:

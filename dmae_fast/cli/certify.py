@@ -34,8 +34,14 @@ from dmae_fast.certification.choices import (
     SHARD_CHOICES,
     chosen_body,
 )
+from dmae_fast.certification.launch import (
+    in_launched_rank,
+    launch_local,
+    leave_to_launcher,
+)
+from dmae_fast.certification.torchrun_env import world_size
 from dmae_fast.cli.common import Parser, run_reporting_errors
-from dmae_fast.errors import AlreadyReported, Interrupted, UserError
+from dmae_fast.errors import AlreadyReported, Interrupted, UserError, starting
 
 if TYPE_CHECKING:
     from dmae_fast.certification.config import CertifyConfig
@@ -151,17 +157,10 @@ def _config_from_args(args: argparse.Namespace) -> CertifyConfig:
 
 
 def certify(config: CertifyConfig) -> int:
-    """Run the certification, then print the summary table (rank 0 only under torchrun); returns the exit status.
-    In a rank of ``--nproc-per-node`` the launcher says that the run was interrupted, and what it kept."""
-    from dmae_fast.certification.launch import leave_to_launcher
-    from dmae_fast.certification.run import certify_dataset
-
-    try:
-        result = certify_dataset(config)
-    except Interrupted as stop:
-        if leave_to_launcher(stop.kept):
-            raise AlreadyReported(stop.exit_status) from None
-        raise
+    """Run the certification, then print the summary table (rank 0 only under torchrun); returns the exit status."""
+    with starting(_starting_prog()):  # torch, the engines: seconds of imports before anything is written
+        from dmae_fast.certification.run import certify_dataset
+    result = certify_dataset(config)
     if result.primary:
         _print_summary(result)
     return 0
@@ -216,18 +215,34 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)  # before any heavy import: --help and option errors are quick
-    config = _config_from_args(args)
-    config.validate()
-    from dmae_fast.certification.launch import in_launched_rank, launch_local
-    from dmae_fast.certification.ranks import world_size
+    """Parse ``argv``, check ``--out``, then launch ``--nproc-per-node`` ranks or certify. In a rank of
+    ``--nproc-per-node`` the launcher says that the run was interrupted, and what it kept."""
+    try:
+        with starting(_starting_prog()):  # nothing is written before the run begins
+            args = build_parser().parse_args(argv)  # before any heavy import: --help and option errors are quick
+            config = _config_from_args(args)
+            config.validate()
+            if world_size() == 1:  # the ranks of a multi-process run check in step (rank 0 says it)
+                from dmae_fast.certification.output import check_out_before_loading
 
-    if args.nproc_per_node is not None and world_size() == 1 and not in_launched_rank():
-        config.validate()
-        return launch_local(argv, args.nproc_per_node, args.max_restarts, config.overwrite)
-    return certify(config)
+                check_out_before_loading(config)  # before torch: an --out this run must not write is refused at once
+        if args.nproc_per_node is not None and world_size() == 1 and not in_launched_rank():
+            return launch_local(argv, config, args.nproc_per_node, args.max_restarts)
+        return certify(config)
+    except Interrupted as stop:
+        if leave_to_launcher(stop.kept):
+            raise AlreadyReported(stop.exit_status) from None
+        raise
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def _starting_prog() -> str | None:
+    """Who says that a signal ended the command while it started: the command, or (in a rank of
+    ``--nproc-per-node``) only its launcher."""
+    return None if in_launched_rank() else PROG
+
+
+if __name__ == "__main__":  # python -m (torchrun's ranks): as the console script
+    from dmae_fast.cli import entry
+
+    sys.exit(entry.certify())
 

@@ -7,19 +7,15 @@ from __future__ import annotations
 import sys
 
 from dmae_fast.certification.launch import die_with_launcher
-from dmae_fast.errors import Interrupted, interrupt_on_signals
+from dmae_fast.cli.entry import start
 
 
-def rank_main(argv: list[str]) -> int:
-    """``dmae-certify argv`` in this rank; the rank dies with the launcher."""
+def rank_main() -> int:
+    """``dmae-certify`` with this process's arguments, in this rank; the rank dies with the launcher and
+    says nothing of a signal (the launcher does)."""
     die_with_launcher()
-    interrupt_on_signals()  # before the slow imports
-    try:
-        from dmae_fast.cli.certify import main
-    except Interrupted as stop:  # the launcher says so
-        return stop.exit_status
-    return main(argv)
+    return start(None, "dmae_fast.cli.certify")
 
 
 if __name__ == "__main__":
-    sys.exit(rank_main(sys.argv[1:]))
+    sys.exit(rank_main())

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from dmae_fast.errors import (
+    starting,
     AlreadyReported,
     Interrupted,
     UserError,
@@ -15,6 +16,14 @@ from dmae_fast.errors import (
     interrupt_on_signals,
 )
 from dmae_fast.model.config import parse_normalization  # noqa: F401 (the commands' import)
+
+
+def import_torch_while_starting(prog: str) -> None:
+    """Import torch (numpy with it) where a signal ends the command at once, in one line: an
+    :class:`Interrupted` raised inside torch's import of numpy is swallowed by torch's C extension and
+    leaves numpy half-imported (a traceback later). Call it after the options are checked."""
+    with starting(prog):
+        import torch  # noqa: F401
 
 
 class Parser(argparse.ArgumentParser):

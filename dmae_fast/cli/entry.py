@@ -1,39 +1,48 @@
-"""Console-script entry points: SIGINT/SIGTERM are handled before the slow imports (torch)
-begin, so Ctrl-C at any moment ends a command with one line, never a traceback."""
+"""Console-script entry points. A command says itself how a signal ended it once it handles
+SIGINT/SIGTERM (its ``run_reporting_errors``); before that it has written nothing, and after its
+``main`` returns it has said how it ended: there a signal ends it at once (in one line while it
+starts, silently while Python shuts down; :func:`dmae_fast.errors.exit_on_signals`), never with a
+traceback, however far its imports or Python's exit handlers got."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
 
-from dmae_fast.errors import Interrupted, interrupt_on_signals
+from dmae_fast.errors import Interrupted, exit_on_signals
 
 
-def _start(prog: str, module: str) -> int:
-    interrupt_on_signals()
+def start(prog: str | None, module: str) -> int:
+    """Run ``module.main()`` (its arguments from ``sys.argv``) as the command ``prog`` (None: a rank whose
+    launcher speaks for it); the exit status."""
+    exit_on_signals(prog)
     try:
-        main = importlib.import_module(module).main
-    except Interrupted as stop:
-        print(f"{prog}: interrupted by {stop.name} while starting; nothing was written", file=sys.stderr)
-        return stop.exit_status
-    return main()
+        status = importlib.import_module(module).main()
+        with contextlib.suppress(OSError):  # what it printed, before a signal may end the process at once
+            sys.stdout.flush()
+        exit_on_signals(None)
+    except Interrupted as stop:  # in the instant around the command's own handling: at its end, e.g. the
+        status = stop.exit_status  # launcher's SIGTERM to a rank that has just ended by itself on a lost peer
+        exit_on_signals(None)
+    return status
 
 
 def certify() -> int:
-    return _start("dmae-certify", "dmae_fast.cli.certify")
+    return start("dmae-certify", "dmae_fast.cli.certify")
 
 
 def train() -> int:
-    return _start("dmae-train", "dmae_fast.cli.train")
+    return start("dmae-train", "dmae_fast.cli.train")
 
 
 def export() -> int:
-    return _start("dmae-export", "dmae_fast.cli.export")
+    return start("dmae-export", "dmae_fast.cli.export")
 
 
 def bench() -> int:
-    return _start("dmae-bench", "dmae_fast.cli.bench")
+    return start("dmae-bench", "dmae_fast.cli.bench")
 
 
 def serve() -> int:
-    return _start("dmae-serve", "dmae_fast.cli.serve")
+    return start("dmae-serve", "dmae_fast.cli.serve")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from dmae_fast.cli.common import Parser, parse_normalization, run_reporting_errors
+from dmae_fast.cli.common import Parser, import_torch_while_starting, parse_normalization, run_reporting_errors
 from dmae_fast.engines.sidecar import BatchRange
 from dmae_fast.export.config import (
     DEFAULT_BATCH,
@@ -80,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     def body() -> int:
         config = config_from_args(build_parser().parse_args(argv))
         config.validate()  # before torch is imported: --help and option errors answer at once
+        import_torch_while_starting(PROG)
         from dmae_fast.export.pipeline import export_engines
 
         export_engines(config)

@@ -23,7 +23,7 @@ from dmae_fast.certification.choices import (
     PRECISION_CHOICES,
     chosen_body,
 )
-from dmae_fast.cli.common import Parser, run_reporting_errors
+from dmae_fast.cli.common import Parser, import_torch_while_starting, run_reporting_errors
 from dmae_fast.errors import UserError
 from dmae_fast.serve.config import PROG, Defaults, Limits, ServeConfig
 
@@ -119,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     def body() -> int:
         config = config_from_args(build_parser().parse_args(argv))
         config.validate()  # before the classifier is loaded
+        import_torch_while_starting(PROG)
         from dmae_fast.serve.server import serve
 
         result = serve(config)

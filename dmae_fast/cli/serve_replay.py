@@ -1,9 +1,11 @@
-"""``dmae-serve replay``: re-compute a server answer's counts offline and compare them.
+"""``dmae-serve replay``: check a server answer against its receipt, re-running its counts offline.
 
     curl -s ... /v1/certify --data-binary @digit.png -H 'Content-Type: image/png' > answer.json
     dmae-serve replay answer.json digit.png --ckpt demo
 
-Exit status 0 when every result's counts are identical, 1 when any differs, 2 on bad input.
+One line for each difference (the procedure and plan the receipt's settings give, the model's and
+inputs' SHA-256, each result's counts and decision fields); exit status 0 when there is none, 1
+when any field differs, 2 on bad input (a malformed answer included).
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from dmae_fast.certification.choices import (
     DEMO,
@@ -19,16 +20,22 @@ from dmae_fast.certification.choices import (
     NOISE_CHOICES,
     PRECISION_CHOICES,
 )
-from dmae_fast.cli.common import Parser, parse_normalization, run_reporting_errors
+from dmae_fast.certification.config import MAX_BATCH
+from dmae_fast.cli.common import Parser, import_torch_while_starting, parse_normalization, run_reporting_errors
 from dmae_fast.errors import UserError
+from dmae_fast.files import read_regular_file
 from dmae_fast.serve.config import Limits
 
 PROG = "dmae-serve replay"
+MAX_ANSWER_BYTES = 256 * 2**20  # the files are regular files of at most these sizes (never a device or a FIFO)
+MAX_IMAGE_BYTES = 1 << 30
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog=PROG, description="Re-run a dmae-serve answer offline from its receipt (seed, image "
-                    "indices, plan) with the library's streaming certifier; compare the class counts.")
+    parser = Parser(prog=PROG, description="Check a dmae-serve answer against its receipt: rebuild the procedure "
+                    "from its settings, re-run the counts offline with the library's streaming certifier (seed, image "
+                    "indices, plan), recompute every decision field and compare the model's and inputs' SHA-256; "
+                    "exit 1 naming each difference.")
     parser.add_argument("answer", help="the JSON answer as the server sent it")
     parser.add_argument("images", nargs="+", help="the image files sent (PNG, JPEG or .npy), in the answer's order")
     source = parser.add_mutually_exclusive_group(required=True)
@@ -45,16 +52,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def replay(args: argparse.Namespace) -> int:
+    if not 1 <= args.batch <= MAX_BATCH:
+        raise UserError(f"--batch must be in [1, {MAX_BATCH:,}], got {args.batch}")
+    import_torch_while_starting(PROG)
     from dmae_fast.engines import EngineOptions, open_engine
     from dmae_fast.serve.payloads import PayloadError, decode_image
-    from dmae_fast.serve.receipt import replay_answer
+    from dmae_fast.serve.receipt import read_answer, replay_answer, settings
 
     try:
-        answer = json.loads(Path(args.answer).read_text(encoding="utf-8"))
-    except ValueError as error:
-        raise UserError(f"{args.answer} is not JSON: {error}") from None
-    if not isinstance(answer, dict):
-        raise UserError(f"{args.answer} is not a dmae-serve answer")
+        document = json.loads(read_regular_file(args.answer, MAX_ANSWER_BYTES, "dmae-serve answer").decode("utf-8"))
+    except (ValueError, RecursionError) as error:
+        problem = "is nested too deeply" if isinstance(error, RecursionError) else f"is not JSON: {error}"
+        raise UserError(f"{args.answer} {problem}") from None
+    answer = read_answer(document)
     engine_path = args.engine or args.ckpt
     engine_path = str(DEMO_CHECKPOINT) if engine_path == DEMO else engine_path
     mean, std = parse_normalization(args.normalize)
@@ -63,16 +73,20 @@ def replay(args: argparse.Namespace) -> int:
     images = []
     for path in args.images:
         try:
-            images += decode_image(Path(path).read_bytes(), path, shape, Limits(max_images=1 << 20))
+            images += decode_image(read_regular_file(path, MAX_IMAGE_BYTES, "image file"), path, shape,
+                                   Limits(max_images=1 << 20))
         except PayloadError as problem:
             raise UserError(problem.message) from None
-    rows = replay_answer(answer, images, engine, args.batch, args.noise, args.fast)
-    for row in rows:
-        verdict = "identical counts" if row.same_counts else f"DIFFERENT counts: served {row.served.tolist()}, " \
-                                                              f"offline {row.offline.tolist()}"
-        same = "same input" if row.same_input else "input differs from the one served (SHA-256)"
-        print(f"index {row.index}: {verdict} ({same})")
-    return 0 if all(row.same_counts for row in rows) else 1
+    replayed = replay_answer(answer, images, engine, args.batch, args.noise, args.fast, engine_path)
+    print(f"receipt: {settings(answer.receipt.spec)}, seed {answer.receipt.seed}")
+    for difference in replayed.differences:
+        print(difference)
+    if not replayed.results:
+        print("not replayed: the receipt records another procedure or plan than its settings give")
+    for row in replayed.results:
+        for difference in row.differences or ("identical counts (same input); every field it states is as recomputed",):
+            print(f"index {row.index}: {difference}")
+    return 0 if replayed.identical else 1
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,7 +22,7 @@ from pathlib import Path
 # Only light modules here (the checkpointing module, which imports torch, is imported where a run
 # needs it): --help, option errors and 'dmae-train presets' answer without importing torch.
 from dmae_fast.certification.choices import DEMO, DEMO_CHECKPOINT
-from dmae_fast.cli.common import Parser, run_reporting_errors
+from dmae_fast.cli.common import Parser, import_torch_while_starting, run_reporting_errors
 from dmae_fast.errors import Interrupted, UserError
 from dmae_fast.locking import OutputLock
 from dmae_fast.train import config as cfg
@@ -197,6 +197,7 @@ def run(argv: list[str] | None) -> int:
 
         print(f"wrote {visualize(config, args.out)}")
         return 0
+    import_torch_while_starting(PROG)
     return run_training(args, config)
 
 

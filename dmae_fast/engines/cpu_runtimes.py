@@ -224,7 +224,12 @@ def cached_check(build, model: SmoothingClassifier, sigma: float, runtime: str, 
         return build()
     if compiled is not None:
         shutil.rmtree(compiled, ignore_errors=True)
-    chunks = checked(build(), model, sigma, runtime)
+    try:
+        chunks = checked(build(), model, sigma, runtime)
+    except Exception:
+        if compiled is not None:  # the models of a graph that failed its check: no start will use them
+            shutil.rmtree(compiled, ignore_errors=True)
+        raise
     cache.write(key, json.dumps({} if compiled is None else files_sha256(compiled)).encode())
     return chunks
 
@@ -293,10 +298,12 @@ def _exported(model: SmoothingClassifier, layout: PatchLayout | None, sigma: flo
 
 
 def cpu_classifier(engine, precision: str, sigma: float, notice, workers: int, runtime: str,
-                   static_rows: Iterable[int] = (), patch_input: bool = True) -> ChunkClassifier:
+                   static_rows: Iterable[int] = (), patch_input: bool = True,
+                   cache_reads: list[Path] | None = None) -> ChunkClassifier:
     """The fastest chunk classifier for an engine on a CPU (see the module doc); ``static_rows``:
     the chunk sizes most chunks will have; ``patch_input``: a checkpoint's exported graph takes
-    patch rows where its front end allows (:mod:`dmae_fast.patch_layout`)."""
+    patch rows where its front end allows (:mod:`dmae_fast.patch_layout`); ``cache_reads``
+    collects the model-cache entries it was built from."""
     model = getattr(engine, "model", None)
     if isinstance(model, SmoothingClassifier):
         if precision != "fp32":
@@ -306,7 +313,7 @@ def cpu_classifier(engine, precision: str, sigma: float, notice, workers: int, r
         if chosen == "torch":
             return TorchChunks(model, precision)
         layout = PatchLayout.of(model) if patch_input else None
-        return _exported(model, layout, sigma, chosen, workers, static_rows, ModelCache.open(notice))
+        return _exported(model, layout, sigma, chosen, workers, static_rows, ModelCache.open(notice, cache_reads))
     meta = getattr(engine, "meta", None)
     if meta is not None and meta.kind == "onnx" and meta.input == "image":
         fp32 = meta.precision == "fp32"

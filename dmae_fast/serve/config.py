@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from dmae_fast.certification.choices import NOISE_CHOICES
+from dmae_fast.certification.choices import NOISE_CHOICES, SMALLEST_SEQUENTIAL_ALPHA
 from dmae_fast.certification.config import MAX_BATCH
 from dmae_fast.errors import UserError
 from dmae_fast.model.config import sigma_problem
@@ -39,6 +39,9 @@ class Limits:
             (self.max_request_samples >= 1, f"--max-request-samples must be >= 1, got {self.max_request_samples}"),
             (0 < self.min_alpha <= self.max_alpha < 1,
              f"need 0 < --min-alpha <= --max-alpha < 1, got {self.min_alpha} and {self.max_alpha}"),
+            (self.min_alpha >= SMALLEST_SEQUENTIAL_ALPHA,
+             f"--min-alpha must be >= {SMALLEST_SEQUENTIAL_ALPHA:g} (the smallest alpha the sequential test can "
+             f"calibrate), got {self.min_alpha}"),
             (math.isfinite(self.timeout_s) and self.timeout_s > 0,
              f"--timeout must be a finite number of seconds > 0, got {self.timeout_s}"),
         ]

@@ -1,91 +1,354 @@
-"""Re-run a server's answer offline from its receipt: the library's streaming certifier, same counts.
+"""Replay a server's answer offline from its receipt: the receipt's proof (``dmae-serve replay``).
 
-An answer's ``receipt`` names the seed, the plan (phases, sizes, looks), alpha and sigma, and
-each result its image index (the noise key) and the SHA-256 of the tensor that was smoothed.
-The noise is a pure function of (seed, index, phase, sample), so the offline
-:class:`~dmae_fast.certification.stream.StreamingCertifier` over ``[(index, image, label)]`` with
-the same classifier gives the same class counts, whatever the batch size (``dmae-serve replay``).
+An answer's ``receipt`` records the procedure and the settings it ran with (n0, n, alpha, sigma,
+whether it is sequential), the plan they give (phases, sizes, looks), the seed and the SHA-256 of
+the model file; each result records its image index (the noise key), the SHA-256 of the tensor
+that was smoothed, its class counts and its decision fields. :func:`replay_answer` rebuilds the
+procedure from the settings and checks that it is the one recorded, re-runs every image with the
+offline :class:`~dmae_fast.certification.stream.StreamingCertifier` (the noise is a pure function
+of (seed, index, phase, sample): the same classifier gives the same counts whatever the batch
+size), recomputes every decision field from the served counts, and names each field that differs.
+An answer with a missing, mistyped or out-of-range field is a UserError (:func:`read_answer`).
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from dmae_fast.certification.bodies import BodyOptions, batch_body
+from dmae_fast.certification.core import FIXED_N
+from dmae_fast.certification.group_sequential import PROCEDURE as EXACT_NAME
 from dmae_fast.certification.procedure import CERTIFY, PREDICT, Procedure, ProcedureSpec
 from dmae_fast.certification.sequential import BONFERRONI_NAME
 from dmae_fast.certification.stream import SamplingPlan, StreamingCertifier
 from dmae_fast.engines.base import Engine
 from dmae_fast.errors import UserError
+from dmae_fast.integrity import file_sha256, is_sha256
+from dmae_fast.model.config import sigma_problem
 from dmae_fast.noise import Phase
-from dmae_fast.serve.service import input_sha256
+from dmae_fast.serve.service import input_sha256, json_result
+
+ANSWER_FIELDS = ("procedure", "results", "receipt")
+NAMES = f"{PREDICT}, {FIXED_N}, {EXACT_NAME}-K..., {BONFERRONI_NAME}-K..."
+
+
+# --------------------------------------------------------------------------- reading
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """A receipt's fields, of the right types and in range; ``spec``: the settings they record."""
+
+    procedure: str
+    plan: SamplingPlan
+    spec: ProcedureSpec
+    n0: int | None  # as recorded (``spec.n0`` is None for PREDICT whatever the receipt says)
+    sequential: bool | None  # as recorded; None in receipts written before it was
+    seed: int
+    model_sha256: str | None
+    indices: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Result:
+    """One result of an answer: its image index, its counts and every field it states."""
+
+    index: int
+    counts: np.ndarray  # [phases of the plan, classes] as served
+    fields: dict  # the result as served
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A dmae-serve answer whose fields have the right types and ranges (not yet compared)."""
+
+    document: dict
+    receipt: Receipt
+    results: tuple[Result, ...]
+
+
+def _text(value: object, limit: int | None = 60) -> str:
+    """A JSON value as an answer writes it (cut to ``limit`` characters)."""
+    text = json.dumps(value)
+    return text if limit is None or len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _field(document: dict, key: str, where: str) -> object:
+    if key not in document:
+        raise UserError(f"not a dmae-serve answer: {where} has no '{key}'")
+    return document[key]
+
+
+def _whole(value: object, where: str, low: int, bits: int) -> int:
+    """``value`` if it is a whole number in [low, 2**bits)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value < 2**bits:
+        raise UserError(f"{where} must be a whole number in [{low}, 2**{bits}), got {_text(value)}")
+    return value
+
+
+def _list(value: object, where: str) -> list:
+    if not isinstance(value, list):
+        raise UserError(f"{where} must be a list, got {_text(value)}")
+    return value
 
 
 def plan_of(receipt: dict) -> SamplingPlan:
-    """The sampling plan a receipt records."""
-    try:
-        return SamplingPlan(tuple(Phase[name] for name in receipt["phases"]), tuple(int(s) for s in receipt["sizes"]),
-                            tuple(int(look) for look in receipt["looks"]))
-    except (KeyError, TypeError, ValueError) as error:
-        raise UserError(f"not a dmae-serve receipt (phases, sizes, looks): {error}") from None
+    """The sampling plan a receipt records (phases, sizes, looks)."""
+    names = _list(_field(receipt, "phases", "the receipt"), "the receipt's phases")
+    for name in names:
+        if name not in Phase.__members__:
+            raise UserError(f"the receipt's phases must be phases of the noise contract "
+                            f"({', '.join(Phase.__members__)}), got {_text(name)}")
+    sizes = [_whole(s, "the receipt's sizes", 1, 32) for s in _list(_field(receipt, "sizes", "the receipt"),
+                                                                     "the receipt's sizes")]
+    looks = [_whole(s, "the receipt's looks", 1, 32) for s in _list(_field(receipt, "looks", "the receipt"),
+                                                                     "the receipt's looks")]
+    if not names or len(sizes) != len(names):
+        raise UserError(f"the receipt records {len(names)} phases and {len(sizes)} sizes; it needs one size a phase")
+    return SamplingPlan(tuple(Phase[name] for name in names), tuple(sizes), tuple(looks))
+
+
+def _named(name: object) -> tuple[str, bool, str]:
+    """(kind, sequential, sequential test) of a procedure name."""
+    if name in (PREDICT, FIXED_N):
+        return (PREDICT if name == PREDICT else CERTIFY), False, "exact"
+    for prefix, test in ((EXACT_NAME, "exact"), (BONFERRONI_NAME, "bonferroni")):
+        if isinstance(name, str) and name.startswith(f"{prefix}-K"):
+            return CERTIFY, True, test
+    raise UserError(f"the receipt's procedure must be one dmae-serve runs ({NAMES}), got {_text(name)}")
+
+
+def _read_receipt(receipt: object) -> Receipt:
+    """A receipt's fields, checked for type and range (UserError naming the first that is not)."""
+    if not isinstance(receipt, dict):
+        raise UserError("not a dmae-serve answer: it needs a 'receipt' object")
+    name = _field(receipt, "procedure", "the receipt")
+    kind, named_sequential, test = _named(name)
+    plan = plan_of(receipt)
+    sequential = receipt.get("sequential")
+    if sequential is not None and not isinstance(sequential, bool):
+        raise UserError(f"the receipt's sequential must be true or false, got {_text(sequential)}")
+    n = _whole(_field(receipt, "n", "the receipt"), "the receipt's n", 1, 32)
+    n0 = _field(receipt, "n0", "the receipt")
+    if not (n0 is None and kind == PREDICT):
+        n0 = _whole(n0, "the receipt's n0", 1, 32)
+    alpha = _field(receipt, "alpha", "the receipt")
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
+        raise UserError(f"the receipt's alpha must be a number in (0, 1), got {_text(alpha)}")
+    sigma = _field(receipt, "sigma", "the receipt")
+    if sigma_problem(sigma):
+        raise UserError(f"the receipt's {sigma_problem(sigma)}")
+    seed = _whole(_field(receipt, "seed", "the receipt"), "the receipt's seed", 0, 64)
+    model = _field(receipt, "model_sha256", "the receipt")
+    if model is not None and not is_sha256(model):
+        raise UserError(f"the receipt's model_sha256 must be 64 hex digits or null, got {_text(model)}")
+    indices = [_whole(i, "the receipt's indices", 0, 32) for i in _list(_field(receipt, "indices", "the receipt"),
+                                                                         "the receipt's indices")]
+    spec = ProcedureSpec(kind, n, float(alpha), float(sigma), n0 if kind == CERTIFY else None,
+                         named_sequential if sequential is None else sequential, test=test)
+    return Receipt(name, plan, spec, n0, sequential, seed, model, tuple(indices))
+
+
+def _counts(value: object, where: str, plan: SamplingPlan) -> np.ndarray:
+    names = [phase.name.lower() for phase in plan.phases]
+    if not isinstance(value, dict):
+        raise UserError(f"{where} must be an object of class counts for each phase ({', '.join(names)}), "
+                        f"got {_text(value)}")
+    for key in value:
+        if key not in names:
+            raise UserError(f"{where} has '{key}', which is not a phase of the receipt's plan ({', '.join(names)})")
+    rows = []
+    for name in names:
+        row = _list(_field(value, name, where), f"{where}.{name}")
+        rows.append([_whole(count, f"{where}.{name}'s counts", 0, 32) for count in row])
+    if len({len(row) for row in rows}) != 1 or not rows[0]:
+        raise UserError(f"{where} must count the same classes (at least one) in every phase")
+    return np.array(rows, dtype=np.int64)
+
+
+def read_answer(document: object) -> Answer:
+    """A dmae-serve answer, every field that the replay reads checked for type and range."""
+    if not isinstance(document, dict):
+        raise UserError("not a dmae-serve answer: it must be a JSON object")
+    receipt = _read_receipt(document.get("receipt"))
+    listed = document.get("results")
+    if not isinstance(listed, list) or not listed:
+        raise UserError("not a dmae-serve answer: it needs 'results', a non-empty list")
+    results = []
+    for i, result in enumerate(listed):
+        where = f"results[{i}]"
+        if not isinstance(result, dict):
+            raise UserError(f"{where} must be an object, got {_text(result)}")
+        index = _whole(_field(result, "index", where), f"{where}.index", 0, 32)
+        results.append(Result(index, _counts(_field(result, "counts", where), f"{where}.counts", receipt.plan),
+                              result))
+    return Answer(document, receipt, tuple(results))
+
+
+# --------------------------------------------------------------------------- comparing
+
+
+def _describe(plan: SamplingPlan) -> str:
+    """A plan in words: "20 selection and 1,000 estimation samples, looks after 120, 220, ... in all"."""
+    text = " and ".join(f"{size:,} {phase.name.lower()}" for phase, size in zip(plan.phases, plan.sizes)) + " samples"
+    if plan.looks:
+        looks = [f"{look:,}" for look in plan.looks]
+        shown = looks if len(looks) <= 6 else [*looks[:3], "...", looks[-1]]
+        text += f", looks after {', '.join(shown)} samples in all"
+    return text
+
+
+def settings(spec: ProcedureSpec) -> str:
+    """The settings a receipt records, in words ("CERTIFY with n0 20, n 100, alpha 0.001, sigma 0.25")."""
+    if spec.kind == PREDICT:
+        return f"PREDICT with n {spec.n:,}, alpha {spec.alpha}"
+    how = "sequential CERTIFY" if spec.sequential else "CERTIFY"
+    return f"{how} with n0 {spec.n0:,}, n {spec.n:,}, alpha {spec.alpha}, sigma {spec.sigma}"
+
+
+def _contradictions(receipt: Receipt, procedure: Procedure) -> list[str]:
+    """Where the receipt records another procedure or plan than its settings give (``procedure``)."""
+    rebuilt, give = procedure.receipt(), f"its settings ({settings(procedure.spec)}) give"
+    out = []
+    if receipt.procedure != procedure.name:
+        out.append(f"receipt procedure served {receipt.procedure}, but {give} {procedure.name}")
+    if receipt.plan != procedure.plan:
+        out.append(f"receipt plan served {_describe(receipt.plan)}, but {give} {_describe(procedure.plan)}")
+    for key, recorded in (("n0", receipt.n0), ("sequential", receipt.sequential)):
+        if recorded is not None and recorded != rebuilt[key]:
+            out.append(f"receipt {key} served {_text(recorded)}, but {give} {_text(rebuilt[key])}")
+    return out
 
 
 def procedure_of(receipt: dict) -> Procedure:
-    """The procedure a receipt records (the server's: sequential CERTIFY with the library's defaults
-    for its test); its plan and name must be the ones the receipt names."""
-    plan = plan_of(receipt)
-    try:
-        name = str(receipt["procedure"])
-        kind = PREDICT if name == PREDICT else CERTIFY
-        n0 = None if kind == PREDICT else int(receipt["n0"])
-        test = "bonferroni" if name.startswith(BONFERRONI_NAME) else "exact"
-        spec = ProcedureSpec(kind, int(receipt["n"]), float(receipt["alpha"]), float(receipt["sigma"]), n0,
-                             sequential=bool(plan.looks), test=test)
-    except (KeyError, TypeError, ValueError) as error:
-        raise UserError(f"not a dmae-serve receipt (procedure, n0, n, alpha, sigma): {error}") from None
-    procedure = Procedure(spec)
-    if procedure.plan != plan or procedure.name != name:
-        raise UserError(f"the receipt's procedure {name} with plan {plan} is not one this version runs "
-                        f"({procedure.name}, {procedure.plan})")
+    """The procedure a receipt records (UserError when its settings give another procedure or plan)."""
+    checked = _read_receipt(receipt)
+    procedure = Procedure(checked.spec)
+    problems = _contradictions(checked, procedure)
+    if problems:
+        raise UserError(f"not a receipt this version can replay: {'; '.join(problems)}")
     return procedure
 
 
-def replay_counts(receipt: dict, index: int, image: torch.Tensor, engine: Engine, batch: int = 1000,
-                  noise: str = "compiled", fast: bool = False) -> np.ndarray:
-    """The class counts [phases, classes] of image ``index`` under the receipt's seed and procedure, offline."""
-    procedure, seed = procedure_of(receipt), int(receipt["seed"])
-    sigma = procedure.spec.sigma
-    body = batch_body(engine, sigma, seed, batch, BodyOptions(fast=fast, noise=noise))
-    streamer = StreamingCertifier(engine, procedure.plan, sigma, seed, batch, body)
-    (done,) = streamer.run([(index, image, 0)], procedure.decide)
-    return done.counts
+def _fit_problem(plan: SamplingPlan, counts: np.ndarray, num_classes: int) -> str | None:
+    """Why served counts cannot be the plan's (None when they can: a stopping point of it)."""
+    if counts.shape[1] != num_classes:
+        return f"counts served for {counts.shape[1]} classes; the classifier has {num_classes}"
+    sums, left, filled = counts.sum(1).tolist(), int(counts.sum()), []
+    for size in plan.sizes:
+        filled.append(min(size, left))
+        left -= filled[-1]
+    if sum(sums) in plan.stage_ends and sums == filled:
+        return None
+    served = " and ".join(f"{total:,} {phase.name.lower()}" for phase, total in zip(plan.phases, sums))
+    return f"counts served hold {served} samples, where the receipt's plan ({_describe(plan)}) does not stop"
+
+
+def _counts_difference(plan: SamplingPlan, served: np.ndarray, offline: np.ndarray) -> str:
+    parts = [f"{phase.name.lower()} class {c} served {served[p, c]:,}, recomputed {offline[p, c]:,}"
+             for p, phase in enumerate(plan.phases) for c in np.flatnonzero(served[p] != offline[p])]
+    return "DIFFERENT counts: " + "; ".join(parts[:4]) + (f"; and {len(parts) - 4} more" if len(parts) > 4 else "")
+
+
+def _field_differences(name: str, stated: dict, expected: dict) -> list[str]:
+    """Each decision field the result states that is not the one recomputed (missing and extra ones too)."""
+    out = []
+    for key, value in expected.items():
+        if key == "counts":  # compared with the offline counts
+            continue
+        if key not in stated:
+            out.append(f"{key} missing, recomputed {_text(value)}")
+        elif _text(stated[key], None) != _text(value, None):
+            out.append(f"{key} served {_text(stated[key])}, recomputed {_text(value)}")
+    extra = sorted(set(stated) - set(expected) - {"index", "input_sha256"})
+    return out + [f"states '{key}', which a {name} answer does not have" for key in extra]
 
 
 @dataclass(frozen=True)
 class Replayed:
+    """One result replayed; ``differences`` in words ("radius served 0.75, recomputed 0.5"), empty if none."""
+
     index: int
     same_input: bool  # the image's SHA-256 equals the answer's input_sha256
     same_counts: bool
     served: np.ndarray
-    offline: np.ndarray
+    offline: np.ndarray | None  # None: not re-run (the served counts cannot be the plan's)
+    differences: tuple[str, ...]
 
 
-def replay_answer(answer: dict, images: list[torch.Tensor], engine: Engine, batch: int = 1000,
-                  noise: str = "compiled", fast: bool = False) -> list[Replayed]:
-    """Re-run every result of a server answer (``images`` in the order of its results)."""
-    receipt, results = answer.get("receipt"), answer.get("results")
-    if not isinstance(receipt, dict) or not isinstance(results, list):
-        raise UserError("not a dmae-serve answer: it needs 'receipt' and 'results'")
+@dataclass(frozen=True)
+class Replay:
+    """A whole answer replayed: ``differences`` of the answer and its receipt, then each result."""
+
+    differences: tuple[str, ...]
+    results: tuple[Replayed, ...]  # empty when the receipt contradicts itself (no plan to re-run)
+
+    @property
+    def identical(self) -> bool:
+        return not self.differences and not any(r.differences for r in self.results)
+
+
+def _rerun(procedure: Procedure, seed: int, items: Iterable[tuple[int, torch.Tensor, int]], engine: Engine,
+           batch: int, noise: str, fast: bool) -> dict[int, np.ndarray]:
+    """The offline counts of ``(index, image, key)`` items, by key."""
+    sigma = procedure.spec.sigma
+    body = batch_body(engine, sigma, seed, batch, BodyOptions(fast=fast, noise=noise))
+    streamer = StreamingCertifier(engine, procedure.plan, sigma, seed, batch, body)
+    return {done.label: done.counts for done in streamer.run(items, procedure.decide)}
+
+
+def replay_answer(answer: Answer | dict, images: list[torch.Tensor], engine: Engine, batch: int = 1000,
+                  noise: str = "compiled", fast: bool = False, model_file: str | Path | None = None) -> Replay:
+    """Re-run and check every result of a server answer (``images`` in the order of its results);
+    ``model_file``: the file ``engine`` was opened from, whose SHA-256 must be the receipt's (None: not
+    compared)."""
+    answer = answer if isinstance(answer, Answer) else read_answer(answer)
+    receipt, results = answer.receipt, answer.results
     if len(images) != len(results):
         raise UserError(f"the answer has {len(results)} results but {len(images)} images were given")
-    phases = [name.lower() for name in receipt["phases"]]
-    out = []
-    for result, image in zip(results, images):
-        served = np.array([result["counts"][phase] for phase in phases], dtype=np.int64)
-        offline = replay_counts(receipt, int(result["index"]), image, engine, batch, noise, fast)
-        out.append(Replayed(int(result["index"]), input_sha256(image) == result.get("input_sha256"),
-                            bool(np.array_equal(served, offline)), served, offline))
-    return out
+    procedure = Procedure(receipt.spec)
+    differences = [f"the answer states '{key}', which dmae-serve answers do not have"
+                   for key in sorted(set(answer.document) - set(ANSWER_FIELDS))]
+    if answer.document.get("procedure") != procedure.name:
+        differences.append(f"procedure served {_text(answer.document.get('procedure'))}, recomputed "
+                           f"{_text(procedure.name)}")
+    if model_file is not None:
+        local = file_sha256(model_file) if Path(model_file).is_file() else None
+        if local != receipt.model_sha256:
+            differences.append(f"receipt model_sha256 served {_text(receipt.model_sha256, None)}, the model file's "
+                               f"is {_text(local, None)}")
+    if list(receipt.indices) != [r.index for r in results]:
+        differences.append(f"receipt indices served {_text(list(receipt.indices))}, the results' are "
+                           f"{_text([r.index for r in results])}")
+    problems = _contradictions(receipt, procedure)
+    if problems:
+        return Replay(tuple(differences + problems), ())
+    fit = [_fit_problem(procedure.plan, r.counts, engine.spec.num_classes) for r in results]
+    items = [(r.index, image, key) for key, (r, image, problem) in enumerate(zip(results, images, fit)) if not problem]
+    offline = _rerun(procedure, receipt.seed, items, engine, batch, noise, fast) if items else {}
+    return Replay(tuple(differences), tuple(_compared(procedure, result, image, fit[key], offline.get(key),
+                                                      engine.spec.class_names)
+                                            for key, (result, image) in enumerate(zip(results, images))))
+
+
+def _compared(procedure: Procedure, result: Result, image: torch.Tensor, fit_problem: str | None,
+              offline: np.ndarray | None, class_names: tuple[str, ...] | None) -> Replayed:
+    """One result against its replay: its input, its counts and each decision field (from the served counts)."""
+    found, given, served = [], input_sha256(image), result.fields.get("input_sha256")
+    if given != served:
+        found.append(f"input differs from the one served (input_sha256 served {_text(served, 70)}, the image "
+                     f"given {given})")
+    same = offline is not None and bool(np.array_equal(result.counts, offline))
+    if fit_problem is not None:
+        found.append(fit_problem)
+    else:
+        if not same:
+            found.append(_counts_difference(procedure.plan, result.counts, offline))
+        found += _field_differences(procedure.name, result.fields, json_result(procedure, result.counts, class_names))
+    return Replayed(result.index, given == served, same, result.counts, offline, tuple(found))

@@ -33,6 +33,20 @@ from dmae_fast.serve.config import PROG, ServeConfig
 from dmae_fast.serve.service import Service
 
 BACKLOG = 2048
+# ReadDeadline extends uvicorn's httptools protocol (its callbacks, ``cycle`` and the cycle's
+# ``disconnected`` / ``message_event`` / ``response_complete``): internals with no public
+# equivalent, identical in every release of this range (read, and the deadline tests run, on
+# 0.29.0 and 0.54.0). pyproject bounds uvicorn to it; tests/test_serve.py checks both.
+UVICORN_VERIFIED = ((0, 29), (0, 55))  # [first, end): the minor releases ReadDeadline was verified on
+
+
+def check_uvicorn(version: str = uvicorn.__version__) -> None:
+    """Refuse (UserError) a uvicorn outside :data:`UVICORN_VERIFIED`: the read deadline relies on its internals."""
+    (low, high), release = UVICORN_VERIFIED, tuple(int(part) for part in version.split(".")[:2] if part.isdigit())
+    if not low <= release < high:
+        raise UserError(f"uvicorn {version} is installed; dmae-serve's read deadline was verified on uvicorn "
+                        f">={low[0]}.{low[1]},<{high[0]}.{high[1]} (pip install 'uvicorn>={low[0]}.{low[1]},"
+                        f"<{high[0]}.{high[1]}')")
 
 
 class _Server(uvicorn.Server):
@@ -145,6 +159,7 @@ def bind(host: str, port: int) -> socket.socket:
 
 def serve(config: ServeConfig, announce=lambda line: print(line, file=sys.stderr, flush=True)) -> ServeResult:
     """Serve until a signal; returns what was done."""
+    check_uvicorn()
     sock = bind(config.host, config.port)  # a taken port fails before the classifier is loaded
     service = None
     try:
