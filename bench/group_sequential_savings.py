@@ -4,7 +4,7 @@ For each sigma and top-bin scenario of :mod:`dmae_fast.bench.sequential_savings`
 whose fixed-n CERTIFY at n = 10,000 reproduces the DMAE ViT-B ImageNet certified accuracies), every
 procedure reads prefixes of the same simulated votes: fixed-n CERTIFY at 10,000 and 100,000, today's
 sequential CERTIFY (Clopper-Pearson at alpha / K, cap 10,000, futility "upper"), and
-:class:`~dmae_fast.certification.group_sequential.GroupSequentialCertifier` with caps 10,000,
+:class:`~dmae_fast.stats.group_sequential.GroupSequentialCertifier` with caps 10,000,
 30,000 and 100,000 (and 100,000 for the top radius only, 10,000 below it), plus the tuning
 variants. Samples per image count selection (n0 = 100) and estimation samples; certified accuracy
 at radius r is the share of images whose true class is certified at r or more.
@@ -33,12 +33,12 @@ from dmae_fast.bench.sequential_savings import (
     SCENARIOS,
     population,
 )
-from dmae_fast.certification.group_sequential import (
+from dmae_fast.stats.group_sequential import (
     GroupSequentialCertifier,
     GroupSequentialConfig,
     boundary_table,
 )
-from dmae_fast.certification.sequential import (
+from dmae_fast.stats.sequential import (
     SequentialCertifier,
     SequentialConfig,
     lower_bounds,

@@ -22,11 +22,11 @@ from dmae_fast.bench.reference_loops import COHEN, DMAE
 from dmae_fast.bench.throughput import Row, Variant, add_ratios, build_model, measure
 from dmae_fast.certification.fast_stream import FastPath
 from dmae_fast.certification.host import device_name
-from dmae_fast.certification.procedure import CERTIFY, Procedure, ProcedureSpec
 from dmae_fast.engines import EngineOptions, open_engine, resolve_device
 from dmae_fast.engines.sidecar import KIND_BY_SUFFIX, BatchRange, read_sidecar
 from dmae_fast.errors import UserError, raise_if_interrupted
 from dmae_fast.export.pipeline import writable_directory
+from dmae_fast.stats.procedure import CERTIFY, Procedure, ProcedureSpec
 
 
 def _variants(config: BenchConfig, device: torch.device) -> tuple[list[Variant], list[Variant]]:

@@ -10,12 +10,14 @@ from typing import Literal, Sequence
 
 import numpy as np
 
-from dmae_fast.certification.bounds import radius as certified_radius
 from dmae_fast.errors import UserError
 from dmae_fast.model.config import MAX_SIGMA
 from dmae_fast.files import read_regular_file
-from dmae_fast.results import ABSTAIN, RADIUS_DECIMALS, ResultsTable
-from dmae_fast.resume import BELOW_ONE, COUNT_COLUMNS, RowRules, row_problems
+from dmae_fast.results import RADIUS_DECIMALS, ResultsTable
+from dmae_fast.resume import BELOW_ONE, COUNT_COLUMNS, row_problems
+from dmae_fast.stats.bounds import radius as certified_radius
+from dmae_fast.stats.decisions import ABSTAIN
+from dmae_fast.stats.rules import RowRules
 
 DEFAULT_RADII: tuple[float, ...] = tuple(0.25 * i for i in range(13))
 PLOT_RADIUS_STEP = 0.01
@@ -78,14 +80,13 @@ def recorded_rules(table: ResultsTable, record: dict) -> tuple[RowRules | None, 
     builds them; None, and why, when they cannot be rebuilt or the record names another procedure
     than the rows (e.g. another version's digest of the exact test)."""
     from dmae_fast.certification.config import CertifyConfig
-    from dmae_fast.certification.procedure import procedure_for
 
     path = f"{table.path}.json"
     try:
         settings = {key: tuple(v) if isinstance(v, list) else v for key, v in record["config"].items()}
         config = CertifyConfig(**settings)
         config.validate()
-        procedure = procedure_for(config)
+        procedure = config.procedure()
     except (KeyError, AttributeError, TypeError, ValueError, ArithmeticError, UserError):
         return None, f"{path} holds no settings this version can rebuild the procedure from"
     named = sorted(set(map(str, table.extra["procedure"]))) if "procedure" in table.extra else [table.kind]

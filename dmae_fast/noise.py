@@ -11,7 +11,8 @@ Generator: Philox4x32-10 (Salmon et al., SC'11), the counter-based generator als
 ``triton.language.philox``, CUDA's curand and JAX.
 
 * key    = (seed mod 2**32, seed // 2**32)                 (a 64-bit seed)
-* counter = (element // 4, sample index, image index, phase)  (four uint32 words)
+* counter = (element // 4, sample index, image index, phase)  (four uint32 words; the phase
+  is a :class:`dmae_fast.stats.plan.Phase`)
 * the four output words (w0, w1, w2, w3) of one counter feed elements 4k .. 4k+3.
 
 Uniforms: ``u = ((w >> 9) + 0.5) * 2**-23``, exact in float32, strictly inside (0, 1).
@@ -26,7 +27,6 @@ element on its own: one Philox call per group of four elements.
 from __future__ import annotations
 
 import math
-from enum import IntEnum
 from typing import Any
 
 import torch
@@ -35,14 +35,6 @@ MASK32 = 0xFFFFFFFF
 _M0, _M1 = 0xD2511F53, 0xCD9E8D57  # Philox4x32 multipliers
 _W0, _W1 = 0x9E3779B9, 0xBB67AE85  # Weyl key increments
 ROUNDS = 10
-
-
-class Phase(IntEnum):
-    """The fourth counter word: which independent draw a sample belongs to."""
-
-    SELECTION = 0  # CERTIFY's n0 samples that guess the top class
-    ESTIMATION = 1  # CERTIFY's n fresh samples that bound its probability
-    PREDICTION = 2  # PREDICT's n samples
 
 
 def _mulhilo(multiplier: int, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -39,7 +39,6 @@ REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
     "certify": ("idx", "label", "predict", "radius", "correct", "time"),
     "predict": ("idx", "label", "predict", "correct", "time"),
 }
-ABSTAIN = -1
 MAX_RESULTS_BYTES = 256 * 2**20  # ~2.5M rows of ours (about 110 bytes each); a larger file is refused, not read
 SYNC_SECONDS = 1.0  # the most a power failure can take from a results file (see ResultsWriter)
 

@@ -13,23 +13,16 @@ without one, with :meth:`RowRules.unknown`: only what holds at every alpha and s
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection, Iterator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Collection, Iterator
 
 import numpy as np
 
-from dmae_fast.certification.bounds import (
-    lower_confidence_bound,
-    radius,
-    top_two_pvalue,
-)
 from dmae_fast.errors import UserError
 from dmae_fast.model.config import MAX_SIGMA, sigma_problem
-from dmae_fast.results import ABSTAIN, P_LOWER_DECIMALS, RADIUS_DECIMALS, ResultsTable
-
-if TYPE_CHECKING:
-    from dmae_fast.certification.core import Certificate
+from dmae_fast.results import P_LOWER_DECIMALS, RADIUS_DECIMALS, ResultsTable
+from dmae_fast.stats.bounds import lower_confidence_bound, radius, top_two_pvalue
+from dmae_fast.stats.decisions import ABSTAIN
+from dmae_fast.stats.rules import RowRules
 
 # Recomputed values may differ from the written ones by the writer's rounding down, plus
 # the last digits of another SciPy's quantile functions.
@@ -37,27 +30,6 @@ RADIUS_SLACK = 2 * 10.0**-RADIUS_DECIMALS
 BOUND_SLACK = 2 * 10.0**-P_LOWER_DECIMALS
 # The largest double below 1: the largest alpha a run accepts, and the largest pA_lower with a finite radius.
 BELOW_ONE = math.nextafter(1.0, 0.0)
-
-
-@dataclass(frozen=True)
-class RowRules:
-    """What every row of a run satisfies: the run's kind, sample counts, level and sigma. A field
-    that is None is unknown (rows read without their run record) and only what holds for every
-    value of it is checked."""
-
-    kind: str  # "certify" or "predict"
-    n0: int | None
-    sizes: tuple[int, ...] | None  # allowed n (one for fixed n; every look for sequential runs)
-    level: float | None  # the Clopper-Pearson level of the bound (alpha, or alpha / K) or PREDICT's alpha
-    sigma: float | None
-    procedure: str | None  # the `procedure` column (certify only)
-    # (nA, n) -> the Certificate the procedure gives (grid-radius procedures); None: Clopper-Pearson at level
-    certificate: Callable[[int, int], Certificate] | None = None
-
-    @classmethod
-    def unknown(cls, kind: str) -> RowRules:
-        """The rules of a run of ``kind`` whose settings are unknown: what its rows alone prove."""
-        return cls(kind, None, None, None, None, None)
 
 
 # The columns a row needs to be checked against its counts (Cohen et al.'s files have none of them).

@@ -2,7 +2,7 @@
 
 Each test recomputes the probability that matters with its own exact method: binomial log
 probabilities from log-gamma, paths summed with log-sum-exp, nothing from scipy.stats or the DP of
-dmae_fast.certification.group_sequential. Extremes: 1e-300 (and what cannot be represented below
+dmae_fast.stats.group_sequential. Extremes: 1e-300 (and what cannot be represented below
 it), 1e-50, 1e-12, 0.5 and just below 1.
 """
 
@@ -13,17 +13,17 @@ import numpy as np
 import pytest
 from scipy.special import betaincinv, gammaln, ndtr
 
-from dmae_fast.certification.bounds import lower_confidence_bound
-from dmae_fast.certification.core import certify_from_counts
-from dmae_fast.certification.group_sequential import (
+from dmae_fast.cli.certify import main
+from dmae_fast.errors import UserError
+from dmae_fast.stats.bounds import lower_confidence_bound
+from dmae_fast.stats.decisions import certify_from_counts
+from dmae_fast.stats.group_sequential import (
     FINAL_SHIFT,
     GroupSequentialCertifier,
     GroupSequentialConfig,
     fixed_n_failures,
 )
-from dmae_fast.certification.sequential import SequentialCertifier, SequentialConfig
-from dmae_fast.cli.certify import main
-from dmae_fast.errors import UserError
+from dmae_fast.stats.sequential import SequentialCertifier, SequentialConfig
 
 N0, CAP = 20, 2_000  # looks every 100 samples: 20 looks, small enough for an exact DP in log space
 EXTREMES = (1e-300, 1e-50, 1e-12, 0.5, 1 - 1e-9)

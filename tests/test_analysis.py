@@ -337,8 +337,8 @@ def test_analyze_refuses_a_row_that_contradicts_itself(tmp_path: Path, capsys, r
 def test_summaries_list_only_the_radii_the_run_could_reach(tmp_path: Path, capsys) -> None:
     """A run with n = 100 at sigma 0.25 cannot certify beyond 0.25 * Phi^-1(0.001^(1/100)) = 0.375:
     the r = 0.5 ... 3 columns would be 0% by construction, so they are named as out of reach."""
-    from dmae_fast.certification.bounds import max_radius
     from dmae_fast.cli.certify import main as certify_main
+    from dmae_fast.stats.bounds import max_radius
 
     out = tmp_path / "run.tsv"
     assert certify_main(["--data", "demo", "--max", "2", "--n0", "10", "--n", "100", "--quiet", "--device", "cpu",

@@ -16,7 +16,6 @@ import pytest
 from dmae_fast import results
 from dmae_fast.analysis import DEFAULT_RADII, RADIUS_CEILING, format_table, reachable_radii, recorded_cap
 from dmae_fast.certification.config import CertifyConfig
-from dmae_fast.certification.procedure import procedure_for
 from dmae_fast.certification.record import result_row
 from dmae_fast.certification.stream import ImageCounts
 from dmae_fast.cli.analyze import main as analyze_main
@@ -37,7 +36,7 @@ def _run_file(directory: Path, kind: str) -> Path:
     path = directory / f"{kind}.tsv"
     config = CertifyConfig("demo", "demo", str(path), 0.25, n0=20, n=2000, alpha=0.001,
                            sequential=kind == "sequential", predict=kind == "predict")
-    procedure = procedure_for(config)
+    procedure = config.procedure()
     predict = kind == "predict"
     with ResultsWriter(path, kind=procedure.kind) as writer:
         for idx, label, top, n_a, n in ROWS[kind]:

@@ -5,8 +5,8 @@ import pytest
 from scipy.stats import beta, binomtest, norm
 from statsmodels.stats.proportion import proportion_confint
 
-from dmae_fast.certification.bounds import lower_confidence_bound, max_radius, radius, top_two_pvalue
-from dmae_fast.certification.core import ABSTAIN, certify_from_counts, predict_from_counts
+from dmae_fast.stats.bounds import lower_confidence_bound, max_radius, radius, top_two_pvalue
+from dmae_fast.stats.decisions import ABSTAIN, certify_from_counts, predict_from_counts
 
 CASES = [(0, 1), (1, 1), (0, 100), (50, 100), (99, 100), (100, 100), (5000, 10_000),
          (9_990, 10_000), (10_000, 10_000), (0, 100_000), (77_777, 100_000), (100_000, 100_000)]

@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from dmae_fast.certification import group_sequential as gs
-from dmae_fast.certification.core import ABSTAIN
-from dmae_fast.certification.group_sequential import (
+from dmae_fast.errors import UserError
+from dmae_fast.stats import group_sequential as gs
+from dmae_fast.stats.decisions import ABSTAIN
+from dmae_fast.stats.group_sequential import (
     GroupSequentialCertifier,
     GroupSequentialConfig,
     boundary_table,
@@ -21,8 +22,7 @@ from dmae_fast.certification.group_sequential import (
     default_looks,
     fixed_n_failures,
 )
-from dmae_fast.certification.sequential import lower_bounds
-from dmae_fast.errors import UserError
+from dmae_fast.stats.sequential import lower_bounds
 
 N0, SIGMAS = 100, (0.25, 0.5, 1.0)
 TRIALS, SIM_ALPHA = 100_000, 0.01

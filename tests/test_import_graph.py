@@ -2,6 +2,8 @@
 that functions make when they run (a lazy import that closes a circle is still a circle)."""
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,8 +24,9 @@ def modules() -> dict[str, Path]:
     return found
 
 
-def imported(name: str, path: Path, known: dict[str, Path]) -> set[str]:
-    """The package's modules that ``name`` imports anywhere in its code."""
+def imported(name: str, path: Path, known: dict[str, Path] | None = None) -> set[str]:
+    """The package's modules that ``name`` imports anywhere in its code (``known`` None: every name
+    it imports, of any package, with ``from m import x`` giving both ``m`` and ``m.x``)."""
     out = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
@@ -33,7 +36,7 @@ def imported(name: str, path: Path, known: dict[str, Path]) -> set[str]:
                 if node.level else []
             module = ".".join(base + ([node.module] if node.module else []))
             out |= {module} | {f"{module}.{alias.name}" for alias in node.names}
-    return {m for m in out if m in known and m != name}
+    return out if known is None else {m for m in out if m in known and m != name}
 
 
 def cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -69,6 +72,33 @@ def test_the_certifier_and_the_server_use_no_export_tool():
         if name.startswith(("dmae_fast.certification", "dmae_fast.serve")):
             reached = {m for m in imported(name, path, known) if m.startswith("dmae_fast.export")}
             assert not reached, f"{name} imports {sorted(reached)}"
+
+
+def stats_modules(known: dict[str, Path]) -> list[str]:
+    return sorted(name for name in known if name == "dmae_fast.stats" or name.startswith("dmae_fast.stats."))
+
+
+def test_the_statistics_import_nothing_above_them():
+    """``dmae_fast.stats`` imports (lazily included) nothing of the package but itself and ``errors``,
+    and of other packages only the standard library, numpy and scipy."""
+    known = modules()
+    inside = stats_modules(known)
+    assert {"dmae_fast.stats.bounds", "dmae_fast.stats.procedure"} <= set(inside)
+    allowed = {*sys.stdlib_module_names, "__future__", "numpy", "scipy"}
+    for name in inside:
+        names = imported(name, known[name])
+        above = {m for m in names & known.keys() if m not in inside and m not in ("dmae_fast", "dmae_fast.errors")}
+        outside = {m for m in names if m.split(".")[0] not in allowed | {"dmae_fast"}}
+        assert not above and not outside, f"{name} imports {sorted(above | outside)}"
+
+
+def test_the_statistics_import_without_torch():
+    """A fresh interpreter that imports every module of ``dmae_fast.stats`` has not loaded torch."""
+    names = stats_modules(modules())
+    code = f"import importlib, sys\nfor name in {names!r}: importlib.import_module(name)\nprint('torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "False"
 
 
 def test_the_cycle_finder_finds_a_lazy_circle():

@@ -20,8 +20,9 @@ from dmae_fast.engines.cpu_runtimes import OrtChunks, onnx_bytes
 from dmae_fast.export.graphs import PatchGraph
 from dmae_fast.fast_noise import COMPILED, REFERENCE, NoiseSource
 from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier
-from dmae_fast.noise import Phase, gaussian_noise
+from dmae_fast.noise import gaussian_noise
 from dmae_fast.patch_layout import PatchLayout
+from dmae_fast.stats.plan import Phase
 
 CPU = torch.device("cpu")
 HAS_OPENVINO = importlib.util.find_spec("openvino") is not None

@@ -18,13 +18,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dmae_fast.certification.procedure import CERTIFY, PREDICT, ProcedureSpec
 from dmae_fast.cli import serve_replay
 from dmae_fast.data import demo_digits
 from dmae_fast.demo import DEMO_CHECKPOINT
 from dmae_fast.serve.config import ServeConfig
 from dmae_fast.serve.payloads import ParsedRequest
 from dmae_fast.serve.service import Service
+from dmae_fast.stats.procedure import CERTIFY, PREDICT, ProcedureSpec
 
 SEED, FIRST_INDEX = 4242, 500
 DELETE = object()

@@ -12,12 +12,12 @@ import pytest
 import torch
 
 from dmae_fast.certification.bodies import BodyOptions, batch_body
-from dmae_fast.certification.procedure import sequential_certifier
 from dmae_fast.certification.scheduler import Job
 from dmae_fast.certification.stream import SamplingPlan, StreamingCertifier
 from dmae_fast.engines import TorchEngine
 from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier
 from dmae_fast.serve.scheduler import IndicesExhausted, QueueFull, Scheduler
+from dmae_fast.stats.procedure import sequential_certifier
 
 SIGMA, SEED = 0.5, 99
 SHAPE = (3, 8, 8)

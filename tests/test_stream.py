@@ -10,7 +10,8 @@ from dmae_fast.engines import TorchEngine
 from dmae_fast.errors import UserError
 from dmae_fast.fast_noise import COMPILED, REFERENCE, NoiseSource
 from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier
-from dmae_fast.noise import Phase, gaussian_noise
+from dmae_fast.noise import gaussian_noise
+from dmae_fast.stats.plan import Phase
 
 SHAPE = (3, 8, 8)
 

@@ -11,11 +11,6 @@ DEMO_CHECKPOINT = Path(__file__).parents[1] / "assets" / "demo-digits-vit.safete
 SHARD_CHOICES = ("images", "samples")
 NOISE_CHOICES = ("compiled", "reference")
 CPU_RUNTIMES = ("auto", "openvino", "onnxruntime", "torch")
-FUTILITY_MODES = ("none", "deterministic", "upper")
-SEQUENTIAL_TESTS = ("exact", "bonferroni")  # --sequential-test: group_sequential.py (default), sequential.py
-# the smallest alpha the exact sequential test calibrates in double precision (group_sequential.py)
-SMALLEST_SEQUENTIAL_ALPHA = 1e-300
-PAPER_RADII = (0.5, 1.0, 1.5, 2.0, 3.0)  # the paper's radii of interest (sequential CERTIFY's default)
 PRECISION_CHOICES = ("auto", "fp32", "fp16", "bf16", "fp8")  # fp8: opt-in, Ada/Hopper GPUs (dmae_fast.model.fp8)
 BODY_CHOICES = ("fast", "plain")  # --body: the fastest verified body for the device, or the plain reference
 BODY_ENV = "DMAE_FAST_BODY"  # the default of --body where it is set (e.g. plain, for a test suite)

@@ -7,18 +7,14 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from dmae_fast.certification.choices import (
-    CPU_RUNTIMES,
-    FUTILITY_MODES,
-    NOISE_CHOICES,
-    SEQUENTIAL_TESTS,
-    SHARD_CHOICES,
-)
+from dmae_fast.certification.choices import CPU_RUNTIMES, NOISE_CHOICES, SHARD_CHOICES
 from dmae_fast.errors import UserError
 from dmae_fast.model.config import sigma_problem
+from dmae_fast.stats.settings import FUTILITY_MODES, SEQUENTIAL_TESTS
 
 if TYPE_CHECKING:
     from dmae_fast.certification.bodies import BodyOptions
+    from dmae_fast.stats.procedure import Procedure
 
 MAX_BATCH = 2**20  # noisy samples per forward pass; far beyond any device's memory at 224x224
 
@@ -71,6 +67,16 @@ class CertifyConfig:
 
         return BodyOptions(fast=self.fast, fused=self.fused, compile=self.compile, cuda_graphs=self.cuda_graphs,
                            noise=self.noise, cpu_runtime=self.cpu_runtime)
+
+    def procedure(self) -> Procedure:
+        """The procedure this run asks for (``sigma`` resolved)."""
+        from dmae_fast.stats.procedure import CERTIFY, PREDICT, Procedure, ProcedureSpec
+        from dmae_fast.stats.settings import PAPER_RADII
+
+        if self.predict:
+            return Procedure(ProcedureSpec(PREDICT, self.n, self.alpha, self.sigma))
+        return Procedure(ProcedureSpec(CERTIFY, self.n, self.alpha, self.sigma, self.n0, self.sequential,
+                                       self.radii or PAPER_RADII, self.looks, self.futility, self.sequential_test))
 
     @property
     def fast_body(self) -> bool:

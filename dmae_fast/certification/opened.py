@@ -16,7 +16,6 @@ from dmae_fast.certification.bodies import batch_body
 from dmae_fast.certification.choices import PROG
 from dmae_fast.certification.config import CertifyConfig
 from dmae_fast.certification.fast_stream import StageTimer
-from dmae_fast.certification.procedure import Procedure, procedure_for
 from dmae_fast.certification.scheduler import BatchBody
 from dmae_fast.certification.stream import StreamingCertifier
 from dmae_fast.data import TensorImageDataset, open_dataset, subset_indices
@@ -24,6 +23,7 @@ from dmae_fast.engines import Engine, EngineOptions, open_engine
 from dmae_fast.engines.sidecar import KIND_BY_SUFFIX, read_sidecar
 from dmae_fast.errors import UserError
 from dmae_fast.model.config import parse_normalization
+from dmae_fast.stats.procedure import Procedure
 
 
 class _IndexedImages(Dataset):
@@ -128,4 +128,4 @@ def open_run(config: CertifyConfig, device: str | None = None) -> OpenedRun:
     _check_compatible(engine, dataset, config.data)
     indices = subset_indices(len(dataset), config.skip, config.max_images)
     workers = config.workers if config.workers is not None else _loader_workers(dataset, engine.device)
-    return OpenedRun(config, engine, dataset, indices, procedure_for(config), workers)
+    return OpenedRun(config, engine, dataset, indices, config.procedure(), workers)

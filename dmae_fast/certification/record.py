@@ -16,16 +16,16 @@ from tqdm import tqdm
 
 from dmae_fast import __version__
 from dmae_fast.certification.config import CertifyConfig
-from dmae_fast.certification.core import Certificate
 from dmae_fast.certification.host import device_name
 from dmae_fast.certification.opened import OpenedRun
 from dmae_fast.certification.output import record_path
-from dmae_fast.certification.procedure import Procedure
 from dmae_fast.certification.scheduler import BatchBody
 from dmae_fast.certification.stream import ImageCounts
 from dmae_fast.integrity import file_sha256
 from dmae_fast.memory import keep_freed_memory
 from dmae_fast.results import CertifyRow, Mode, PredictRow, ResultsWriter, Row
+from dmae_fast.stats.decisions import Certificate
+from dmae_fast.stats.procedure import Procedure
 
 
 class RunRecord:

@@ -17,11 +17,11 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from dmae_fast.certification.core import finite_counts
-from dmae_fast.certification.plan import Decide, SamplingPlan
 from dmae_fast.certification.ranks import Ranks
 from dmae_fast.certification.scheduler import BatchBody
 from dmae_fast.certification.stream import ImageCounts, checked_image
+from dmae_fast.stats.decisions import finite_counts
+from dmae_fast.stats.plan import Decide, SamplingPlan
 
 
 def share(start: int, end: int, rank: int, world: int) -> tuple[int, int]:

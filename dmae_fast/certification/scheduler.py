@@ -1,6 +1,6 @@
 """The one scheduler: the noisy samples of many images packed into full batches, counts on the device.
 
-Each image (a :class:`Job`) brings its own :class:`~dmae_fast.certification.plan.SamplingPlan`
+Each image (a :class:`Job`) brings its own :class:`~dmae_fast.stats.plan.SamplingPlan`
 (e.g. n0 selection then n estimation samples, or PREDICT's n) and, for sequential CERTIFY, a
 stopping rule consulted at the plan's looks. The rows of the images on the device are laid end to
 end, oldest image first, and cut into batches of ``batch`` rows, so a batch mixes the tail of one
@@ -31,9 +31,8 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from dmae_fast.certification.core import finite_counts
-from dmae_fast.certification.plan import Decide, SamplingPlan
-from dmae_fast.noise import Phase
+from dmae_fast.stats.decisions import finite_counts
+from dmae_fast.stats.plan import Decide, Phase, SamplingPlan
 
 PHASES = (Phase.SELECTION, Phase.ESTIMATION, Phase.PREDICTION)  # a phase's position in the counts = its value
 Segment = tuple[int, int, int, int, int]  # consecutive rows: (slot, image index, phase, first sample, count)

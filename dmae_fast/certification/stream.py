@@ -1,7 +1,7 @@
 """The streaming certifier: the images of a dataset through the one scheduler, in full batches.
 
 :class:`StreamingCertifier` feeds :class:`~dmae_fast.certification.scheduler.SlotScheduler` from an
-iterable of images, each with the run's :class:`~dmae_fast.certification.plan.SamplingPlan`, and
+iterable of images, each with the run's :class:`~dmae_fast.stats.plan.SamplingPlan`, and
 yields each image's class counts as soon as they are on the host. :class:`ImageBatches` is the
 plain batch body (noise, classify, count on the device). Because the noise does not depend on how
 rows are packed, the counts are identical for any batch size (and equal to
@@ -22,13 +22,13 @@ import numpy as np
 import torch
 
 from dmae_fast.certification.core import zero_counts
-from dmae_fast.certification.plan import Decide, SamplingPlan
 from dmae_fast.certification.scheduler import BatchBody, Job, SlotScheduler
 from dmae_fast.data import check_finite
 from dmae_fast.engines.base import Engine
 from dmae_fast.errors import UserError, raise_if_interrupted
 from dmae_fast.fast_noise import NoiseSource
 from dmae_fast.noise import MASK32
+from dmae_fast.stats.plan import Decide, SamplingPlan
 
 
 @dataclass(frozen=True)

@@ -25,12 +25,9 @@ from dmae_fast.certification.choices import (
     CPU_RUNTIMES,
     DEMO,
     DEMO_CHECKPOINT,
-    FUTILITY_MODES,
     NOISE_CHOICES,
-    PAPER_RADII,
     PRECISION_CHOICES,
     PROG,
-    SEQUENTIAL_TESTS,
     SHARD_CHOICES,
     chosen_body,
 )
@@ -42,6 +39,7 @@ from dmae_fast.certification.launch import (
 from dmae_fast.certification.torchrun_env import world_size
 from dmae_fast.cli.common import Parser, run_reporting_errors
 from dmae_fast.errors import AlreadyReported, Interrupted, UserError, starting
+from dmae_fast.stats.settings import FUTILITY_MODES, PAPER_RADII, SEQUENTIAL_TESTS
 
 if TYPE_CHECKING:
     from dmae_fast.certification.config import CertifyConfig
@@ -176,7 +174,6 @@ def _print_summary(result: RunResult) -> None:
         reachable_radii,
         rounding_warning,
     )
-    from dmae_fast.certification.procedure import procedure_for
     from dmae_fast.results import read_results
 
     config = result.config
@@ -195,7 +192,7 @@ def _print_summary(result: RunResult) -> None:
     radii = config.radii or ((0.0,) + PAPER_RADII if config.sequential else DEFAULT_RADII)
     if config.sequential:
         radii = tuple(sorted({0.0, *radii}))
-    cap = procedure_for(config).max_radius() if table.kind == "certify" else None
+    cap = config.procedure().max_radius() if table.kind == "certify" else None
     radii, note = reachable_radii(radii, cap)
     print(format_table([table], radii))
     if note:

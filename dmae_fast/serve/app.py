@@ -24,12 +24,12 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from dmae_fast.certification.procedure import CERTIFY, PREDICT
 from dmae_fast.errors import UserError
 from dmae_fast.serve.metrics import CONTENT_TYPE
 from dmae_fast.serve.payloads import PayloadError, parse_request
 from dmae_fast.serve.scheduler import Closed, IndicesExhausted, QueueFull
 from dmae_fast.serve.service import RequestTimeout, Service
+from dmae_fast.stats.procedure import CERTIFY, PREDICT
 
 Handler = Callable[[Request], Awaitable[Response]]
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from dmae_fast.certification.choices import NOISE_CHOICES, SMALLEST_SEQUENTIAL_ALPHA
+from dmae_fast.certification.choices import NOISE_CHOICES
 from dmae_fast.certification.config import MAX_BATCH
 from dmae_fast.errors import UserError
 from dmae_fast.model.config import sigma_problem
+from dmae_fast.stats.settings import SMALLEST_SEQUENTIAL_ALPHA
 
 PROG = "dmae-serve"
 MiB = 1 << 20

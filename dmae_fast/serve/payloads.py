@@ -31,12 +31,11 @@ import numpy as np
 import torch
 from PIL import Image
 
-from dmae_fast.certification.procedure import CERTIFY, PREDICT, ProcedureSpec
-
 # the file decoder's rules (bit depths, modes), shared
 from dmae_fast.data import decoded_image_tensor
 from dmae_fast.errors import UserError
 from dmae_fast.serve.config import Defaults, Limits
+from dmae_fast.stats.procedure import CERTIFY, PREDICT, ProcedureSpec
 
 JSON_TYPES = ("application/json",)
 RAW_TYPES = ("image/png", "image/jpeg", "application/x-npy", "application/octet-stream")

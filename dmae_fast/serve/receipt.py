@@ -22,17 +22,17 @@ import numpy as np
 import torch
 
 from dmae_fast.certification.bodies import BodyOptions, batch_body
-from dmae_fast.certification.core import FIXED_N
-from dmae_fast.certification.group_sequential import PROCEDURE as EXACT_NAME
-from dmae_fast.certification.procedure import CERTIFY, PREDICT, Procedure, ProcedureSpec
-from dmae_fast.certification.sequential import BONFERRONI_NAME
 from dmae_fast.certification.stream import SamplingPlan, StreamingCertifier
 from dmae_fast.engines.base import Engine
 from dmae_fast.errors import UserError
 from dmae_fast.integrity import file_sha256, is_sha256
 from dmae_fast.model.config import sigma_problem
-from dmae_fast.noise import Phase
 from dmae_fast.serve.service import input_sha256, json_result
+from dmae_fast.stats.decisions import FIXED_N
+from dmae_fast.stats.group_sequential import PROCEDURE as EXACT_NAME
+from dmae_fast.stats.plan import Phase
+from dmae_fast.stats.procedure import CERTIFY, PREDICT, Procedure, ProcedureSpec
+from dmae_fast.stats.sequential import BONFERRONI_NAME
 
 ANSWER_FIELDS = ("procedure", "results", "receipt")
 NAMES = f"{PREDICT}, {FIXED_N}, {EXACT_NAME}-K..., {BONFERRONI_NAME}-K..."

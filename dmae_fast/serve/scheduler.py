@@ -29,7 +29,8 @@ from dataclasses import dataclass
 import torch
 
 from dmae_fast.certification.scheduler import BatchBody, Job, SlotScheduler
-from dmae_fast.noise import MASK32, Phase
+from dmae_fast.noise import MASK32
+from dmae_fast.stats.plan import Phase
 
 Done = Callable[[object], None]  # called once with the image's counts [phases, classes] or an exception
 

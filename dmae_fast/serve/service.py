@@ -19,9 +19,7 @@ import torch
 
 from dmae_fast import __version__
 from dmae_fast.certification.bodies import BodyOptions, batch_body
-from dmae_fast.certification.core import ABSTAIN, Certificate
 from dmae_fast.certification.host import device_name
-from dmae_fast.certification.procedure import Procedure
 from dmae_fast.certification.scheduler import Job
 from dmae_fast.engines import EngineOptions, open_engine
 from dmae_fast.engines.sidecar import KIND_BY_SUFFIX, read_sidecar
@@ -32,6 +30,8 @@ from dmae_fast.serve.config import ServeConfig
 from dmae_fast.serve.metrics import Metrics
 from dmae_fast.serve.payloads import ParsedRequest
 from dmae_fast.serve.scheduler import Scheduler, default_slots
+from dmae_fast.stats.decisions import ABSTAIN, Certificate
+from dmae_fast.stats.procedure import Procedure
 
 MAX_TOKEN_BYTES = 4096
 

@@ -60,11 +60,11 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import ndtr
 
-from dmae_fast.certification.bounds import lower_confidence_bound
-from dmae_fast.certification.choices import FUTILITY_MODES, PAPER_RADII, SMALLEST_SEQUENTIAL_ALPHA
-from dmae_fast.certification.core import ABSTAIN, Certificate
-from dmae_fast.certification.sequential import LookStopping, upper_bounds
 from dmae_fast.errors import UserError
+from dmae_fast.stats.bounds import lower_confidence_bound
+from dmae_fast.stats.decisions import ABSTAIN, Certificate
+from dmae_fast.stats.sequential import LookStopping, upper_bounds
+from dmae_fast.stats.settings import FUTILITY_MODES, PAPER_RADII, SMALLEST_SEQUENTIAL_ALPHA
 
 PROCEDURE = "group-sequential-exact"
 STEP, DENSE, GROWTH = 100, 2_000, 1.1  # default looks: every STEP samples up to DENSE, then x GROWTH

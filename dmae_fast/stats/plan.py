@@ -1,14 +1,22 @@
-"""What every image of a procedure is sampled with: its :class:`SamplingPlan` and the
-:data:`Decide` callback consulted at the plan's looks."""
+"""What every image of a procedure is sampled with: its :class:`SamplingPlan` (of :class:`Phase`
+draws) and the :data:`Decide` callback consulted at the plan's looks."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import IntEnum
 
 import numpy as np
 
-from dmae_fast.noise import Phase
+
+class Phase(IntEnum):
+    """Which independent draw a sample belongs to (the fourth counter word of the noise contract)."""
+
+    SELECTION = 0  # CERTIFY's n0 samples that guess the top class
+    ESTIMATION = 1  # CERTIFY's n fresh samples that bound its probability
+    PREDICTION = 2  # PREDICT's n samples
+
 
 Decide = Callable[[int, np.ndarray, int], bool]
 """(image index, counts [phases, classes] at look k, k) -> True to stop sampling the image."""

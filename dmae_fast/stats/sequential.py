@@ -31,14 +31,14 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import betaincinv, ndtr
 
-from dmae_fast.certification.bounds import (
+from dmae_fast.errors import UserError
+from dmae_fast.stats.bounds import (
     lower_confidence_bound,
     lower_confidence_bounds,
     radius,
 )
-from dmae_fast.certification.choices import FUTILITY_MODES, PAPER_RADII
-from dmae_fast.certification.core import ABSTAIN, Certificate
-from dmae_fast.errors import UserError
+from dmae_fast.stats.decisions import ABSTAIN, Certificate
+from dmae_fast.stats.settings import FUTILITY_MODES, PAPER_RADII
 
 # Default looks: n_max and EARLY_LOOKS halvings of LAST_EARLY * n_max (K = 6; n_max =
 # 10,000 gives 407, 813, 1625, 3250, 6500, 10000). From bench/sequential_savings.py
@@ -105,7 +105,7 @@ def _check_looks(looks: tuple[int, ...], n_max: int) -> None:
 
 
 def lower_bounds(n_a: np.ndarray, n: np.ndarray | int, alpha: float) -> np.ndarray:
-    """Vectorized :func:`~dmae_fast.certification.bounds.lower_confidence_bound`.
+    """Vectorized :func:`~dmae_fast.stats.bounds.lower_confidence_bound`.
 
     Evaluated once per distinct (n_a, n) pair: simulations repeat few distinct counts.
     """
@@ -153,7 +153,7 @@ class LookStopping:
         return bool(self.stop(look, np.asarray(n_a)))
 
     def decide(self, index: int, counts: np.ndarray, look: int) -> bool:
-        """A :data:`~dmae_fast.certification.plan.Decide` callback for
+        """A :data:`~dmae_fast.stats.plan.Decide` callback for
         ``SamplingPlan.sequential(n0, looks)``: counts[0] selection, counts[1] estimation."""
         return self.should_stop(look, int(counts[1, np.argmax(counts[0])]))
 

@@ -3,10 +3,10 @@
 A :class:`Procedure` is what a run (``dmae-certify``, one process or sharded), a request
 (``dmae-serve``) or a replay asks for: its sampling plan (the noisy samples of every image, and
 the looks where sequential CERTIFY may stop), its stopping rule, and its decision from class
-counts (:meth:`Procedure.result`: a :class:`~dmae_fast.certification.core.Prediction` or a
-:class:`~dmae_fast.certification.core.Certificate`). Result rows and JSON answers only render
-that result. The decisions themselves are the library's: :func:`~.core.predict_from_counts`,
-:func:`~.core.certify_from_counts`, and for sequential CERTIFY
+counts (:meth:`Procedure.result`: a :class:`~dmae_fast.stats.decisions.Prediction` or a
+:class:`~dmae_fast.stats.decisions.Certificate`). Result rows and JSON answers only render
+that result. The decisions themselves are the library's: :func:`~.decisions.predict_from_counts`,
+:func:`~.decisions.certify_from_counts`, and for sequential CERTIFY
 :class:`~.group_sequential.GroupSequentialCertifier` (``test="exact"``, the default: grid radii)
 or :class:`~.sequential.SequentialCertifier` (``test="bonferroni"``).
 """
@@ -16,32 +16,25 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from dmae_fast.certification.bounds import max_radius
-from dmae_fast.certification.core import (
+from dmae_fast.stats.bounds import max_radius
+from dmae_fast.stats.decisions import (
     FIXED_N,
     Certificate,
     Prediction,
     certify_from_counts,
     predict_from_counts,
 )
-from dmae_fast.certification.group_sequential import (
+from dmae_fast.stats.group_sequential import (
     GroupSequentialCertifier,
     GroupSequentialConfig,
 )
-from dmae_fast.certification.plan import Decide, SamplingPlan
-from dmae_fast.certification.sequential import (
-    PAPER_RADII,
-    SequentialCertifier,
-    SequentialConfig,
-)
-from dmae_fast.resume import RowRules
-
-if TYPE_CHECKING:
-    from dmae_fast.certification.config import CertifyConfig
+from dmae_fast.stats.plan import Decide, SamplingPlan
+from dmae_fast.stats.rules import RowRules
+from dmae_fast.stats.sequential import SequentialCertifier, SequentialConfig
+from dmae_fast.stats.settings import PAPER_RADII
 
 PREDICT, CERTIFY = "predict", "certify"
 
@@ -141,12 +134,3 @@ class Procedure:
         return {"procedure": self.name, "phases": [phase.name for phase in plan.phases], "sizes": list(plan.sizes),
                 "looks": list(plan.looks), "n0": s.n0, "n": s.n, "alpha": s.alpha, "sigma": s.sigma,
                 "sequential": self.sequential is not None}
-
-
-def procedure_for(config: CertifyConfig) -> Procedure:
-    """The procedure a ``dmae-certify`` run asks for (``config.sigma`` resolved)."""
-    c = config
-    if c.predict:
-        return Procedure(ProcedureSpec(PREDICT, c.n, c.alpha, c.sigma))
-    return Procedure(ProcedureSpec(CERTIFY, c.n, c.alpha, c.sigma, c.n0, c.sequential, c.radii or PAPER_RADII, c.looks,
-                                   c.futility, c.sequential_test))

@@ -1,0 +1,4 @@
+"""The statistics of certification: bounds, decisions from class counts, sampling plans and
+procedures (PREDICT, fixed-n CERTIFY, sequential tests). numpy and scipy only: nothing here imports
+torch or any other part of dmae_fast but :mod:`dmae_fast.errors`, and this file imports nothing, so
+that a light module (:mod:`.settings`) costs no numpy."""
