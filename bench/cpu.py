@@ -39,7 +39,7 @@ import torch
 from tqdm import tqdm
 
 from dmae_fast import __version__
-from dmae_fast.bench.commands import N, N0, PROGRAMS, time_commands
+from dmae_fast.bench.commands import N0, PROGRAMS, N, time_commands
 from dmae_fast.bench.flops import vit_forward_flops
 from dmae_fast.bench.peak import matmul_peak
 from dmae_fast.bench.reference_loops import COHEN, DMAE, ReferenceLoop
@@ -49,8 +49,8 @@ from dmae_fast.certification.bodies import BodyOptions, batch_body
 from dmae_fast.certification.fast_stream import FastBatches, FastPath
 from dmae_fast.certification.host import device_name
 from dmae_fast.certification.stream import SamplingPlan, StreamingCertifier
-from dmae_fast.engines import TorchEngine
 from dmae_fast.data.sources import DEMO_TEST_SIZE
+from dmae_fast.engines import TorchEngine
 from dmae_fast.errors import UserError
 from dmae_fast.fast_noise import NoiseSource
 from dmae_fast.memory import keep_freed_memory
@@ -166,7 +166,8 @@ def _methods(model, images, load: Workload, threads: int) -> dict[str, tuple[Cal
                                          True),
         "ours: plain (compiled noise)": (ours_run(engine, plain, images, load), plain.description, True),
         "ours: --fast (fp32)": (ours_run(engine, fast, images, load), fast.description, True),
-        "ours: --fast --cpu-runtime onnxruntime": (ours_run(engine, fast_ort, images, load), fast_ort.description, True),
+        "ours: --fast --cpu-runtime onnxruntime": (
+            ours_run(engine, fast_ort, images, load), fast_ort.description, True),
         "ours: compiled body": (ours_run(engine, compiled, images, load), compiled.description, True),
     }
     if bf16_supported():
@@ -329,7 +330,8 @@ def markdown(record: dict) -> str:
         rates = row["gaussians_per_s"]
         lines.append(f"| {row['threads']} | {'x'.join(map(str, row['shape']))} | {rates['torch.randn'] / 1e6:,.0f} | "
                      f"{rates['compiled eta'] / 1e6:,.0f} | {rates['compiled (x + sigma * eta)'] / 1e6:,.0f} | "
-                     f"{rates['torch-op reference'] / 1e6:,.1f} | {rates['compiled eta'] / rates['torch.randn']:.2f}x |")
+                     f"{rates['torch-op reference'] / 1e6:,.1f} | "
+                     f"{rates['compiled eta'] / rates['torch.randn']:.2f}x |")
     if record.get("commands"):
         lines += ["", f"Whole commands on the first N demo test digits (CERTIFY n0 {N0}, n {N:,}; each a new process, "
                   f"start-up included; medians of {record['config']['rounds']} interleaved rounds after a cold, "

@@ -51,7 +51,8 @@ def throughput_table(rows: list[Row]) -> str:
 
 
 def certify_table(timings: list[CertifyTiming]) -> str:
-    lines = ["| model | method | precision | batch | n0 | n | images timed | s/image | 1,000 images (min) | samples/s |",
+    lines = ["| model | method | precision | batch | n0 | n | images timed | s/image | 1,000 images (min) "
+             "| samples/s |",
              "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for t in timings:
         lines.append(f"| {t.model} | {t.method} | {t.precision} | {t.batch} | {t.n0} | {t.n} | {t.images} | "

@@ -34,6 +34,7 @@ from dmae_fast.bench.config import ScalingConfig
 from dmae_fast.bench.report import result_stem
 from dmae_fast.errors import UserError
 
+
 def _certify_device(certify: tuple[str, ...]) -> torch.device:
     """The device the dmae-certify arguments run on (--device, else auto): it names the results."""
     args = list(certify)
@@ -108,7 +109,8 @@ def markdown(record: dict) -> str:
              f"{record['config']['threads'] or 'default'} thread(s) per process; median of "
              f"{record['config']['rounds']} interleaved rounds. Rows identical across process counts: "
              f"{'yes' if record['identical_rows'] else '**NO**'}.", "",
-             "| processes | samples/s | speedup | efficiency | certification (s) | whole command (s) | rounds (samples/s) |",
+             "| processes | samples/s | speedup | efficiency | certification (s) | whole command (s) "
+             "| rounds (samples/s) |",
              "| ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for row in record["table"]:
         speed = f"{row['speedup']:.2f}x" if row["speedup"] else ""

@@ -335,7 +335,8 @@ def measure(config: ServeBenchConfig, bodies: list[bytes], offline: OfflineRefer
             server.stop()
 
 
-def run_serve_bench(config: ServeBenchConfig, log=lambda message: print(message, file=sys.stderr)) -> tuple[dict, list[Path]]:
+def run_serve_bench(config: ServeBenchConfig,
+                    log=lambda message: print(message, file=sys.stderr)) -> tuple[dict, list[Path]]:
     config.validate()
     if config.quick:
         config = ServeBenchConfig(**{**asdict(config), "seconds": 2.0, "saturation_s": 1.0, "rounds": 1,

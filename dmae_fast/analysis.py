@@ -11,8 +11,8 @@ from typing import Literal, Sequence
 import numpy as np
 
 from dmae_fast.errors import UserError
-from dmae_fast.model.config import MAX_SIGMA
 from dmae_fast.files import read_regular_file
+from dmae_fast.model.config import MAX_SIGMA
 from dmae_fast.results import RADIUS_DECIMALS, ResultsTable
 from dmae_fast.resume import BELOW_ONE, COUNT_COLUMNS, row_problems
 from dmae_fast.stats.bounds import radius as certified_radius
@@ -204,7 +204,8 @@ def _render(header: list[str], rows: list[list[str]], style: Style) -> str:
 CAP_REASON = "the largest radius n samples can certify at the run's alpha"
 
 
-def reachable_radii(radii: Sequence[float], cap: float | None, what: str = CAP_REASON) -> tuple[list[float], str | None]:
+def reachable_radii(radii: Sequence[float], cap: float | None,
+                    what: str = CAP_REASON) -> tuple[list[float], str | None]:
     """(the radii a run could certify, a one-line note on those left out, or None).
 
     ``cap`` is the largest radius the run could certify (all samples voting for the top class:

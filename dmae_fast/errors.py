@@ -13,7 +13,8 @@ import contextlib
 import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from types import FrameType
 from typing import Any
 
 
@@ -56,7 +57,7 @@ _received: int | None = None
 # torch's DataLoader handler of SIGCHLD, set aside from the first signal until forget_signal(): the signal
 # may also have killed the DataLoader workers (a process group gets it), and that handler would raise their
 # deaths as a second error wherever this process then is (torch.compile took it for a failed compile).
-_child_handler: object = None
+_child_handler: Callable[[int, FrameType | None], Any] | int | None = None
 
 
 def _raise_interrupted(signum: int, frame: object) -> None:

@@ -70,7 +70,8 @@ def _row_problem(table: ResultsTable, row: int, wanted: set[int] | None, labels:
     needed = COUNT_COLUMNS[rules.kind]
     checks = [
         (wanted is None or idx in wanted, "is not one of this run's images (--skip/--max or another data set)"),
-        (labels is None or labels.get(idx) == label, f"has label {label}, the data set says {labels and labels.get(idx)}"),
+        (labels is None or labels.get(idx) == label,
+         f"has label {label}, the data set says {labels and labels.get(idx)}"),
         (int(table.correct[row]) == int(predict == label), "has a 'correct' that contradicts predict and label"),
         (all(k in extra for k in needed), f"lacks the columns {', '.join(needed)}"),
     ]
@@ -91,7 +92,8 @@ def _row_problem(table: ResultsTable, row: int, wanted: set[int] | None, labels:
     if rules.kind == "predict":
         return _predict_problem(predict, n, int(extra["count1"]), int(extra["count2"]), float(extra["pvalue"]), rules)
     if rules.procedure is not None and (int(extra["n0"]) != rules.n0 or str(extra["procedure"]) != rules.procedure):
-        return f"was made with n0 {extra['n0']} and procedure {extra['procedure']}, not {rules.n0} and {rules.procedure}"
+        return (f"was made with n0 {extra['n0']} and procedure {extra['procedure']}, "
+                f"not {rules.n0} and {rules.procedure}")
     return _certify_problem(predict, float(table.radius[row]), n, int(extra["nA"]), float(extra["pA_lower"]),
                             sigma, rules)
 

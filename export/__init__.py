@@ -14,8 +14,8 @@ from dmae_fast.lazy import lazy_attributes
 _HOME = {"ExportConfig": "config", "export_engines": "pipeline"}
 __all__ = sorted(_HOME)
 
-if TYPE_CHECKING:
-    from dmae_fast.export.config import ExportConfig
-    from dmae_fast.export.pipeline import export_engines
+if TYPE_CHECKING:  # the lazy names, for type checkers (unused here, hence noqa: F401)
+    from dmae_fast.export.config import ExportConfig  # noqa: F401
+    from dmae_fast.export.pipeline import export_engines  # noqa: F401
 
 __getattr__ = lazy_attributes(__name__, _HOME)

@@ -113,7 +113,8 @@ def _noise_kernel(words_ptr, noise_ptr, image_ptr, phase_ptr, sample_ptr, seed_l
     phase = tl.load(phase_ptr + row).to(tl.uint32)
     sample = tl.load(sample_ptr + row).to(tl.uint32)
     zero = tl.full((BLOCK,), 0, tl.uint32)
-    own, eta = _contract_gaussians(seed_lo, seed_hi, element.to(tl.uint32), sample + zero, image + zero, phase + zero, PRECISE)
+    own, eta = _contract_gaussians(seed_lo, seed_hi, element.to(tl.uint32), sample + zero, image + zero, phase + zero,
+                                   PRECISE)
     offset = row.to(tl.int64) * numel + element
     tl.store(words_ptr + offset, own.to(tl.int64), mask=ok)
     tl.store(noise_ptr + offset, eta, mask=ok)

@@ -326,7 +326,8 @@ def test_analyze_refuses_an_image_counted_twice(tmp_path: Path, capsys) -> None:
 
 
 @pytest.mark.parametrize("row", ["40\t6\t5\t0.25\t1\t0:00:01\n", "40\t6\t-1\t0.25\t0\t0:00:01\n",
-                                 "40\t6\t6\t0.25\t0\t0:00:01\n"], ids=["wrong-correct", "abstain-radius", "lost-correct"])
+                                 "40\t6\t6\t0.25\t0\t0:00:01\n"],
+                         ids=["wrong-correct", "abstain-radius", "lost-correct"])
 def test_analyze_refuses_a_row_that_contradicts_itself(tmp_path: Path, capsys, row: str) -> None:
     text = REFERENCE_CERTIFY.replace("40\t6\t6\t0.25\t1\t0:00:01.000001\n", row)
     assert analyze_main([str(_write(tmp_path / "odd.tsv", text))]) == 2

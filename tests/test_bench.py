@@ -223,7 +223,7 @@ def test_a_signal_swallowed_by_compiled_code_stops_the_bench_at_the_next_row(mon
 def test_whole_command_programs_certify_the_same_digits(capsys):
     """bench/commands.py: Cohen et al.'s loop as a program certifies the demo digits it is given,
     and the dmae-certify command lines name the same images and sample counts."""
-    from dmae_fast.bench.commands import N, N0, PROGRAMS, argv_for, cohen_program
+    from dmae_fast.bench.commands import N0, PROGRAMS, N, argv_for, cohen_program
 
     cohen_program(2, n0=20, n=200)
     header, *rows = capsys.readouterr().out.splitlines()

@@ -558,7 +558,8 @@ def test_console_script(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
 
 
-def test_sequential_mode_samples_a_prefix_of_the_fixed_n_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_sequential_mode_samples_a_prefix_of_the_fixed_n_run(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
     """Each image stops at a look; its votes equal a fixed-n run's with n = that look."""
     looks = ["100", "400", "2000"]
     seq = tmp_path / "seq.tsv"
@@ -585,8 +586,8 @@ def test_sequential_mode_samples_a_prefix_of_the_fixed_n_run(tmp_path: Path, cap
     assert record["samples"] == sum(20 + int(r["n"]) for r in rows)
 
 
-def test_exact_sequential_mode_certifies_grid_radii_from_a_prefix_and_resumes(tmp_path: Path,
-                                                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_exact_sequential_mode_certifies_grid_radii_from_a_prefix_and_resumes(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """--sequential (the exact group-sequential test, the default): each image stops at a look with
     the votes of a fixed-n run of that n, its radius is a radius of the grid (or 0 when abstaining)
     with pA_lower = Phi(r / sigma); a --resume keeps such rows and refuses a tampered one."""

@@ -312,7 +312,8 @@ def test_a_killed_rank_is_named_in_one_line(tmp_path, rank):
     status, err = _finish(process)
     assert status == 137
     said = _said(err, out)
-    assert len(said) == 1 and said[0].startswith(f"dmae-certify: error: rank {rank} died (killed by signal 9, SIGKILL); "), err
+    assert len(said) == 1, err
+    assert said[0].startswith(f"dmae-certify: error: rank {rank} died (killed by signal 9, SIGKILL); "), err
     assert "--resume" in said[0]
     record = json.loads(Path(f"{out}.json").read_text())
     if rank == 0:
@@ -357,10 +358,12 @@ def test_a_rank_killed_while_sharing_samples_is_one_line(tmp_path):
     launcher says it); the launcher's SIGTERM then found it in Python's exit handlers, where the
     Interrupted it raised was printed as 'Exception ignored in atexit callback' with a traceback."""
     out = tmp_path / "r.tsv"
-    status, err = _finish(_launch(out, SMALL, "--shard", "samples", env=_with_site(tmp_path, RANK_1_DIES_RANK_0_ENDS_FIRST)))
+    env = _with_site(tmp_path, RANK_1_DIES_RANK_0_ENDS_FIRST)
+    status, err = _finish(_launch(out, SMALL, "--shard", "samples", env=env))
     assert status == 137
     said = _said(err, out)
-    assert len(said) == 1 and said[0].startswith("dmae-certify: error: rank 1 died (killed by signal 9, SIGKILL); "), err
+    assert len(said) == 1, err
+    assert said[0].startswith("dmae-certify: error: rank 1 died (killed by signal 9, SIGKILL); "), err
     assert json.loads(Path(f"{out}.json").read_text())["status"] == "failed"
 
 
@@ -372,14 +375,16 @@ def test_ctrl_c_is_the_run_s_own_line(tmp_path):
     os.killpg(process.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the foreground process group
     status, err = _finish(process)
     assert status == 130
-    assert _said(err, out) == [f"dmae-certify: interrupted by SIGINT; the rows certified so far are in {out.name}.parts/; "
+    assert _said(err, out) == ["dmae-certify: interrupted by SIGINT; "
+                               f"the rows certified so far are in {out.name}.parts/; "
                                "continue with the same command and --resume (any number of processes)"], err
 
 
 def test_a_full_disk_is_one_line_naming_the_file(tmp_path):
     """Was one line per rank, each ending in ': None' (write and fsync errors carry no file name)."""
     env = _with_site(tmp_path,  # every process of the job: each fsync meets a full disk
-                     "import os\n\ndef fsync(fd):\n    raise OSError(28, 'No space left on device')\n\nos.fsync = fsync\n")
+                     "import os\n\ndef fsync(fd):\n    raise OSError(28, 'No space left on device')\n\n"
+                     "os.fsync = fsync\n")
     out = tmp_path / "r.tsv"
     status, err = _finish(_launch(out, SMALL, env=env))
     assert status == 2

@@ -84,8 +84,8 @@ def _private(name: str) -> bool:
 
 @pytest.mark.parametrize("path", SCRIPTS, ids=IDS)
 def test_an_experiment_uses_public_names_only(path: Path) -> None:
-    """No private name of dmae_fast (or its bench/export/... modules), and no private attribute but torch's and a class's own
-    (``torch._inductor.config`` is torch's documented way to set Inductor's options)."""
+    """No private name of dmae_fast (or its bench/export/... modules), and no private attribute but torch's
+    and a class's own (``torch._inductor.config`` is torch's documented way to set Inductor's options)."""
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         where = f"{path.name}:{getattr(node, 'lineno', '?')}"
         if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "dmae_fast":

@@ -26,7 +26,6 @@ from dmae_fast.engines import EngineOptions, open_engine
 from dmae_fast.engines.sidecar import BatchRange, read_sidecar
 from dmae_fast.engines.tensorrt_engine import TENSORRT_MISSING
 from dmae_fast.errors import UserError
-from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier
 from dmae_fast.export import ExportConfig, export_engines
 from dmae_fast.export import parity as parity_module
 from dmae_fast.export.graphs import ImageGraph, bicubic_matrix
@@ -38,6 +37,7 @@ from dmae_fast.export.tensorrt_build import (
     check_tensorrt_operators,
     profile_shapes,
 )
+from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier
 
 CONTRACT_FIELDS = {"format", "kind", "file", "input", "input_name", "input_shape", "input_dtype", "output_name",
                    "precision", "batch", "classifier", "num_classes", "sigma", "patch_size", "parity", "versions",
@@ -347,7 +347,8 @@ def test_a_failed_tensorrt_build_is_one_line_and_writes_no_engine(monkeypatch, t
     cache.write_bytes(b"old")
     build = TensorRTBuild(engines["onnx"], tmp_path / "m.engine", "images", (3, 8, 8), BatchRange(1, 1, 1),
                           "fp16", cache)
-    with pytest.raises(UserError, match=r"^TensorRT could not build an engine from .*\(see TensorRT's messages above\)$"):
+    with pytest.raises(UserError,
+                       match=r"^TensorRT could not build an engine from .*\(see TensorRT's messages above\)$"):
         build_engine(build)
     assert not (tmp_path / "m.engine").exists() and cache.read_bytes() == b"old"
 

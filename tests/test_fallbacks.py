@@ -111,7 +111,8 @@ def test_a_cuda_graph_that_fails_to_capture_falls_back_to_no_graphs(engine, monk
 
 def test_a_body_that_disagrees_with_the_plain_body_is_not_used(engine, monkeypatch, capsys):
     monkeypatch.setattr(torch, "compile", lambda function, **kwargs: function)  # the compiled body: eager here
-    monkeypatch.setattr(FastBatches, "_classify_images", lambda self, images: torch.zeros(len(images), dtype=torch.long))
+    monkeypatch.setattr(FastBatches, "_classify_images",
+                        lambda self, images: torch.zeros(len(images), dtype=torch.long))
     body = _runs_like_the_plain_body(engine, BodyOptions(compile=True, noise="reference"), capsys, [
         ("the fast body (compiled) disagreed with the plain body on", "continuing on the fast body (eager)"),
         ("the fast body (eager) disagreed with the plain body on", "continuing on the plain body")])

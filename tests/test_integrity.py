@@ -38,7 +38,8 @@ def exported(tmp_path_factory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("engines")
     paths = {}
     for kind in ("image", "tokens"):
-        config = ExportConfig("demo", str(folder), ("onnx",), name=f"demo-{kind}", input=kind, parity_samples=64, seed=0)
+        config = ExportConfig("demo", str(folder), ("onnx",), name=f"demo-{kind}", input=kind,
+                              parity_samples=64, seed=0)
         paths[kind] = export_engines(config, report=lambda line: None)[0]
     return paths
 

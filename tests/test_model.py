@@ -278,7 +278,8 @@ def test_classifier_state_dict_is_timm_layout(pool: str) -> None:
         assert {"fc_norm.weight", "fc_norm.bias", "head.weight", "head.bias"} <= keys
         assert "norm.weight" not in keys
     top = {k.split(".")[0] for k in keys}
-    assert top == {"cls_token", "pos_embed", "patch_embed", "blocks", (("fc_norm" if pool == "avg" else "norm")), "head"}
+    norm = "fc_norm" if pool == "avg" else "norm"
+    assert top == {"cls_token", "pos_embed", "patch_embed", "blocks", norm, "head"}
 
 
 def test_linear_probe_head_keys() -> None:

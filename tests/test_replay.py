@@ -132,12 +132,14 @@ EDITS = [
     ("certify", ("receipt", "n0"), 30, "give 30 selection and 100 estimation samples"),
     ("certify", ("receipt", "sequential"), True,
      "receipt procedure served cohen-fixed-n, but its settings (sequential CERTIFY with n0 20"),
-    ("predict", ("receipt", "n0"), 20, "receipt n0 served 20, but its settings (PREDICT with n 60, alpha 0.01) give null"),
+    ("predict", ("receipt", "n0"), 20,
+     "receipt n0 served 20, but its settings (PREDICT with n 60, alpha 0.01) give null"),
     ("certify", ("receipt", "indices"), [FIRST_INDEX + 7], f"receipt indices served [{FIRST_INDEX + 7}]"),
 ]
 
 
-@pytest.mark.parametrize("name, where, value, message", EDITS, ids=[f"{e[0]}-{'.'.join(map(str, e[1]))}" for e in EDITS])
+@pytest.mark.parametrize("name, where, value, message", EDITS,
+                         ids=[f"{e[0]}-{'.'.join(map(str, e[1]))}" for e in EDITS])
 def test_an_edited_field_is_named_and_exits_1(answers, name, where, value, message, tmp_path, capsys):
     answer, images = answers[name]
     parent = functools.reduce(lambda document, key: document[key], where[:-1], answer)

@@ -13,8 +13,14 @@ from scipy.stats import beta, norm
 from dmae_fast.errors import UserError
 from dmae_fast.stats.bounds import lower_confidence_bound
 from dmae_fast.stats.decisions import ABSTAIN, certify_from_counts
-from dmae_fast.stats.sequential import (FUTILITY_MODES, PAPER_RADII, SequentialCertifier,
-                                        SequentialConfig, default_looks, lower_bounds)
+from dmae_fast.stats.sequential import (
+    FUTILITY_MODES,
+    PAPER_RADII,
+    SequentialCertifier,
+    SequentialConfig,
+    default_looks,
+    lower_bounds,
+)
 
 TRIALS = 100_000
 N0 = 100

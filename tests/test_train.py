@@ -102,11 +102,11 @@ def test_presets_resolve_to_the_papers_numbers():
         assert c.data.crop_scale == (0.2, 1.0) and c.data.hflip
     assert ENCODER_PRESETS["base"].depth == 12 and ENCODER_PRESETS["large"].depth == 24
     for sigma, eta in ((0.25, 0.5), (0.5, 0.5), (1.0, 0.1)):
-        b, l = p[f"dmae-vitb-finetune-cr-sigma{sigma}"], p[f"dmae-vitl-finetune-cr-sigma{sigma}"]
+        b, large = p[f"dmae-vitb-finetune-cr-sigma{sigma}"], p[f"dmae-vitl-finetune-cr-sigma{sigma}"]
         assert (b.consistency.copies, b.consistency.lam, b.consistency.eta) == (2, 2.0, eta)
         assert (b.optim.blr, b.layer_decay, b.drop_path, b.optim.epochs) == (5e-4, 0.65, 0.1, 100)
-        assert (l.optim.blr, l.layer_decay, l.drop_path, l.optim.epochs) == (1e-3, 0.75, 0.2, 50)
-        for c in (b, l):
+        assert (large.optim.blr, large.layer_decay, large.drop_path, large.optim.epochs) == (1e-3, 0.75, 0.2, 50)
+        for c in (b, large):
             assert c.sigma == sigma and c.optim.batch_size == 1024 and c.optim.warmup_epochs == 5
             assert c.optim.betas == (0.9, 0.999) and c.optim.weight_decay == 0.05
             assert (c.label_smoothing, c.mixup, c.cutmix) == (0.1, 0.8, 1.0)

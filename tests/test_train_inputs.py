@@ -312,7 +312,8 @@ def test_empty_paths_and_negative_epochs(tmp_path, capsys, monkeypatch, args, me
 
 def test_out_below_a_file(tmp_path, capsys):
     (tmp_path / "file").write_text("mine\n")
-    refused(capsys, [*PRETRAIN, "--out", str(tmp_path / "file" / "run")], f"{tmp_path / 'file'} exists and is not a directory")
+    refused(capsys, [*PRETRAIN, "--out", str(tmp_path / "file" / "run")],
+            f"{tmp_path / 'file'} exists and is not a directory")
     assert (tmp_path / "file").read_text() == "mine\n"
 
 

@@ -452,7 +452,8 @@ def validate(config: Any) -> None:
         _check_leaf(name, value)
     if isinstance(config, VisualizeConfig):
         return
-    _check(config.encoder in ENCODER_PRESETS, f"unknown encoder {config.encoder!r}; known: {', '.join(ENCODER_PRESETS)}")
+    _check(config.encoder in ENCODER_PRESETS,
+           f"unknown encoder {config.encoder!r}; known: {', '.join(ENCODER_PRESETS)}")
     data, optim = config.data, config.optim
     _check(data.normalization in (*NORMALIZATIONS, "dataset"),
            f"data.normalization must be one of {', '.join((*NORMALIZATIONS, 'dataset'))}")
@@ -510,7 +511,8 @@ def _build(cls: type, data: Any, where: str, prefix: str) -> Any:
         raise UserError(f"{where}: {prefix.rstrip('.') or 'the configuration'} must be an object")
     hints = typing.get_type_hints(cls)
     names = [f.name for f in fields(cls)]
-    for problem, keys in (("unknown", sorted(set(data) - set(names))), ("missing", [n for n in names if n not in data])):
+    unknown, missing = sorted(set(data) - set(names)), [n for n in names if n not in data]
+    for problem, keys in (("unknown", unknown), ("missing", missing)):
         if keys:
             raise UserError(f"{where}: {problem} field(s) {', '.join(prefix + _shown(n) for n in keys)}")
     values = {}

@@ -122,7 +122,10 @@ def _normalization(config: DataConfig, base: Dataset) -> tuple[tuple[float, ...]
     images = getattr(base, "images", None)
     if images is None:
         raise UserError("data.normalization=dataset needs an in-memory dataset (demo or CIFAR-10)")
-    rounded = lambda t: tuple(round(v, 4) for v in t.tolist())
+
+    def rounded(t: torch.Tensor) -> tuple[float, ...]:
+        return tuple(round(v, 4) for v in t.tolist())
+
     mean, std = rounded(images.mean(dim=(0, 2, 3))), rounded(images.std(dim=(0, 2, 3)))
     if min(std) <= 0:
         raise UserError(f"data.normalization=dataset: the training images of {config.dataset} do not vary "

@@ -59,7 +59,8 @@ class CertifyConfig:
     noise: str = "compiled"  # or "reference": the torch-op noise
     cpu_runtime: str = "auto"  # --fast on a CPU: the classifier's runtime (cpu_batches.CPU_RUNTIMES)
     profile: str | None = None  # directory for a torch profiler trace + per-stage table
-    shard: str = "images"  # under torchrun: "images" (ranks claim images) or "samples" (ranks split each image's samples)
+    # under torchrun: "images" (ranks claim images) or "samples" (ranks split each image's samples)
+    shard: str = "images"
 
     @property
     def body_options(self) -> BodyOptions:

@@ -187,7 +187,8 @@ class FastBatches:
                     reason = "triton is not installed"
                 else:
                     if self.device.type != "cuda" and not fused_frontend.INTERPRETED:
-                        reason = (f"its Triton kernels are compiled for the GPU in this process, not for {self.device}; "
+                        reason = ("its Triton kernels are compiled for the GPU in this process, "
+                                  f"not for {self.device}; "
                                   "TRITON_INTERPRET=1 before the start runs them on the CPU, slowly")
             if reason is not None:
                 _notice(f"fused front end unavailable ({reason}); using the unfused front end")

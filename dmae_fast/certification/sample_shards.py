@@ -40,7 +40,8 @@ class SampleShardedCertifier:
         self._phase_starts = np.cumsum((0,) + plan.sizes)
         self.samples = 0  # samples this rank counted
 
-    def run(self, images: Iterable[tuple[int, torch.Tensor, int]], decide: Decide | None = None) -> Iterator[ImageCounts]:
+    def run(self, images: Iterable[tuple[int, torch.Tensor, int]],
+            decide: Decide | None = None) -> Iterator[ImageCounts]:
         """The counts of each image (``images`` in the same order on every rank), as in
         :meth:`StreamingCertifier.run`; ``decide`` is consulted at the plan's looks."""
         phase_ids = torch.tensor([int(p) for p in self.plan.phases], device=self.device)

@@ -119,7 +119,8 @@ class StreamingCertifier:
         per_batch = math.ceil(batch_size / shortest) + 2
         self.num_slots = per_batch * (2 if plan.looks else 1)
 
-    def run(self, images: Iterable[tuple[int, torch.Tensor, int]], decide: Decide | None = None) -> Iterator[ImageCounts]:
+    def run(self, images: Iterable[tuple[int, torch.Tensor, int]],
+            decide: Decide | None = None) -> Iterator[ImageCounts]:
         """Yield each image's counts as soon as they are on the host.
 
         Without looks (fixed n) images finish in input order. With looks, ``decide`` is

@@ -45,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "for minutes)")
     parser.add_argument("--variants", nargs="+", help=f"only these of our variants ({', '.join(VARIANT_KEYS)}; "
                         "default all)")
-    parser.add_argument("--precisions", nargs="+", help="our variants' precisions on CUDA (fp16 bf16 fp8; default fp16 bf16); the CERTIFY timing runs the first")
+    parser.add_argument("--precisions", nargs="+", help="our variants' precisions on CUDA (fp16 bf16 fp8; "
+                        "default fp16 bf16); the CERTIFY timing runs the first")
     parser.add_argument("--engines", nargs="+", help="your exported engine files (.onnx, .pt2, .engine) to time too")
     parser.add_argument("--export-models", nargs="*", help="models exported to engines and timed (default vit-b16 "
                         "demo; none: no exports)")
@@ -67,8 +68,9 @@ def _config_from_args(args: argparse.Namespace) -> BenchConfig:
     base = BenchConfig.smoke_run(args.out, args.device or "cpu") if args.smoke else BenchConfig(args.out)
     if args.command is not None:
         base = replace(base, throughput=args.command == "throughput", certify=args.command == "certify")
-    fields = ("models", "batches", "main_batch", "variants", "precisions", "seconds", "budget_s", "compile_mode", "engines", "export_models",
-              "engine_dir", "certify_model", "images", "n0", "n", "reference_budget_s", "device")
+    fields = ("models", "batches", "main_batch", "variants", "precisions", "seconds", "budget_s", "compile_mode",
+              "engines", "export_models", "engine_dir", "certify_model", "images", "n0", "n", "reference_budget_s",
+              "device")
     values = {k: getattr(args, k) for k in fields if getattr(args, k) is not None}
     _check_unused(args.command, values)
     for key in ("models", "batches", "engines", "export_models", "variants", "precisions"):

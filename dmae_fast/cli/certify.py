@@ -63,7 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--normalize", help="input normalization for checkpoints without metadata: "
                        "imagenet (default), cifar10, or 'm1,m2,m3:s1,s2,s3'")
     model.add_argument("--precision", default="auto", choices=PRECISION_CHOICES,
-                       help="classifier precision (auto: fp32 on CPU, fp16 on CUDA; fp8: opt-in, float8 matrix products on Ada/Hopper GPUs)")
+                       help="classifier precision (auto: fp32 on CPU, fp16 on CUDA; "
+                       "fp8: opt-in, float8 matrix products on Ada/Hopper GPUs)")
     data = parser.add_argument_group("data")
     data.add_argument("--data", required=True, help="'demo', an ImageFolder directory, a CIFAR-10 "
                       "python-batches directory, an image directory (with --labels) or a list file")
@@ -97,7 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "reachable radius of interest is certified, or the next one is out of reach; --n is the cap")
     seq.add_argument("--sequential-test", default="exact", choices=SEQUENTIAL_TESTS,
                      help="exact (default): exact group-sequential boundaries per radius of interest, tested in "
-                     "order at the full alpha, certifying grid radii; bonferroni: Clopper-Pearson at alpha/K at K looks")
+                     "order at the full alpha, certifying grid radii; "
+                     "bonferroni: Clopper-Pearson at alpha/K at K looks")
     seq.add_argument("--looks", type=int, nargs="+", help="cumulative estimation samples at which to decide "
                      "(last = --n; default: exact every 100 samples to 2,000 then x1.1; bonferroni 6 looks "
                      "doubling up to --n)")

@@ -8,12 +8,12 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from dmae_fast.errors import (
-    starting,
     AlreadyReported,
     Interrupted,
     UserError,
     forget_signal,
     interrupt_on_signals,
+    starting,
 )
 from dmae_fast.model.config import parse_normalization  # noqa: F401 (the commands' import)
 
@@ -48,7 +48,8 @@ def run_reporting_errors(prog: str, body: Callable[[], int]) -> int:
         return reported.exit_status
     except Interrupted as stop:
         forget_signal()
-        print(f"{prog}: interrupted by {stop.name}; {stop.kept or 'what was written so far is left as it is'}", file=sys.stderr)
+        print(f"{prog}: interrupted by {stop.name}; {stop.kept or 'what was written so far is left as it is'}",
+              file=sys.stderr)
         return stop.exit_status
     except UserError as error:
         message = " ".join(str(error).split())

@@ -44,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--engine", help="engine file (.onnx, .pt2, .engine/.plan with its sidecar) or checkpoint")
     model.add_argument("--sigma", type=float, help="noise level in [0,1] pixel units (default: the checkpoint's)")
     model.add_argument("--input-size", type=int, help="for checkpoints without our metadata (as dmae-certify)")
-    model.add_argument("--normalize", help="for checkpoints without our metadata: imagenet, cifar10, 'm1,m2,m3:s1,s2,s3'")
+    model.add_argument("--normalize",
+                       help="for checkpoints without our metadata: imagenet, cifar10, 'm1,m2,m3:s1,s2,s3'")
     model.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     model.add_argument("--precision", default="auto", choices=PRECISION_CHOICES)
     model.add_argument("--body", choices=BODY_CHOICES, help="fast (the default): the fastest batch body for the "
@@ -79,7 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "offline run over a dataset does; clients can then predict their noise, so only for trusted "
                        "clients (default: each image gets a random index when it is admitted)")
     defaults = parser.add_argument_group("request defaults")
-    defaults.add_argument("--n0", type=int, default=Defaults.n0, help=f"CERTIFY selection samples (default {Defaults.n0})")
+    defaults.add_argument("--n0", type=int, default=Defaults.n0,
+                          help=f"CERTIFY selection samples (default {Defaults.n0})")
     defaults.add_argument("--n", type=int, default=Defaults.n, help=f"samples (default {Defaults.n:,})")
     defaults.add_argument("--alpha", type=float, default=Defaults.alpha, help=f"default {Defaults.alpha}")
     limits = parser.add_argument_group("request limits")
@@ -96,7 +98,8 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
         engine = str(DEMO_CHECKPOINT)
     if args.token_file == "":
         raise UserError("--token-file must name a file")
-    limits = Limits(**{field: getattr(args, field) for field in LIMIT_FLAGS.values() if getattr(args, field) is not None})
+    limits = Limits(**{field: getattr(args, field) for field in LIMIT_FLAGS.values()
+                       if getattr(args, field) is not None})
     return ServeConfig(
         engine=engine, host=args.host, port=args.port, batch=args.batch, max_wait_ms=args.max_wait_ms,
         max_queue=args.max_queue, slots=args.slots, token_file=args.token_file, seed=args.seed,

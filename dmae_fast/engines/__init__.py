@@ -27,17 +27,17 @@ _HOME = {
 }
 __all__ = sorted(_HOME)
 
-if TYPE_CHECKING:
-    from dmae_fast.engines.base import Engine
-    from dmae_fast.engines.exported import ExportedEngine
-    from dmae_fast.engines.opening import (
+if TYPE_CHECKING:  # the lazy names, for type checkers (unused here, hence noqa: F401)
+    from dmae_fast.engines.base import Engine  # noqa: F401
+    from dmae_fast.engines.exported import ExportedEngine  # noqa: F401
+    from dmae_fast.engines.opening import (  # noqa: F401
         EngineOptions,
         engine_class,
         open_engine,
         open_engine_file,
         resolve_device,
     )
-    from dmae_fast.engines.sidecar import EngineMeta
-    from dmae_fast.engines.torch_engine import TorchEngine
+    from dmae_fast.engines.sidecar import EngineMeta  # noqa: F401
+    from dmae_fast.engines.torch_engine import TorchEngine  # noqa: F401
 
 __getattr__ = lazy_attributes(__name__, _HOME)

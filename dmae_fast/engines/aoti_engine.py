@@ -34,7 +34,8 @@ class AOTIEngine(ExportedEngine):
             # On CUDA one thread calls it: the single-threaded runner neither waits on the previous
             # call's event (a host sync) nor queries events, which a CUDA-graph capture forbids.
             self.model = torch._inductor.aoti_load_package(
-                str(path), run_single_threaded=target == "cuda", device_index=resolved.index if target == "cuda" else -1)
+                str(path), run_single_threaded=target == "cuda",
+                device_index=resolved.index if target == "cuda" else -1)
         except Exception as error:  # a foreign, truncated or incompatible package
             first = (str(error).strip().splitlines() or [type(error).__name__])[0]
             raise UserError(f"cannot load AOTInductor package {path}: {first}") from None

@@ -143,7 +143,8 @@ class EngineMeta:
         if not isinstance(data, dict):
             raise UserError(f"{where}: not a JSON object")
         if data.get("format") != FORMAT:
-            raise UserError(f"{where}: not a dmae-fast engine sidecar (format {data.get('format')!r}, expected {FORMAT!r})")
+            raise UserError(f"{where}: not a dmae-fast engine sidecar "
+                            f"(format {data.get('format')!r}, expected {FORMAT!r})")
         missing = [k for k in _REQUIRED if k not in data]
         if missing:
             raise UserError(f"{where}: missing field(s) {', '.join(missing)}")

@@ -59,7 +59,8 @@ class TensorRTEngine(ExportedEngine):
         expected = (-1, *self.input_shape)
         shape = tuple(self.engine.get_tensor_shape(inputs[0])) if len(inputs) == 1 else None
         if inputs != [self.meta.input_name] or shape != expected:
-            raise UserError(f"{self.path} takes {inputs} {shape}; its sidecar promises {self.meta.input_name} {expected}")
+            raise UserError(f"{self.path} takes {inputs} {shape}; "
+                            f"its sidecar promises {self.meta.input_name} {expected}")
         if sorted(names) != sorted([self.meta.input_name, OUTPUT_NAME]):
             raise UserError(f"{self.path} has tensors {names}; expected {self.meta.input_name} and {OUTPUT_NAME}")
 

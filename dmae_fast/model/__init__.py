@@ -22,15 +22,15 @@ _HOME = {
 }
 __all__ = sorted(_HOME)
 
-if TYPE_CHECKING:
-    from dmae_fast.model.classifier import SmoothingClassifier
-    from dmae_fast.model.config import (
+if TYPE_CHECKING:  # the lazy names, for type checkers (unused here, hence noqa: F401)
+    from dmae_fast.model.classifier import SmoothingClassifier  # noqa: F401
+    from dmae_fast.model.config import (  # noqa: F401
         ENCODER_PRESETS,
         NORMALIZATIONS,
         ClassifierSpec,
         DecoderConfig,
         EncoderConfig,
     )
-    from dmae_fast.model.dmae import DMAEPretrain, PretrainOutput
+    from dmae_fast.model.dmae import DMAEPretrain, PretrainOutput  # noqa: F401
 
 __getattr__ = lazy_attributes(__name__, _HOME)

@@ -74,7 +74,8 @@ class EncoderConfig:
 
 
 ENCODER_PRESETS: dict[str, EncoderConfig] = {
-    "demo": EncoderConfig(embed_dim=64, depth=4, num_heads=4, patch_size=2, img_size=8),  # the shipped demo: 8x8 digits, no resize
+    # the shipped demo: 8x8 digits, no resize
+    "demo": EncoderConfig(embed_dim=64, depth=4, num_heads=4, patch_size=2, img_size=8),
     "tiny": EncoderConfig(embed_dim=192, depth=12, num_heads=3),
     "small": EncoderConfig(embed_dim=384, depth=12, num_heads=6),
     "base": EncoderConfig(embed_dim=768, depth=12, num_heads=12),

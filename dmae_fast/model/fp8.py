@@ -1,9 +1,10 @@
 """fp8 bodies (``--precision fp8``, opt-in): the transformer blocks' linear layers in float8.
 
 Every ``nn.Linear`` inside the encoder blocks (qkv, attention projection, both MLP layers: ~96%
-of a ViT-B/16's FLOPs at 224; attention's own products are most of the rest) becomes an :class:`Fp8Linear`: its weight stored once as e4m3 with
-one scale per output channel, its input quantized per row (per token) on every call, the
-product ``torch._scaled_mm`` on the fp8 tensor cores with the scales, the bias and a bfloat16
+of a ViT-B/16's FLOPs at 224; attention's own products are most of the rest) becomes an
+:class:`Fp8Linear`: its weight stored once as e4m3 with one scale per output channel, its input
+quantized per row (per token) on every call, the product ``torch._scaled_mm`` on the fp8 tensor
+cores with the scales, the bias and a bfloat16
 output applied in the matmul's epilogue. Everything else (patch embedding, LayerNorm,
 attention, the head) runs in bfloat16. Under ``torch.compile`` the per-row quantization fuses
 with the LayerNorm that produces the input; the MLP's GELU moves into its fc2, whose input

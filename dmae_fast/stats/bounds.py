@@ -21,11 +21,14 @@ LOG_SPACE_BELOW = 1e-100  # alpha below which Clopper-Pearson bounds are solved 
 MAX_TERMS = 10 ** 7  # binomial terms summed per tail at most (more: the tail counts as above alpha)
 
 
-def lower_confidence_bounds(n_a: np.ndarray, n: np.ndarray, alpha: float) -> np.ndarray:
+def lower_confidence_bounds(n_a: np.ndarray | int, n: np.ndarray | int, alpha: float) -> np.ndarray:
     """:func:`lower_confidence_bound` over arrays of counts n_a >= 1 (broadcast with n)."""
+    bounds: np.ndarray
     if alpha >= LOG_SPACE_BELOW:
-        return betaincinv(n_a, n - n_a + 1, alpha)
-    return np.vectorize(_log_space_bound, otypes=[float])(n_a, n, alpha)
+        bounds = betaincinv(n_a, n - n_a + 1, alpha)
+    else:
+        bounds = np.vectorize(_log_space_bound, otypes=[float])(n_a, n, alpha)
+    return bounds
 
 
 def lower_confidence_bound(n_a: int, n: int, alpha: float) -> float:
@@ -58,7 +61,8 @@ def _tail_at_most(k: int, n: int, x: float, log_alpha: float) -> bool:
     log_x, log_y = math.log(x), math.log1p(-x)
 
     def log_terms(i: np.ndarray) -> np.ndarray:
-        return gammaln(n + 1) - gammaln(i + 1) - gammaln(n - i + 1) + i * log_x + (n - i) * log_y
+        terms: np.ndarray = gammaln(n + 1) - gammaln(i + 1) - gammaln(n - i + 1) + i * log_x + (n - i) * log_y
+        return terms
 
     ratio = (n - k) / (k + 1) * x / (1 - x)
     kept = n - k + 1 if ratio == 0 else min(n - k + 1, math.ceil(60 / -math.log(ratio)))

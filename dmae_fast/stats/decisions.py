@@ -74,4 +74,5 @@ def finite_counts(index: int, counts: np.ndarray) -> np.ndarray:
     if bad:
         raise UserError(f"the classifier returned NaN or infinite logits for image {index} ({bad:,} of "
                         f"{int(counts.sum()):,} noisy samples): refusing to certify a non-finite classifier")
-    return counts[..., :-1].copy()
+    finite: np.ndarray = counts[..., :-1].copy()
+    return finite

@@ -171,7 +171,8 @@ def _convolve(a: np.ndarray, b: np.ndarray, direct: bool) -> np.ndarray:
         return np.convolve(a, b)
     from scipy.signal import fftconvolve
 
-    return np.maximum(fftconvolve(a, b), 0.0)
+    convolved: np.ndarray = np.maximum(fftconvolve(a, b), 0.0)
+    return convolved
 
 
 def _dp(looks: tuple[int, ...], q: float, bounds: np.ndarray | None = None, targets: np.ndarray | None = None,
@@ -209,6 +210,7 @@ def _dp(looks: tuple[int, ...], q: float, bounds: np.ndarray | None = None, targ
         if bounds is not None:
             d = int(bounds[k])
         else:
+            assert targets is not None and ceiling is not None, "bounds, or targets and ceiling"
             budget = targets[k] - rejected.sum() - truncated
             d = start + int(np.searchsorted(mass, budget, side="right")) - 1
             d = min(d, int(ceiling[k]), look)
@@ -323,11 +325,12 @@ class GroupSequentialCertifier(LookStopping):
         """The largest grid radius certifiable at the cap (0.0: "certified at all")."""
         return float(self.level_radii[self.target])
 
-    def levels(self, look: int, n_a: np.ndarray) -> np.ndarray:
+    def levels(self, look: int, n_a: np.ndarray | int) -> np.ndarray:
         """How many levels (0 .. J) n_a votes for cA reject at look ``look`` (0-based): the certified
         level is this minus 1 (-1: abstain)."""
         failures = self.looks[look] - np.asarray(n_a)
-        return (failures[..., None] <= self.failures[:, look]).sum(-1)
+        rejected: np.ndarray = (failures[..., None] <= self.failures[:, look]).sum(-1)
+        return rejected
 
     def stop(self, look: int, n_a: np.ndarray) -> np.ndarray:
         """Whether to stop after look ``look`` (0-based), vectorized over counts n_a of cA."""
@@ -336,7 +339,7 @@ class GroupSequentialCertifier(LookStopping):
             return np.ones(n_a.shape, dtype=bool)
         reached = self.levels(look, n_a)  # the next level to reject
         following = np.minimum(reached, self.target)
-        stop = (reached > self.target) | (self.caps[following] <= self.looks[look])
+        stop: np.ndarray = (reached > self.target) | (self.caps[following] <= self.looks[look])
         if self.config.futility != "none":
             stop |= self.looks[look] - n_a > self._final[following]
         if self.config.futility == "upper":

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -66,10 +68,10 @@ def sequential_certifier(n0: int, n: int, alpha: float, sigma: float, radii: tup
                          test: str = "exact") -> Sequential:
     """The sequential certifier of these settings; cached (its tables take up to a second to build)."""
     if test == "exact":
-        config = GroupSequentialConfig(n0, n, alpha, sigma, radii, looks)
-        return GroupSequentialCertifier(config if futility is None else dataclasses.replace(config, futility=futility))
-    config = SequentialConfig(n0, n, alpha, sigma, radii, looks)
-    return SequentialCertifier(config if futility is None else dataclasses.replace(config, futility=futility))
+        exact = GroupSequentialConfig(n0, n, alpha, sigma, radii, looks)
+        return GroupSequentialCertifier(exact if futility is None else dataclasses.replace(exact, futility=futility))
+    bonferroni = SequentialConfig(n0, n, alpha, sigma, radii, looks)
+    return SequentialCertifier(bonferroni if futility is None else dataclasses.replace(bonferroni, futility=futility))
 
 
 class Procedure:
@@ -82,7 +84,9 @@ class Procedure:
         self.decide: Decide | None = None
         if spec.kind == PREDICT:
             self.name, self.level, self.plan = PREDICT, spec.alpha, SamplingPlan.predict(spec.n)
-        elif not spec.sequential:
+            return
+        assert spec.n0 is not None, "a CERTIFY spec has n0"
+        if not spec.sequential:
             self.name, self.level, self.plan = FIXED_N, spec.alpha, SamplingPlan.certify(spec.n0, spec.n)
         else:
             self.sequential = sequential_certifier(spec.n0, spec.n, spec.alpha, spec.sigma, spec.radii, spec.looks,
@@ -114,20 +118,28 @@ class Procedure:
         class: at the bound's level, or the top grid radius reachable); None for PREDICT."""
         if self.kind == PREDICT:
             return None
-        return self.sequential.target_radius if self.grid else max_radius(self.spec.n, self.level, self.spec.sigma)
+        if isinstance(self.sequential, GroupSequentialCertifier):  # self.grid
+            return self.sequential.target_radius
+        return max_radius(self.spec.n, self.level, self.spec.sigma)
 
     def rules(self) -> RowRules:
         """What result rows of this procedure satisfy (checked on the rows a --resume keeps)."""
         s = self.spec
         if s.kind == PREDICT:
             return RowRules(PREDICT, 0, (s.n,), s.alpha, s.sigma, None)
-        sizes = tuple(end - s.n0 for end in self.plan.stage_ends) if self.plan.looks else (s.n,)
-        certificate = None
-        if self.grid:  # grid radii and Phi(r / sigma), not a Clopper-Pearson bound at the level
-            certificate = lambda n_a, n: self.sequential.certify(np.ones(1), n_a, n)  # noqa: E731
+        n0 = s.n0
+        assert n0 is not None, "a CERTIFY spec has n0"
+        sizes = tuple(end - n0 for end in self.plan.stage_ends) if self.plan.looks else (s.n,)
+        certificate: Callable[[int, int], Certificate] | None = None
+        if isinstance(self.sequential, GroupSequentialCertifier):
+            # self.grid: grid radii and Phi(r / sigma), not a Clopper-Pearson bound at the level
+            grid = self.sequential
+
+            def certificate(n_a: int, n: int) -> Certificate:
+                return grid.certify(np.ones(1), n_a, n)
         return RowRules(CERTIFY, s.n0, sizes, self.level, s.sigma, self.name, certificate)
 
-    def receipt(self) -> dict:
+    def receipt(self) -> dict[str, Any]:
         """The sampling settings that, with the seed, an image's index and the classifier, give its counts
         (``sequential`` said outright: a sequential plan of one look has no looks)."""
         s, plan = self.spec, self.plan

@@ -211,7 +211,7 @@ class SequentialCertifier(LookStopping):
             return np.ones(n_a.shape, dtype=bool)
         reached = (n_a[..., None] >= self.need[look]).sum(-1)  # levels certified now
         following = np.minimum(reached, self.target)  # the next level, while below the target
-        stop = reached > self.target
+        stop: np.ndarray = reached > self.target
         if self.config.futility != "none":
             best = n_a + self.config.n_max - self.looks[look]  # every remaining sample votes cA
             stop |= best < self.need[-1, following]

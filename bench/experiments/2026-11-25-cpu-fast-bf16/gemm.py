@@ -1,7 +1,8 @@
 """fp32 vs bf16 GEMM rates on one thread (torch.matmul, oneDNN): the demo block's shapes and 1024^3; best of 3.
 
 Record of the fifth 2026-11-25 session (issue 12); run from the repository root:
-    python bench/experiments/2026-11-25-cpu-fast-bf16/gemm.py   # output: bench/results/2026-11-25-cpu-fast/bf16/gemm.txt
+    python bench/experiments/2026-11-25-cpu-fast-bf16/gemm.py
+    # output: bench/results/2026-11-25-cpu-fast/bf16/gemm.txt
 """
 import time
 

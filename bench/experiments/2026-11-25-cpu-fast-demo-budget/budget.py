@@ -2,7 +2,8 @@
 
 Record of the fourth 2026-11-25 session (issue 12); run from the repository root:
 
-    python bench/experiments/2026-11-25-cpu-fast-demo-budget/budget.py > bench/results/2026-11-25-cpu-fast/demo-budget/budget.txt
+    python bench/experiments/2026-11-25-cpu-fast-demo-budget/budget.py \
+        > bench/results/2026-11-25-cpu-fast/demo-budget/budget.txt
 
 One thread throughout. In one process, interleaved over ``ROUNDS`` rounds (medians):
 
@@ -33,10 +34,10 @@ import torch.nn.functional as F
 from dmae_fast.bench.flops import vit_forward_flops
 from dmae_fast.bench.peak import matmul_peak
 from dmae_fast.bench.reference_loops import COHEN
-from dmae_fast.engines.cpu_runtimes import onnx_bytes
 from dmae_fast.checkpoints import load_classifier
 from dmae_fast.data import demo_digits
 from dmae_fast.demo import DEMO_CHECKPOINT
+from dmae_fast.engines.cpu_runtimes import onnx_bytes
 from dmae_fast.memory import keep_freed_memory
 
 ROUNDS, CHUNK, SECONDS = 5, 128, 2.0
@@ -115,7 +116,8 @@ def main() -> None:
         eager_split = defaultdict(list)
         gemm = defaultdict(list)
         shapes = {"qkv": (width, 3 * width), "proj": (width, width), "fc1": (width, hidden), "fc2": (hidden, width)}
-        operands = {name: (torch.randn(CHUNK * tokens, k), torch.randn(k, n), torch.randn(n)) for name, (k, n) in shapes.items()}
+        operands = {name: (torch.randn(CHUNK * tokens, k), torch.randn(k, n), torch.randn(n))
+                    for name, (k, n) in shapes.items()}
         for _ in range(ROUNDS):
             calls, seconds = run_for(lambda: COHEN.counts(model, image, 400 * 5, 0.25))
             rates["Cohen et al. loop"].append(calls * 2000 / seconds)
@@ -153,8 +155,8 @@ def main() -> None:
     flops = vit_forward_flops(model.spec)
     linear_flops = enc.depth * 2 * tokens * (3 * width * width + width * width + 2 * width * hidden)
     median = {name: statistics.median(values) for name, values in rates.items()}
-    print(f"torch {torch.__version__}, ONNX Runtime {ort.__version__}; one thread; medians of {ROUNDS} interleaved rounds; "
-          f"{allocator}")
+    print(f"torch {torch.__version__}, ONNX Runtime {ort.__version__}; one thread; "
+          f"medians of {ROUNDS} interleaved rounds; {allocator}")
     print(f"demo forward {flops / 1e6:.3f} MFLOP/sample, of which linear layers {linear_flops / 1e6:.3f} "
           f"({linear_flops / flops:.0%})")
     print(f"fp32 matmul peak (1024x1024): {peak[1] / 1e9:.0f} GFLOP/s on 1 thread, {peak[2] / 1e9:.0f} on 2")
@@ -173,8 +175,8 @@ def main() -> None:
     print(f"\nBudget at 2x Cohen's loop (one thread, Cohen {cohen:,.0f}/s): {1e6 / (2 * cohen):.1f} us/sample; "
           f"the linear layers at the peak take {linear_us:.1f}; left for everything else: "
           f"{1e6 / (2 * cohen) - linear_us:.1f} us")
-    print(f"(two threads: each core's budget is 2 / (2 x Cohen's 2-thread rate from dmae-bench cpu), the same {linear_us:.1f} "
-          "us of it for the linear layers)")
+    print(f"(two threads: each core's budget is 2 / (2 x Cohen's 2-thread rate from dmae-bench cpu), "
+          f"the same {linear_us:.1f} us of it for the linear layers)")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 Record of the fifth 2026-11-25 session (issue 12); run from the repository root:
 
-    python bench/experiments/2026-11-25-cpu-fast-demo-ceiling/ceiling.py > bench/results/2026-11-25-cpu-fast/demo-ceiling/ceiling.txt
+    python bench/experiments/2026-11-25-cpu-fast-demo-ceiling/ceiling.py \
+        > bench/results/2026-11-25-cpu-fast/demo-ceiling/ceiling.txt
 
 ONNX Runtime (today's --fast classifier, 128-row chunks, no noise) on three graphs of the demo
 model: as it is; with attention costing nothing (each block's attention replaced by the value
@@ -22,10 +23,10 @@ import onnxruntime as ort
 import torch
 
 from dmae_fast.bench.reference_loops import COHEN
-from dmae_fast.engines.cpu_runtimes import onnx_bytes
 from dmae_fast.checkpoints import load_classifier
 from dmae_fast.data import demo_digits
 from dmae_fast.demo import DEMO_CHECKPOINT
+from dmae_fast.engines.cpu_runtimes import onnx_bytes
 from dmae_fast.memory import keep_freed_memory
 
 ROUNDS, CHUNK, SECONDS = 5, 128, 2.0
@@ -92,7 +93,8 @@ def main() -> None:
         block.mlp.act = torch.nn.Identity()
     graphs = {"ORT, the model": onnx_bytes(model), "ORT, attention free": onnx_bytes(no_attention),
               "ORT, attention and GELU free": onnx_bytes(no_gelu)}
-    print(f"torch {torch.__version__}, ONNX Runtime {ort.__version__}; {allocator}; medians of {ROUNDS} interleaved rounds")
+    print(f"torch {torch.__version__}, ONNX Runtime {ort.__version__}; {allocator}; "
+          f"medians of {ROUNDS} interleaved rounds")
     for threads in (1, 2):
         rates = {"Cohen et al. loop": []} | {name: [] for name in graphs}
         cohen_rate(model, image, threads)

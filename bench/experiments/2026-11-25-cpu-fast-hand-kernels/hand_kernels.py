@@ -2,7 +2,8 @@
 
 Record of the seventh 2026-11-25 session (issue 12); run from the repository root:
 
-    python bench/experiments/2026-11-25-cpu-fast-hand-kernels/hand_kernels.py > bench/results/2026-11-25-cpu-fast/hand-kernels/hand_kernels.txt 2>&1
+    python bench/experiments/2026-11-25-cpu-fast-hand-kernels/hand_kernels.py \
+        > bench/results/2026-11-25-cpu-fast/hand-kernels/hand_kernels.txt 2>&1
 
 Two kernels written the simple way (loops the compiler vectorizes: -O3 -march=native -ffast-math,
 glibc's libmvec for expf/erff): the 17-token attention of one chunk read straight from the qkv GEMM's
@@ -18,10 +19,10 @@ import torch.nn.functional as F
 from torch.utils.cpp_extension import load_inline
 
 from dmae_fast.bench.reference_loops import COHEN
-from dmae_fast.engines.cpu_runtimes import OrtChunks, onnx_bytes
 from dmae_fast.checkpoints import load_classifier
 from dmae_fast.data import demo_digits
 from dmae_fast.demo import DEMO_CHECKPOINT
+from dmae_fast.engines.cpu_runtimes import OrtChunks, onnx_bytes
 from dmae_fast.memory import keep_freed_memory
 
 SRC = r'''

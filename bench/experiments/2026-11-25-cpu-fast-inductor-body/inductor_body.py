@@ -21,9 +21,9 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-from dmae_fast.engines.cpu_runtimes import OrtChunks, onnx_bytes
 from dmae_fast.checkpoints import load_classifier
 from dmae_fast.demo import DEMO_CHECKPOINT
+from dmae_fast.engines.cpu_runtimes import OrtChunks, onnx_bytes
 from dmae_fast.memory import keep_freed_memory
 
 # Set by main() (module globals, as in the recorded run, so that torch.compile sees the same functions).
@@ -41,7 +41,8 @@ def forward(x, attention):
         o = attention(qkv[0] * a.scale, qkv[1], qkv[2]).permute(0, 2, 1, 3).reshape(R, T, D)
         t = t + F.linear(o, a.proj.weight, a.proj.bias)
         h = F.layer_norm(t, (D,), blk.norm2.weight, blk.norm2.bias, blk.norm2.eps)
-        t = t + F.linear(F.gelu(F.linear(h, blk.mlp.fc1.weight, blk.mlp.fc1.bias)), blk.mlp.fc2.weight, blk.mlp.fc2.bias)
+        t = t + F.linear(F.gelu(F.linear(h, blk.mlp.fc1.weight, blk.mlp.fc1.bias)),
+                         blk.mlp.fc2.weight, blk.mlp.fc2.bias)
     return model.forward_head(model.norm(t))
 
 
@@ -89,7 +90,8 @@ def main() -> None:
         with torch.inference_mode(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             got = c(chunk)
-        print(f"{name}: compile {time.perf_counter()-t0:.0f}s, max diff {float((got-want).abs().max()):.2g}", flush=True)
+        print(f"{name}: compile {time.perf_counter()-t0:.0f}s, max diff {float((got-want).abs().max()):.2g}",
+              flush=True)
         variants[name] = (lambda c=c: c(chunk))
     rates = {k: [] for k in variants}
     with torch.inference_mode():
@@ -97,7 +99,8 @@ def main() -> None:
             for k, f in variants.items():
                 n, t0 = 0, time.perf_counter()
                 while time.perf_counter() - t0 < 1.5:
-                    f(); n += 1
+                    f()
+                    n += 1
                 rates[k].append(n * CHUNK / (time.perf_counter() - t0))
     for k, v in rates.items():
         m = statistics.median(v)

@@ -27,12 +27,12 @@ import torch
 import torch.nn.functional as F
 
 from dmae_fast.certification.bodies import BodyOptions, batch_body
-from dmae_fast.engines.cpu_runtimes import onnx_bytes
 from dmae_fast.certification.stream import SamplingPlan, StreamingCertifier
 from dmae_fast.checkpoints import load_classifier
 from dmae_fast.data import demo_digits
 from dmae_fast.demo import DEMO_CHECKPOINT
 from dmae_fast.engines import TorchEngine
+from dmae_fast.engines.cpu_runtimes import onnx_bytes
 from dmae_fast.export.graphs import ImageGraph
 from dmae_fast.memory import keep_freed_memory
 

@@ -1,6 +1,7 @@
 """OpenVINO's CPU pinning with one process and with two processes at once (demo graph, 125 rows).
 
-    python bench/experiments/2026-11-25-cpu-fast-openvino/pinning.py > bench/results/2026-11-25-cpu-fast/openvino/pinning.txt
+    python bench/experiments/2026-11-25-cpu-fast-openvino/pinning.py \
+        > bench/results/2026-11-25-cpu-fast/openvino/pinning.txt
 
 Each line: W worker threads, each with its own infer request, classifying back to back for 3 s,
 3 rounds (median and rounds). Then two processes of one worker each, started together.
@@ -18,9 +19,9 @@ def measure(workers: int, pin: bool) -> str:
     import numpy as np
     import openvino as ov
 
-    from dmae_fast.engines.cpu_runtimes import onnx_bytes
     from dmae_fast.checkpoints import load_classifier
     from dmae_fast.demo import DEMO_CHECKPOINT
+    from dmae_fast.engines.cpu_runtimes import onnx_bytes
 
     core = ov.Core()
     graph = core.read_model(onnx_bytes(load_classifier(DEMO_CHECKPOINT)))
@@ -42,7 +43,8 @@ def measure(workers: int, pin: bool) -> str:
         for _ in range(3):
             start = time.perf_counter()
             rates.append(sum(pool.map(loop, requests, [start + 3] * workers)) / (time.perf_counter() - start))
-    return f"pinning {pin!s:5}  {workers} worker(s)  {statistics.median(rates):8,.0f} samples/s  {[round(r) for r in rates]}"
+    return (f"pinning {pin!s:5}  {workers} worker(s)  {statistics.median(rates):8,.0f} samples/s  "
+            f"{[round(r) for r in rates]}")
 
 
 if __name__ == "__main__":

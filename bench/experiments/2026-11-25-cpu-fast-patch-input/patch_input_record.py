@@ -33,8 +33,8 @@ from dmae_fast.bench.cpu import CPU, Workload, ours_run, reference_run, timed
 from dmae_fast.bench.reference_loops import COHEN
 from dmae_fast.bench.throughput import build_model
 from dmae_fast.certification.bodies import BodyOptions, batch_body
-from dmae_fast.engines.cpu_runtimes import onnx_bytes
 from dmae_fast.engines import TorchEngine
+from dmae_fast.engines.cpu_runtimes import onnx_bytes
 from dmae_fast.fast_noise import NoiseSource
 from dmae_fast.memory import keep_freed_memory
 from dmae_fast.patch_layout import PatchLayout

@@ -48,11 +48,19 @@ def main(mode: str, name: str) -> None:
     body = batch_body(engine, 0.25, 0, batch, BodyOptions(fast=True, workers=2))
     n = 1000 if name == "small-224" else 10000
     images = [torch.rand(model.spec.input_shape) for _ in range(2)]
-    run = lambda: list(StreamingCertifier(engine, SamplingPlan.predict(n), 0.25, 0, batch, body).run([(i, im, 0) for i, im in enumerate(images)]))
+
+    def run():
+        certifier = StreamingCertifier(engine, SamplingPlan.predict(n), 0.25, 0, batch, body)
+        return list(certifier.run([(i, im, 0) for i, im in enumerate(images)]))
+
     run()
-    f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt; t = time.perf_counter(); run(); dt = time.perf_counter() - t
+    f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    t = time.perf_counter()
+    run()
+    dt = time.perf_counter() - t
     f1 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    print(mode, name, keep_freed_memory(), f"{(f1 - f0) / (2 * n / 1000):,.0f} faults per 1000 samples, {2 * n / dt:,.0f} samples/s")
+    print(mode, name, keep_freed_memory(),
+          f"{(f1 - f0) / (2 * n / 1000):,.0f} faults per 1000 samples, {2 * n / dt:,.0f} samples/s")
 
 
 if __name__ == "__main__":

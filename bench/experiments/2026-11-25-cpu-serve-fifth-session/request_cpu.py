@@ -36,7 +36,8 @@ def tasks(pid):
         try:
             p=open(t+"/stat").read().split(")")[1].split()
             out[t]=(int(p[11])+int(p[12]))/os.sysconf("SC_CLK_TCK")
-        except OSError: pass
+        except OSError:
+            pass
     return out
 
 
@@ -45,20 +46,31 @@ def main() -> None:
     cfg = ServeBenchConfig()
     bodies = [npy(d) for d in demo_digits("test").images[:50]]
     variants={}
-    for name, env in [(a.split("=")[0], dict(kv.split(":") for kv in a.split("=")[1].split(",") if kv)) for a in sys.argv[1:]]:
-        for k in ("X_HTTP","X_LOOP"): os.environ.pop(k, None)
-        os.environ.update(env); variants[name]=ServerProcess(cfg, 5.0)
+    for name, env in [(a.split("=")[0], dict(kv.split(":") for kv in a.split("=")[1].split(",") if kv))
+                      for a in sys.argv[1:]]:
+        for k in ("X_HTTP","X_LOOP"):
+            os.environ.pop(k, None)
+        os.environ.update(env)
+        variants[name]=ServerProcess(cfg, 5.0)
     R={k:[] for k in variants}
     for r in range(3):
         for name, srv in variants.items():
-            cl=Clients(srv, bodies, cfg.n); cl.closed_loop(32,1)
-            a=tasks(srv.process.pid); t0=time.perf_counter(); times=cl.closed_loop(32,6); dt=time.perf_counter()-t0; b=tasks(srv.process.pid)
+            cl=Clients(srv, bodies, cfg.n)
+            cl.closed_loop(32,1)
+            a=tasks(srv.process.pid)
+            t0=time.perf_counter()
+            times=cl.closed_loop(32,6)
+            dt=time.perf_counter()-t0
+            b=tasks(srv.process.pid)
             d=[(b[k]-a.get(k,0))/dt for k in b]
             http=sum(x for x in d if x<0.3)
             R[name].append(http/ (len(times)/dt) *1e3)
-            print(name, f"http-side cores {http:.3f}  req/s {len(times)/dt:.1f}  ms CPU/request {R[name][-1]:.2f}", flush=True)
-    for k,v in R.items(): print(k, "median ms/request", round(statistics.median(v),2))
-    for s in variants.values(): s.stop()
+            print(name, f"http-side cores {http:.3f}  req/s {len(times)/dt:.1f}  ms CPU/request {R[name][-1]:.2f}",
+                  flush=True)
+    for k,v in R.items():
+        print(k, "median ms/request", round(statistics.median(v),2))
+    for s in variants.values():
+        s.stop()
 
 
 if __name__ == "__main__":

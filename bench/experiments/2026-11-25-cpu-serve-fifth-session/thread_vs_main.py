@@ -14,25 +14,34 @@ from dmae_fast.bench.serve import ServeBenchConfig, offline_rate
 
 
 def in_thread(f):
-    out=[]; t=threading.Thread(target=lambda: out.append(f())); t.start(); t.join(); return out[0]
+    out=[]
+    t=threading.Thread(target=lambda: out.append(f()))
+    t.start()
+    t.join()
+    return out[0]
 
 
 def main() -> None:
     cfg = ServeBenchConfig()
-    offline_rate(cfg); in_thread(lambda: offline_rate(cfg))
+    offline_rate(cfg)
+    in_thread(lambda: offline_rate(cfg))
     R={"main":[], "thread":[], "thread-persistent":[]}
     q_in, q_out = queue.Queue(), queue.Queue()
     def worker():
         while True:
-            f=q_in.get(); q_out.put(f())
+            f=q_in.get()
+            q_out.put(f())
     threading.Thread(target=worker, daemon=True).start()
-    q_in.put(lambda: offline_rate(cfg)); q_out.get()
+    q_in.put(lambda: offline_rate(cfg))
+    q_out.get()
     for r in range(4):
         R["main"].append(offline_rate(cfg))
         R["thread"].append(in_thread(lambda: offline_rate(cfg)))
-        q_in.put(lambda: offline_rate(cfg)); R["thread-persistent"].append(q_out.get())
+        q_in.put(lambda: offline_rate(cfg))
+        R["thread-persistent"].append(q_out.get())
         print({k: round(v[-1]) for k,v in R.items()}, flush=True)
-    for k,v in R.items(): print(k, round(statistics.median(v)))
+    for k,v in R.items():
+        print(k, round(statistics.median(v)))
 
 
 if __name__ == "__main__":

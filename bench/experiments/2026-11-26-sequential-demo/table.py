@@ -18,7 +18,8 @@ RUNS = (("fixed-10k", "fixed-n, n 10,000"), ("fixed-100k", "fixed-n, n 100,000")
 
 def main() -> None:
     out = Path(sys.argv[1])
-    print("| sigma | procedure | samples / image | vs fixed-n 10,000 | " + " | ".join(f"r = {r:g}" for r in GRID) + " |")
+    print("| sigma | procedure | samples / image | vs fixed-n 10,000 | "
+          + " | ".join(f"r = {r:g}" for r in GRID) + " |")
     print("| --- | --- | ---: | ---: | " + " | ".join("---:" for _ in GRID) + " |")
     for sigma in ("0.25", "0.5"):
         base = None
