@@ -134,6 +134,7 @@ def _fail(message):
 
 
 def test_cpu_runtime_sessions_that_fail_fall_back_to_pytorch(demo_model, monkeypatch, capsys):
+    monkeypatch.setenv("DMAE_FAST_CACHE", "off")  # an entry another test cached would add its own notice (rebuilt)
     monkeypatch.setattr(cpu_runtimes.OpenVinoChunks, "__init__", _fail("[GENERAL_ERROR] could not compile model"))
     monkeypatch.setattr(cpu_runtimes.OrtChunks, "__init__", _fail("ONNXRuntimeError: INVALID_GRAPH"))
     engine = TorchEngine(demo_model, CPU, "fp32")
