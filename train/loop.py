@@ -71,7 +71,9 @@ class Summary:
     best: dict[str, Any] | None
 
 
-def _micro_batch(config: RunConfig, context: Context, samples: int) -> int:
+def micro_batch_size(config: RunConfig, context: Context, samples: int) -> int:
+    """The images one rank puts through at a time; UserError if ``optim.batch_size`` does not split
+    evenly over the ranks and accumulation steps, or ``samples`` training images are too few."""
     optim = config.optim
     parts = context.world_size * optim.accum_steps
     if optim.batch_size % parts:
@@ -116,7 +118,7 @@ def train(
 ) -> Summary:
     """Run (or continue) the schedule; ``stop_after``: stop once that many epochs are done."""
     optim, device = config.optim, context.device
-    micro = _micro_batch(config, context, len(data.train))
+    micro = micro_batch_size(config, context, len(data.train))
     sampler = DistributedSampler(data.train, context.world_size, context.rank, shuffle=True, seed=config.seed)
     loader_kwargs = {"batch_size": micro, "sampler": sampler, "drop_last": True,
                      "num_workers": config.data.num_workers,
