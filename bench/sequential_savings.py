@@ -26,13 +26,12 @@ from scipy.stats import norm
 
 from dmae_fast.stats.bounds import max_radius
 from dmae_fast.stats.sequential import (
-    FUTILITY_MODES,
-    PAPER_RADII,
     SequentialCertifier,
     SequentialConfig,
     default_looks,
     lower_bounds,
 )
+from dmae_fast.stats.settings import FUTILITY_MODES, PAPER_RADII
 
 N0, N_MAX, ALPHA, IMAGES = 100, 10_000, 0.001, 1_000
 GRID = (0.0, *PAPER_RADII)

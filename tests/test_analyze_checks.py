@@ -170,10 +170,10 @@ def _in_a_thread(args: list[str], fifo: Path) -> list[int]:
     status: list[int] = []
     reader = threading.Thread(target=lambda: status.append(analyze_main(args)), daemon=True)
     reader.start()
-    reader.join(60)  # refusing takes milliseconds
+    reader.join(300)  # refusing takes milliseconds
     if reader.is_alive():  # a writer that opens and closes the FIFO ends the blocked read, then the test fails
         os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
-        reader.join(60)
+        reader.join(300)
     return status
 
 

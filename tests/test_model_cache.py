@@ -101,7 +101,7 @@ def test_a_fifo_at_an_entrys_path_is_a_miss_that_gets_replaced(cache):
     got = []
     reader = threading.Thread(target=lambda: got.append(cache.read("k")), daemon=True)
     reader.start()
-    reader.join(timeout=60)  # a hang guard: the read takes microseconds
+    reader.join(timeout=300)  # a hang guard: the read takes microseconds
     if reader.is_alive():  # the old code: let the blocked open through before failing
         os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
         pytest.fail("reading a FIFO entry blocked")

@@ -84,11 +84,11 @@ def test_a_second_real_process_is_refused_while_the_first_runs(tmp_path, referen
                              stderr=subprocess.PIPE, text=True, env=env)
     try:
         lock = Path(str(out) + ".lock")
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 900
         while not lock.exists() and first.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         second = subprocess.run([sys.executable, "-m", "dmae_fast.cli.certify", *RUN, "--resume", "--out", str(out)],
-                                capture_output=True, text=True, env=env, timeout=120)
+                                capture_output=True, text=True, env=env, timeout=900)
     finally:
         first.wait(timeout=300)
     assert second.returncode == 2, second.stderr
@@ -112,7 +112,7 @@ def _start(out: Path, *extra: str) -> subprocess.Popen:
 
 def _wait_for_rows(path: Path, rows: int, process: subprocess.Popen) -> int:
     """Wait until ``path`` holds at least ``rows`` rows; returns how many it holds then."""
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 900
     while time.monotonic() < deadline and process.poll() is None:
         if path.exists() and (held := path.read_text().count("\n") - 1) >= rows:
             return held
@@ -134,7 +134,7 @@ def _signal_mid_run(out: Path, signum: int) -> tuple[subprocess.Popen, str]:
         _wait_for_rows(out, 2, process)
         process.send_signal(signum)
         held = out.read_text().count("\n") - 1
-        _, err = process.communicate(timeout=120)
+        _, err = process.communicate(timeout=900)
         if process.returncode == 128 + signum or held < 12:
             return process, err
     raise AssertionError("every run had written all its rows before the test process could signal it")
@@ -190,7 +190,7 @@ def test_a_signal_during_overwrite_leaves_the_old_file(tmp_path, small):
     process = _start(out, "--overwrite")
     _wait_for_rows(Path(str(out) + ".partial"), 1, process)
     process.send_signal(signal.SIGTERM)
-    _, err = process.communicate(timeout=120)
+    _, err = process.communicate(timeout=900)
     assert process.returncode == 143, err
     assert out.read_bytes() == small.read_bytes()
     assert "is unchanged" in err.strip().splitlines()[-1] and ".partial" in err
@@ -260,7 +260,7 @@ time.sleep(60)
 """], stdout=subprocess.PIPE, text=True)
     assert child.stdout.readline().strip() == "written"
     child.kill()
-    child.wait(timeout=30)
+    child.wait(timeout=300)
     from dmae_fast.results import read_results
 
     assert read_results(out).idx.tolist() == list(range(50))
@@ -332,11 +332,11 @@ def test_a_signal_during_training_resumes_to_the_same_weights(tmp_path, trained,
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     process = subprocess.Popen([sys.executable, "-m", "dmae_fast.cli.train", *TRAIN, "--set", "optim.epochs=8",
                                 "--out", str(out)], stderr=subprocess.PIPE, text=True, env=env)
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 900
     while not (out / "checkpoint.pt").exists() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
     process.send_signal(signum)
-    _, err = process.communicate(timeout=120)
+    _, err = process.communicate(timeout=900)
     if process.returncode == 0:
         pytest.skip("the run finished before the signal arrived")
     assert process.returncode == 128 + signum, err

@@ -14,13 +14,12 @@ from dmae_fast.errors import UserError
 from dmae_fast.stats.bounds import lower_confidence_bound
 from dmae_fast.stats.decisions import ABSTAIN, certify_from_counts
 from dmae_fast.stats.sequential import (
-    FUTILITY_MODES,
-    PAPER_RADII,
     SequentialCertifier,
     SequentialConfig,
     default_looks,
     lower_bounds,
 )
+from dmae_fast.stats.settings import FUTILITY_MODES, PAPER_RADII
 
 TRIALS = 100_000
 N0 = 100

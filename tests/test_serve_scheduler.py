@@ -75,7 +75,7 @@ def test_mixed_plans_share_batches_and_match_the_offline_streamer(engine, images
     jobs = [Job(image, *plans[i % 3], collector.done_for(i)) for i, image in enumerate(images)]
     scheduler.submit(jobs[:4])
     scheduler.submit(jobs[4:])
-    assert collector.event.wait(120)
+    assert collector.event.wait(900)
     scheduler.close(10)
     assert [job.index for job in jobs] == list(range(500, 509))  # consecutive, in admission order
     for k, (plan, decide) in enumerate(plans):
@@ -95,7 +95,7 @@ def test_a_partial_batch_waits_for_max_wait_then_runs(engine, images):
     collector = Collector(1)
     start = time.monotonic()
     scheduler.submit([Job(images[0], SamplingPlan.predict(50), None, collector.done_for(0))])
-    assert collector.event.wait(60)
+    assert collector.event.wait(600)
     assert time.monotonic() - start >= 0.28  # nothing else came: the 50 rows ran after the wait
     scheduler.close(10)
 
@@ -109,7 +109,7 @@ def test_cancelled_images_free_their_slot_and_are_not_answered(engine, images):
     scheduler.cancel([long])
     quick = [Job(images[i], SamplingPlan.predict(40), None, collector.done_for(i)) for i in (1, 2)]
     scheduler.submit(quick)
-    assert collector.event.wait(60)
+    assert collector.event.wait(600)
     assert set(collector.results) == {1, 2}
     assert scheduler.stats().admitted == 0 and scheduler.stats().on_device == 0
     scheduler.close(10)
@@ -122,7 +122,7 @@ def test_queue_bound_and_index_range(engine, images):
     with pytest.raises(QueueFull):
         scheduler.submit([Job(images[i], plan, None, collector.done_for(i)) for i in range(4)])
     scheduler.submit([Job(images[i], plan, None, collector.done_for(i)) for i in range(3)])
-    assert collector.event.wait(60)
+    assert collector.event.wait(600)
     with pytest.raises(IndicesExhausted):  # 2**32 - 1 is left: two images do not fit
         scheduler.submit([Job(images[i], plan, None, lambda r: None) for i in range(2)])
     scheduler.close(10)
@@ -140,7 +140,7 @@ def test_default_indices_are_drawn_at_random_on_admission(engine, images):
         jobs = [Job(image, plan, None, collector.done_for(i)) for i, image in enumerate(images)]
         for job in jobs:
             scheduler.submit([job])
-        assert collector.event.wait(60)
+        assert collector.event.wait(600)
         assert scheduler.stats().next_index is None
         scheduler.close(10)
         indices = [job.index for job in jobs]
@@ -170,7 +170,7 @@ def test_non_finite_logits_fail_that_image_only(engine, images):
     collector = Collector(2)
     scheduler.submit([Job(torch.ones(SHAPE), SamplingPlan.predict(20), None, collector.done_for(0))])
     scheduler.submit([Job(images[0], SamplingPlan.predict(20), None, collector.done_for(1))])
-    assert collector.event.wait(60)
+    assert collector.event.wait(600)
     scheduler.close(10)
     assert isinstance(collector.results[0], Exception)
     assert not isinstance(collector.results[1], Exception) and int(np.sum(collector.results[1])) == 20
