@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import sys
 
-from dmae_fast.certification.launch import die_with_launcher
-from dmae_fast.cli.entry import start
+from dmae_fast.errors import exit_on_signals
+
+exit_on_signals(None)  # before the imports below: a signal now ends this rank silently (the launcher says it)
+
+from dmae_fast.certification.launch import die_with_launcher  # noqa: E402
+from dmae_fast.cli.entry import start  # noqa: E402
 
 
 def rank_main() -> int:
