@@ -87,7 +87,7 @@ def cohen_program(images: int, n0: int = N0, n: int = N) -> None:
     from dmae_fast.bench.reference_loops import COHEN
     from dmae_fast.checkpoints import load_classifier
     from dmae_fast.data import demo_digits
-    from dmae_fast.demo import DEMO_CHECKPOINT
+    from dmae_fast.demo_files import DEMO_CHECKPOINT
     from dmae_fast.stats.bounds import lower_confidence_bound, radius
 
     model = load_classifier(DEMO_CHECKPOINT).eval()

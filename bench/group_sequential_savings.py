@@ -33,11 +33,8 @@ from dmae_fast.bench.sequential_savings import (
     SCENARIOS,
     population,
 )
-from dmae_fast.stats.group_sequential import (
-    GroupSequentialCertifier,
-    GroupSequentialConfig,
-    boundary_table,
-)
+from dmae_fast.stats.boundary_dp import boundary_table
+from dmae_fast.stats.group_sequential import GroupSequentialCertifier, GroupSequentialConfig
 from dmae_fast.stats.sequential import (
     SequentialCertifier,
     SequentialConfig,

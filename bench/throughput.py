@@ -20,7 +20,7 @@ from dmae_fast.bench.reference_loops import ReferenceLoop
 from dmae_fast.certification.fast_stream import FastBatches, FastPath
 from dmae_fast.certification.stream import ImageBatches
 from dmae_fast.checkpoints import load_classifier
-from dmae_fast.demo import DEMO_CHECKPOINT
+from dmae_fast.demo_files import DEMO_CHECKPOINT
 from dmae_fast.engines import Engine, TorchEngine
 from dmae_fast.model import SmoothingClassifier
 

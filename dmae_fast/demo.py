@@ -24,9 +24,7 @@ from pathlib import Path
 
 import torch
 
-from dmae_fast.certification.choices import (
-    DEMO_CHECKPOINT,  # re-exported: the demo model file
-)
+from dmae_fast.demo_files import DEMO_CHECKPOINT  # re-exported: the demo model file
 
 
 def demo_commands(work: Path) -> list[list[str]]:

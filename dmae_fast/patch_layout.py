@@ -4,7 +4,7 @@ A ViT's patch embedding is a stride-p convolution with a p x p kernel: one matri
 over the image's L patches of C*p*p values each. The CPU fast path (``dmae-certify --fast`` on
 a CPU) feeds its exported classifier those rows, normalized, instead of images: the compiled
 noise kernel writes them (:func:`dmae_fast.fast_noise.noisy_patches`) and the graph starts
-with one matrix product (:class:`dmae_fast.export.graphs.PatchGraph`). An image input costs
+with one matrix product (:class:`dmae_fast.engines.graphs.PatchGraph`). An image input costs
 a normalization pass, a layout reorder and a convolution instead: a fifth of the time of
 ``dmae-bench cpu``'s small 224x224 ViT in OpenVINO (bench/results/2026-11-25-cpu-fast/patch-input/).
 

@@ -1,26 +1,20 @@
-"""Tab-separated results files: writing them row by row, and reading them back.
+"""Tab-separated results files: their columns, and reading them back (ours and Cohen et al.'s).
 
 Certification files have the columns of :data:`CERTIFY_COLUMNS`, prediction files those
 of :data:`PREDICT_COLUMNS`. Their leading columns are exactly those of Cohen et al.'s
 reference ``certify.py`` / ``predict.py`` (same order), so tools written for the reference
-files read ours, and :func:`read_results` reads both. Numbers that carry a guarantee are
-never rounded in its favour: the radius is written rounded down to 6 decimals (Cohen's
-files round it to 3 significant digits, which can round it UP: 0.79964 -> 0.8),
-``pA_lower`` rounded down to 10 decimals, the PREDICT p-value rounded up.
+files read ours, and :func:`read_results` reads both. :mod:`dmae_fast.results_writer` writes
+them.
 """
 
 from __future__ import annotations
 
-import datetime
-import decimal
 import math
 import os
 import re
-import time
-from dataclasses import astuple, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
-from typing import Callable, Literal, TextIO
+from typing import Callable, Literal
 
 import numpy as np
 
@@ -40,222 +34,19 @@ REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
     "predict": ("idx", "label", "predict", "correct", "time"),
 }
 MAX_RESULTS_BYTES = 256 * 2**20  # ~2.5M rows of ours (about 110 bytes each); a larger file is refused, not read
-SYNC_SECONDS = 1.0  # the most a power failure can take from a results file (see ResultsWriter)
 
 Kind = Literal["certify", "predict"]
 Mode = Literal["new", "append", "overwrite"]
 PathLike = str | os.PathLike[str]
-
-
-@dataclass(frozen=True)
-class CertifyRow:
-    """One certified test image. ``predict == -1`` means abstain; ``time`` is in seconds."""
-
-    idx: int
-    label: int
-    predict: int
-    radius: float
-    correct: int
-    time: float
-    n0: int
-    n: int
-    nA: int
-    pA_lower: float
-    sigma: float
-    procedure: str
-
-
-@dataclass(frozen=True)
-class PredictRow:
-    """One smoothed prediction. ``predict == -1`` means abstain; ``time`` is in seconds."""
-
-    idx: int
-    label: int
-    predict: int
-    correct: int
-    time: float
-    n: int
-    count1: int
-    count2: int
-    pvalue: float
-    sigma: float
-
-
-Row = CertifyRow | PredictRow  # one result row of either kind
-
-
-def _fmt_time(seconds: float) -> str:
-    return str(datetime.timedelta(seconds=float(seconds)))
-
-
-def _fmt_text(value: str) -> str:
-    if "\t" in value or "\n" in value or "\r" in value:
-        raise ValueError(f"results field {value!r} contains a tab or a line break")
-    return value
-
-
-# Exact decimal arithmetic on a float's full expansion (at most 1,074 digits).
-_EXACT = decimal.Context(prec=2000)
+# as written: decimals of the radius and of pA_lower, significant digits of the p-value (see results_writer)
 RADIUS_DECIMALS = 6
 P_LOWER_DECIMALS = 10
 PVALUE_DIGITS = 6
 
 
-def floor_decimals(value: float, decimals: int) -> str:
-    """``value`` (finite, >= 0) rounded DOWN to ``decimals`` places, e.g. 0.7999999 -> '0.799999'.
-
-    Certified radii and lower confidence bounds are written this way so that a reader never
-    sees more than was proven: the number read back is never above ``value``.
-    """
-    exact = decimal.Decimal(float(value))
-    if not exact.is_finite() or exact < 0:
-        raise ValueError(f"cannot write {value!r} as a radius or bound (finite and >= 0 only)")
-    quantum = decimal.Decimal(1).scaleb(-decimals)
-    return f"{exact.quantize(quantum, rounding=decimal.ROUND_FLOOR, context=_EXACT):f}"
-
-
-def ceil_significant(value: float, digits: int) -> str:
-    """``value`` (finite, >= 0) rounded UP to ``digits`` significant digits, in the form
-    '1.00005e-03'. p-values are written this way: one read back is never below the true one."""
-    exact = decimal.Decimal(float(value))
-    if not exact.is_finite() or exact < 0:
-        raise ValueError(f"cannot write {value!r} as a p-value (finite and >= 0 only)")
-    if exact == 0:
-        return f"{0.0:.{digits - 1}e}"
-    exponent = exact.adjusted()
-    quantum = decimal.Decimal(1).scaleb(1 - digits)
-    mantissa = exact.scaleb(-exponent, context=_EXACT).quantize(quantum, rounding=decimal.ROUND_CEILING,
-                                                                 context=_EXACT)
-    if mantissa >= 10:
-        mantissa, exponent = decimal.Decimal(1).quantize(quantum), exponent + 1
-    return f"{mantissa:f}e{'-' if exponent < 0 else '+'}{abs(exponent):02d}"
-
-
-_FORMATTERS: dict[str, Callable[[object], str]] = {
-    "radius": lambda v: floor_decimals(v, RADIUS_DECIMALS),
-    "time": _fmt_time,
-    "pA_lower": lambda v: floor_decimals(v, P_LOWER_DECIMALS),
-    "pvalue": lambda v: ceil_significant(v, PVALUE_DIGITS),
-    "sigma": lambda v: repr(float(v)),
-    "procedure": lambda v: _fmt_text(str(v)),
-}
-
-
-def _format_row(row: CertifyRow | PredictRow, columns: tuple[str, ...]) -> str:
-    cells = [_FORMATTERS.get(name, lambda v: str(int(v)))(value)
-             for name, value in zip(columns, astuple(row))]
-    return "\t".join(cells) + "\n"
-
-
-class ResultsWriter:
-    """Writes a results file row by row; use as a context manager.
-
-    ``mode="new"`` refuses an existing file; ``"append"`` continues a file whose header
-    matches (creating it if missing, dropping a last line cut off by a crash);
-    ``"overwrite"`` writes ``path + ".partial"`` and renames it over ``path`` only when
-    the ``with`` block ends without an exception.
-
-    Durability: every row is handed to the operating system as it is written, so a crash
-    of the process (even SIGKILL) loses nothing; the file is fsynced at most every
-    ``SYNC_SECONDS`` and when it is closed, so a power failure or OS crash loses at most
-    the rows of the last ``SYNC_SECONDS`` (a torn last line is dropped on ``--resume``).
-    """
-
-    def __init__(self, path: PathLike, kind: Kind = "certify", mode: Mode = "new") -> None:
-        if kind not in REQUIRED_COLUMNS:
-            raise ValueError(f"unknown results kind {kind!r}")
-        self.path = os.fspath(path)
-        self.kind = kind
-        self.mode = mode
-        self._row_type = CertifyRow if kind == "certify" else PredictRow
-        self._columns = columns_of(kind)
-        header = "\t".join(self._columns)
-        if mode == "new":
-            self._target = self.path
-            self._file = self._open(self.path, "x")
-            self._file.write(header + "\n")
-        elif mode == "append":
-            self._target = self.path
-            needs_header = _prepare_append(self.path, header, kind)
-            self._file = self._open(self.path, "a")
-            if needs_header:
-                self._file.write(header + "\n")
-        elif mode == "overwrite":
-            if os.path.isdir(self.path):
-                raise UserError(f"{self.path} is a directory, not a results file")
-            self._target = self.path + ".partial"
-            self._file = self._open(self._target, "w")
-            self._file.write(header + "\n")
-        else:
-            raise ValueError(f"unknown ResultsWriter mode {mode!r}")
-        self._sync()
-
-    def _open(self, path: str, how: str) -> TextIO:
-        try:
-            return open(path, how, encoding="utf-8", newline="\n")
-        except FileExistsError:
-            raise UserError(
-                f"{path} exists; pass --overwrite to replace it or --resume to continue it"
-            ) from None
-        except FileNotFoundError:
-            raise UserError(
-                f"cannot create {path}: directory {os.path.dirname(path) or '.'} does not exist"
-            ) from None
-        except IsADirectoryError:
-            raise UserError(f"{path} is a directory, not a results file") from None
-        except OSError as exc:
-            raise UserError(f"cannot open {path}: {exc.strerror}") from None
-
-    def _sync(self) -> None:
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        self._synced = time.monotonic()
-
-    def write(self, row: CertifyRow | PredictRow) -> None:
-        """Append one row: to the operating system at once, to the disk within SYNC_SECONDS."""
-        if not isinstance(row, self._row_type):
-            raise TypeError(f"a {self.kind} results file takes {self._row_type.__name__}, "
-                            f"got {type(row).__name__}")
-        self._file.write(_format_row(row, self._columns))
-        self._file.flush()
-        if time.monotonic() - self._synced >= SYNC_SECONDS:
-            self._sync()
-
-    def close(self, success: bool = True) -> None:
-        """Close the file; in overwrite mode, replace ``path`` only if ``success``."""
-        if self._file.closed:
-            return
-        self._sync()
-        self._file.close()
-        if self.mode == "overwrite" and success:
-            os.replace(self._target, self.path)
-
-    def __enter__(self) -> ResultsWriter:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close(success=exc_type is None)
-
-
-def _prepare_append(path: str, header: str, kind: Kind) -> bool:
-    """Check the header of an existing file and cut off an unterminated last line.
-
-    Returns True when the file is missing or empty, so the header still has to be written.
-    """
-    if not os.path.exists(path):
-        return True
-    data = read_regular_file(path, MAX_RESULTS_BYTES)
-    first, newline, _ = data.partition(b"\n")
-    found = first.rstrip(b"\r").decode("utf-8", errors="replace")
-    if newline and found != header or not newline and not header.startswith(found):
-        raise UserError(f"{path} cannot be resumed: its header {found!r} is not that of a "
-                        f"{kind} results file ({header!r}); pass --overwrite to replace it")
-    keep = data.rfind(b"\n") + 1
-    if keep < len(data):
-        with open(path, "rb+") as f:
-            f.truncate(keep)
-    return keep == 0
+def columns_of(kind: Kind) -> tuple[str, ...]:
+    """The columns a results file of ``kind`` has, in order."""
+    return CERTIFY_COLUMNS if kind == "certify" else PREDICT_COLUMNS
 
 
 @dataclass
@@ -440,11 +231,6 @@ def read_kept_rows(path: PathLike) -> ResultsTable | None:
     if not any(line.strip() for line in lines):
         return None
     return _parse_table(path, lines)
-
-
-def columns_of(kind: Kind) -> tuple[str, ...]:
-    """The columns a results file of ``kind`` has, in order."""
-    return CERTIFY_COLUMNS if kind == "certify" else PREDICT_COLUMNS
 
 
 def read_row_lines(path: PathLike, kind: Kind) -> list[str]:

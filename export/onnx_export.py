@@ -10,10 +10,9 @@ from types import ModuleType
 import torch
 from torch import nn
 
+from dmae_fast.engines.graphs import OPSET
 from dmae_fast.engines.sidecar import EMBEDDED_KEY, OUTPUT_NAME
 from dmae_fast.errors import UserError
-
-OPSET = 17  # LayerNormalization is an ONNX operator from opset 17; TensorRT 10 parses opsets 9-24
 
 
 def import_onnx() -> ModuleType:

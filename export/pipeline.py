@@ -24,10 +24,10 @@ import torch
 
 from dmae_fast import __version__
 from dmae_fast.checkpoints import load_classifier
-from dmae_fast.data import DEMO
-from dmae_fast.demo import DEMO_CHECKPOINT
+from dmae_fast.demo_files import DEMO, DEMO_CHECKPOINT
 from dmae_fast.engines import engine_class, resolve_device
 from dmae_fast.engines.front_end import front_end_path, write_front_end
+from dmae_fast.engines.graphs import build_graph, example_input
 from dmae_fast.engines.sidecar import (
     SUFFIX_BY_KIND,
     BatchRange,
@@ -41,7 +41,6 @@ from dmae_fast.engines.tensorrt_engine import import_tensorrt
 from dmae_fast.errors import UserError
 from dmae_fast.export.aoti_export import write_pt2
 from dmae_fast.export.config import FORMATS, MAX_INPUT_SIZE, ExportConfig
-from dmae_fast.export.graphs import build_graph, example_input
 from dmae_fast.export.onnx_export import write_onnx
 from dmae_fast.export.parity import measure_parity
 from dmae_fast.export.tensorrt_build import (

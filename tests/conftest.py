@@ -7,7 +7,8 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from dmae_fast.engines.torch_engine import ieee_fp32_convolutions
+from dmae_fast.engines.torch_engine import TorchEngine, ieee_fp32_convolutions
+from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier
 
 if torch.cuda.is_available():  # fp32 comparisons with the CPU (tests/test_kernels.py) need IEEE convolutions
     ieee_fp32_convolutions()
@@ -24,6 +25,14 @@ def _with_torch_threads(count: int) -> Iterator[None]:
 def one_torch_thread() -> Iterator[None]:
     """Tiny runs: one thread is as fast and does not crawl when the CPUs are busy."""
     yield from _with_torch_threads(1)
+
+
+@pytest.fixture(scope="module")
+def tiny_engine(one_torch_thread: None) -> TorchEngine:
+    """A small seeded random ViT on the CPU (3x8x8 inputs, 10 classes): the scheduler's tests share it."""
+    torch.manual_seed(0)
+    spec = ClassifierSpec(EncoderConfig(32, 2, 2, patch_size=4, img_size=16), num_classes=10, input_size=8)
+    return TorchEngine(SmoothingClassifier(spec), torch.device("cpu"))
 
 
 @pytest.fixture(scope="module")

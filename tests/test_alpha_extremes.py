@@ -15,13 +15,13 @@ from scipy.special import betaincinv, gammaln, ndtr
 
 from dmae_fast.cli.certify import main
 from dmae_fast.errors import UserError
+from dmae_fast.stats.boundary_dp import fixed_n_failures
 from dmae_fast.stats.bounds import lower_confidence_bound
 from dmae_fast.stats.decisions import certify_from_counts
 from dmae_fast.stats.group_sequential import (
     FINAL_SHIFT,
     GroupSequentialCertifier,
     GroupSequentialConfig,
-    fixed_n_failures,
 )
 from dmae_fast.stats.sequential import SequentialCertifier, SequentialConfig
 

@@ -19,7 +19,8 @@ from dmae_fast.certification.config import CertifyConfig
 from dmae_fast.certification.record import result_row
 from dmae_fast.certification.stream import ImageCounts
 from dmae_fast.cli.analyze import main as analyze_main
-from dmae_fast.results import ResultsWriter, read_results
+from dmae_fast.results import read_results
+from dmae_fast.results_writer import ResultsWriter
 
 CLASSES = 10
 # (idx, label, class selected, its votes, samples used; the other votes go to the next class).

@@ -33,7 +33,8 @@ from dmae_fast.demo import DEMO_CHECKPOINT
 from dmae_fast.engines.sidecar import BatchRange
 from dmae_fast.export import ExportConfig, export_engines
 from dmae_fast.noise import gaussian_noise, uint32_stream
-from dmae_fast.results import ceil_significant, floor_decimals, read_results
+from dmae_fast.results import read_results
+from dmae_fast.results_writer import ceil_significant, floor_decimals
 
 SOURCE = Path(__file__).resolve().parents[1] / "examples" / "cpp"
 SEED = 2**40 + 12345  # a seed whose high word matters

@@ -33,13 +33,13 @@ from dmae_fast.checkpoints import load_classifier
 from dmae_fast.cli.certify import main as certify_main
 from dmae_fast.data import demo_digits
 from dmae_fast.demo import DEMO_CHECKPOINT
-from dmae_fast.engines import TorchEngine, cpu_runtimes
+from dmae_fast.engines import TorchEngine, cpu_graphs, cpu_runtimes
+from dmae_fast.engines.cpu_graphs import onnx_bytes
 from dmae_fast.engines.cpu_runtimes import (
     OpenVinoChunks,
     OrtChunks,
     TorchChunks,
     cpu_classifier,
-    onnx_bytes,
 )
 from dmae_fast.fast_noise import COMPILED, REFERENCE, NoiseSource
 from dmae_fast.memory import keep_freed_memory
@@ -241,7 +241,7 @@ def test_openvino_compiles_the_full_batch_sizes_and_one_model_for_the_rest(demo)
 def test_the_pooled_tail_graph_is_the_classifier(demo):
     """The exported graph applies the last fc2 after the pool: the same logits to float rounding;
     a class-token classifier keeps timm's forward (the rewrite does not apply to it)."""
-    from dmae_fast.export.graphs import ImageGraph, pooled_tail_applies
+    from dmae_fast.engines.graphs import ImageGraph, pooled_tail_applies
     from dmae_fast.model import SmoothingClassifier
 
     model, _ = demo
@@ -360,7 +360,7 @@ def test_a_runtime_that_disagrees_with_pytorch_fails_its_parity_check(demo, monk
     model, _ = demo
     kind = OrtChunks if runtime == "onnxruntime" else OpenVinoChunks
     monkeypatch.setattr(kind, "logits", lambda self, chunk: torch.zeros(len(chunk), 10))
-    with pytest.raises(cpu_runtimes.ParityMismatch, match=f"{name} differs from PyTorch"):
+    with pytest.raises(cpu_graphs.ParityMismatch, match=f"{name} differs from PyTorch"):
         cpu_classifier(TorchEngine(model, CPU, "fp32"), "fp32", 0.25, print, 1, runtime)
 
 
@@ -526,22 +526,22 @@ def _assert_is_the_classifier(classifier, model):
     with torch.inference_mode():
         want = model.eval()(noisy)
     inputs = noisy if classifier.layout is None else classifier.layout.inputs(noisy)
-    assert float((classifier.logits(inputs) - want).abs().max()) <= cpu_runtimes.PARITY_TOLERANCE
+    assert float((classifier.logits(inputs) - want).abs().max()) <= cpu_graphs.PARITY_TOLERANCE
 
 
 def _count_calls(monkeypatch, *names):
-    """The names of the cpu_runtimes functions ``names`` as they are called from now on."""
+    """The names of the cpu_graphs functions ``names`` as they are called from now on."""
     calls = []
     for name in names:
-        original = getattr(cpu_runtimes, name)
-        monkeypatch.setattr(cpu_runtimes, name,
+        original = getattr(cpu_graphs, name)
+        monkeypatch.setattr(cpu_graphs, name,
                             lambda *args, name=name, original=original: calls.append(name) or original(*args))
     return calls
 
 
 def _refuse(monkeypatch, *names):
     for name in names:
-        monkeypatch.setattr(cpu_runtimes, name, lambda *args, name=name: pytest.fail(f"{name} called on a warm start"))
+        monkeypatch.setattr(cpu_graphs, name, lambda *args, name=name: pytest.fail(f"{name} called on a warm start"))
 
 
 @pytest.mark.parametrize("runtime", CACHED_RUNTIMES)

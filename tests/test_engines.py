@@ -123,6 +123,31 @@ def test_torch_engine_for_tokens():
     assert torch.equal(engine.classify(tokens), model(images).argmax(1))
 
 
+# --------------------------------------------------------------------------- what an engine offers
+
+
+def test_engines_declare_what_they_offer(demo_onnx, tmp_path):
+    """Bodies ask an engine what it offers, never its class: a checkpoint its model (and that model
+    cast to the engine's precision), an engine file its path and sidecar, a token engine itself as a
+    body behind the front end stored beside it; what is not offered is None."""
+    checkpoint = open_engine(DEMO_CHECKPOINT, EngineOptions(device="cpu"))
+    assert isinstance(checkpoint.model, SmoothingClassifier) and checkpoint.cast_model() is checkpoint.model  # fp32
+    assert checkpoint.path is None and checkpoint.meta is None and checkpoint.token_body() is None
+    bf16 = TorchEngine(checkpoint.model, torch.device("cpu"), "bf16").cast_model()
+    assert bf16 is not checkpoint.model and bf16.head.weight.dtype == torch.bfloat16
+    image = open_engine(demo_onnx)
+    assert image.model is None and image.cast_model() is None and image.token_body() is None
+    assert image.path == demo_onnx and image.meta is not None and image.meta.kind == "onnx"
+    tokens = export_onnx(tmp_path, "demo", "demo-tokens", input="tokens")
+    engine = open_engine(tokens, EngineOptions(input="tokens"))
+    body = engine.token_body()
+    assert engine.model is None and body is not None and body.engine is engine
+    assert body.file == tokens and body.kind == "onnx" and body.front_end.spec.encoder.depth == 0
+    images = torch.rand(4, 3, 8, 8)
+    with torch.no_grad():  # the checkpoint's front end
+        assert torch.allclose(body.front_end.tokens(images), checkpoint.model.tokens(images), atol=1e-6)
+
+
 # --------------------------------------------------------------------------- options that cannot apply
 
 

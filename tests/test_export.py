@@ -23,12 +23,12 @@ from dmae_fast.cli.certify import main as certify_main
 from dmae_fast.cli.export import main as export_main
 from dmae_fast.demo import DEMO_CHECKPOINT
 from dmae_fast.engines import EngineOptions, open_engine
+from dmae_fast.engines.graphs import ImageGraph, bicubic_matrix
 from dmae_fast.engines.sidecar import BatchRange, read_sidecar
 from dmae_fast.engines.tensorrt_engine import TENSORRT_MISSING
 from dmae_fast.errors import UserError
 from dmae_fast.export import ExportConfig, export_engines
 from dmae_fast.export import parity as parity_module
-from dmae_fast.export.graphs import ImageGraph, bicubic_matrix
 from dmae_fast.export.onnx_export import operators, write_onnx
 from dmae_fast.export.tensorrt_build import (
     TENSORRT_ONNX_OPS,

@@ -189,20 +189,6 @@ def test_an_aoti_package_that_fails_to_load_stops_the_run_in_one_line(engine, mo
         AOTIEngine(tmp_path / "model.pt2", meta, "cpu")
 
 
-def test_the_body_choice_and_its_reason():
-    from dmae_fast.certification.choices import chosen_body
-
-    assert chosen_body(None, False, False, {}) == ("fast", "the default (--body plain runs the plain reference body)")
-    assert chosen_body("plain", False, False, {}) == ("plain", "--body plain")
-    assert chosen_body(None, True, False, {"DMAE_FAST_BODY": "plain"}) == ("fast", "--fast")
-    assert chosen_body(None, False, False, {"DMAE_FAST_BODY": "plain"}) == ("plain", "DMAE_FAST_BODY=plain")
-    assert chosen_body(None, False, True, {})[0] == "plain"  # --fused & co. pick their own body
-    with pytest.raises(UserError, match="--fast and --body plain contradict"):
-        chosen_body("plain", True, False, {})
-    with pytest.raises(UserError, match="DMAE_FAST_BODY='quick': choose fast or plain"):
-        chosen_body(None, False, False, {"DMAE_FAST_BODY": "quick"})
-
-
 def test_dmae_certify_runs_the_fast_body_by_default_and_says_why(monkeypatch, tmp_path, capsys):
     monkeypatch.delenv("DMAE_FAST_BODY")
     out = tmp_path / "default.tsv"
@@ -211,7 +197,8 @@ def test_dmae_certify_runs_the_fast_body_by_default_and_says_why(monkeypatch, tm
     err = capsys.readouterr().err
     assert "worker(s) x 1 thread" in err and "(fast body: the default (--body plain runs" in err
     record = json.loads(out.with_name("default.tsv.json").read_text())
-    assert record["config"]["fast"] and record["config"]["body_reason"].startswith("fast body: the default")
+    assert record["config"]["fast"] and record["body"]["name"] == "fast"
+    assert record["body"]["reason"].startswith("the default")
     assert record["body_fallbacks"] == []
 
 

@@ -15,7 +15,7 @@ from dmae_fast.certification.fast_stream import STAGES, FastBatches, FastPath, S
 from dmae_fast.certification.stream import SamplingPlan, StreamingCertifier  # noqa: E402
 from dmae_fast.checkpoints import save_classifier  # noqa: E402
 from dmae_fast.cli.certify import main  # noqa: E402
-from dmae_fast.engines import EngineOptions, TorchEngine, open_engine  # noqa: E402
+from dmae_fast.engines import Engine, EngineOptions, TorchEngine, open_engine  # noqa: E402
 from dmae_fast.engines.front_end import front_end_path  # noqa: E402
 from dmae_fast.errors import UserError  # noqa: E402
 from dmae_fast.export import ExportConfig, export_engines  # noqa: E402
@@ -99,7 +99,7 @@ def test_fused_on_the_cpu_with_kernels_compiled_for_the_gpu_falls_back_with_a_no
 
 
 def test_non_torch_engines_are_refused():
-    class Foreign:
+    class Foreign(Engine):
         spec, device, precision, description = _engine().spec, CPU, "fp32", "onnxruntime on cpu"
 
     with pytest.raises(UserError, match="needs a PyTorch checkpoint"):

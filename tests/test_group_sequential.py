@@ -12,15 +12,14 @@ import pytest
 from scipy.stats import norm
 
 from dmae_fast.errors import UserError
+from dmae_fast.stats import boundary_dp as dp
 from dmae_fast.stats import group_sequential as gs
+from dmae_fast.stats.boundary_dp import boundary_table, crossing_probabilities, fixed_n_failures
 from dmae_fast.stats.decisions import ABSTAIN
 from dmae_fast.stats.group_sequential import (
     GroupSequentialCertifier,
     GroupSequentialConfig,
-    boundary_table,
-    crossing_probabilities,
     default_looks,
-    fixed_n_failures,
 )
 from dmae_fast.stats.sequential import lower_bounds
 
@@ -64,14 +63,14 @@ def test_calibrated_bounds_are_exact_and_maximal(alpha, q):
     for k in range(len(looks)):  # one more failure allowed at look k overspends its plan
         looser = bounds.copy()
         looser[k] += 1
-        assert np.cumsum(brute_force(looks, looser, q))[k] > planned[k] * (1 - gs.MARGIN)
+        assert np.cumsum(brute_force(looks, looser, q))[k] > planned[k] * (1 - dp.MARGIN)
 
 
 def test_fft_dp_matches_direct_convolution(monkeypatch):
     looks = default_looks(10_000)
     bounds = certifier(1.0, 10_000).failures[0]
     fast = crossing_probabilities(looks, bounds, 0.5)
-    monkeypatch.setattr(gs, "DIRECT", 10 ** 9)
+    monkeypatch.setattr(dp, "DIRECT", 10 ** 9)
     assert np.abs(fast - crossing_probabilities(looks, bounds, 0.5)).sum() < 1e-13
 
 

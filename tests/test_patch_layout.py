@@ -16,8 +16,9 @@ from dmae_fast.certification.stream import (
     StreamingCertifier,
 )
 from dmae_fast.engines import TorchEngine
-from dmae_fast.engines.cpu_runtimes import OrtChunks, onnx_bytes
-from dmae_fast.export.graphs import PatchGraph
+from dmae_fast.engines.cpu_graphs import onnx_bytes
+from dmae_fast.engines.cpu_runtimes import OrtChunks
+from dmae_fast.engines.graphs import PatchGraph
 from dmae_fast.fast_noise import COMPILED, REFERENCE, NoiseSource
 from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier
 from dmae_fast.noise import gaussian_noise

@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch.distributed as dist
 
+from dmae_fast.certification.ranks import join
 from dmae_fast.certification.run import CertifyConfig, certify_dataset
+from dmae_fast.cli.certify import main
 from dmae_fast.demo import DEMO_CHECKPOINT
 from dmae_fast.errors import UserError
 from dmae_fast.results import read_results
@@ -31,3 +34,36 @@ def test_certify_dataset_refuses_bad_input_before_writing(tmp_path):
     with pytest.raises(UserError, match="sigma"):
         certify_dataset(config)
     assert not (tmp_path / "x.tsv").exists()
+
+
+def test_a_single_process_is_a_world_of_one(monkeypatch):
+    """Outside torchrun a run's world is this process alone: rank 0 and the only rank, no process group,
+    the images claimed in turn from a local counter, its own figures the job's."""
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    world = join("cpu")
+    assert (world.rank, world.world, world.primary, world.device) == (0, 1, True, None)  # the configured device
+    assert list(world.claims(3)) == [0, 1, 2]
+    world.add_progress(1, 10)
+    world.add_progress(1, 20)
+    assert world.progress() == (2, 30)
+    assert world.fail("bad input") and world.failed() is None  # no other rank to stop: this one says why
+    world.finish({"images": 2})
+    assert world.wait_for_all(lambda: None) == [{"images": 2}]
+    assert not dist.is_initialized()
+
+
+def test_a_config_is_validated_once_at_the_edge(tmp_path, monkeypatch):
+    """dmae-certify checks its options before loading anything and the run does not check them again;
+    a library caller's config is checked once by certify_dataset (open_run checks only the config with
+    the sigma it resolved, a new one)."""
+    checked: list[CertifyConfig] = []
+    validate = CertifyConfig.validate
+    monkeypatch.setattr(CertifyConfig, "validate", lambda config: (checked.append(config), validate(config))[1])
+    small = ["--data", "demo", "--max", "1", "--n0", "10", "--n", "50", "--device", "cpu", "--quiet"]
+    assert main([*small, "--out", str(tmp_path / "cli.tsv")]) == 0
+    assert sum(config is checked[0] for config in checked) == 1
+    checked.clear()
+    config = CertifyConfig(engine=str(DEMO_CHECKPOINT), data="demo", out=str(tmp_path / "api.tsv"), sigma=None,
+                           n0=10, n=50, max_images=1, device="cpu", progress=False)
+    certify_dataset(config)
+    assert sum(c is config for c in checked) == 1

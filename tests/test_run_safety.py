@@ -251,7 +251,7 @@ def test_rows_survive_sigkill_and_fsync_is_bounded(tmp_path, monkeypatch):
     out = tmp_path / "killed.tsv"
     child = subprocess.Popen([sys.executable, "-c", f"""
 import sys, time
-from dmae_fast.results import CertifyRow, ResultsWriter
+from dmae_fast.results_writer import CertifyRow, ResultsWriter
 writer = ResultsWriter({str(out)!r})
 for i in range(50):
     writer.write(CertifyRow(i, 1, 1, 0.5, 1, 0.01, 100, 1000, 990, 0.98, 0.25, "cohen-fixed-n"))
@@ -265,7 +265,7 @@ time.sleep(60)
 
     assert read_results(out).idx.tolist() == list(range(50))
 
-    import dmae_fast.results as results
+    import dmae_fast.results_writer as results
 
     calls = []
     real = os.fsync

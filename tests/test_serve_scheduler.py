@@ -14,8 +14,6 @@ import torch
 from dmae_fast.certification.bodies import BodyOptions, batch_body
 from dmae_fast.certification.scheduler import Job
 from dmae_fast.certification.stream import SamplingPlan, StreamingCertifier
-from dmae_fast.engines import TorchEngine
-from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier
 from dmae_fast.serve.scheduler import IndicesExhausted, QueueFull, Scheduler
 from dmae_fast.stats.procedure import sequential_certifier
 
@@ -24,10 +22,8 @@ SHAPE = (3, 8, 8)
 
 
 @pytest.fixture(scope="module")
-def engine(one_torch_thread):
-    torch.manual_seed(0)
-    spec = ClassifierSpec(EncoderConfig(32, 2, 2, patch_size=4, img_size=16), num_classes=10, input_size=8)
-    return TorchEngine(SmoothingClassifier(spec), torch.device("cpu"))
+def engine(tiny_engine):
+    return tiny_engine
 
 
 @pytest.fixture(scope="module")
@@ -72,9 +68,10 @@ def test_mixed_plans_share_batches_and_match_the_offline_streamer(engine, images
     rows = []
     scheduler = _scheduler(engine, batch=64, on_batch=lambda r, s: rows.append(r))
     collector = Collector(len(images))
-    jobs = [Job(image, *plans[i % 3], collector.done_for(i)) for i, image in enumerate(images)]
-    scheduler.submit(jobs[:4])
-    scheduler.submit(jobs[4:])
+    jobs = [Job(image, *plans[i % 3]) for i, image in enumerate(images)]
+    answers = [collector.done_for(i) for i in range(len(images))]
+    scheduler.submit(jobs[:4], answers[:4])
+    scheduler.submit(jobs[4:], answers[4:])
     assert collector.event.wait(900)
     scheduler.close(10)
     assert [job.index for job in jobs] == list(range(500, 509))  # consecutive, in admission order
@@ -94,7 +91,7 @@ def test_a_partial_batch_waits_for_max_wait_then_runs(engine, images):
     scheduler = _scheduler(engine, batch=1000, max_wait_s=0.3)
     collector = Collector(1)
     start = time.monotonic()
-    scheduler.submit([Job(images[0], SamplingPlan.predict(50), None, collector.done_for(0))])
+    scheduler.submit([Job(images[0], SamplingPlan.predict(50))], [collector.done_for(0)])
     assert collector.event.wait(600)
     assert time.monotonic() - start >= 0.28  # nothing else came: the 50 rows ran after the wait
     scheduler.close(10)
@@ -103,12 +100,12 @@ def test_a_partial_batch_waits_for_max_wait_then_runs(engine, images):
 def test_cancelled_images_free_their_slot_and_are_not_answered(engine, images):
     scheduler = _scheduler(engine, batch=32, slots=2)
     collector = Collector(2)
-    long = Job(images[0], SamplingPlan.predict(2_000_000), None, collector.done_for(0))
-    scheduler.submit([long])
+    long = Job(images[0], SamplingPlan.predict(2_000_000))
+    scheduler.submit([long], [collector.done_for(0)])
     time.sleep(0.2)
     scheduler.cancel([long])
-    quick = [Job(images[i], SamplingPlan.predict(40), None, collector.done_for(i)) for i in (1, 2)]
-    scheduler.submit(quick)
+    quick = [Job(images[i], SamplingPlan.predict(40)) for i in (1, 2)]
+    scheduler.submit(quick, [collector.done_for(i) for i in (1, 2)])
     assert collector.event.wait(600)
     assert set(collector.results) == {1, 2}
     assert scheduler.stats().admitted == 0 and scheduler.stats().on_device == 0
@@ -120,11 +117,11 @@ def test_queue_bound_and_index_range(engine, images):
     plan = SamplingPlan.predict(10)
     collector = Collector(3)
     with pytest.raises(QueueFull):
-        scheduler.submit([Job(images[i], plan, None, collector.done_for(i)) for i in range(4)])
-    scheduler.submit([Job(images[i], plan, None, collector.done_for(i)) for i in range(3)])
+        scheduler.submit([Job(images[i], plan) for i in range(4)], [collector.done_for(i) for i in range(4)])
+    scheduler.submit([Job(images[i], plan) for i in range(3)], [collector.done_for(i) for i in range(3)])
     assert collector.event.wait(600)
     with pytest.raises(IndicesExhausted):  # 2**32 - 1 is left: two images do not fit
-        scheduler.submit([Job(images[i], plan, None, lambda r: None) for i in range(2)])
+        scheduler.submit([Job(images[i], plan) for i in range(2)], [lambda r: None] * 2)
     scheduler.close(10)
 
 
@@ -137,9 +134,9 @@ def test_default_indices_are_drawn_at_random_on_admission(engine, images):
     for _ in range(2):
         scheduler = _scheduler(engine, first_index=None)
         collector = Collector(len(images))
-        jobs = [Job(image, plan, None, collector.done_for(i)) for i, image in enumerate(images)]
-        for job in jobs:
-            scheduler.submit([job])
+        jobs = [Job(image, plan) for image in images]
+        for i, job in enumerate(jobs):
+            scheduler.submit([job], [collector.done_for(i)])
         assert collector.event.wait(600)
         assert scheduler.stats().next_index is None
         scheduler.close(10)
@@ -168,9 +165,35 @@ def test_non_finite_logits_fail_that_image_only(engine, images):
     scheduler = Scheduler(body, engine.device, SHAPE, 32, 0.0, 8, 8, 0)
     scheduler.start()
     collector = Collector(2)
-    scheduler.submit([Job(torch.ones(SHAPE), SamplingPlan.predict(20), None, collector.done_for(0))])
-    scheduler.submit([Job(images[0], SamplingPlan.predict(20), None, collector.done_for(1))])
+    scheduler.submit([Job(torch.ones(SHAPE), SamplingPlan.predict(20))], [collector.done_for(0)])
+    scheduler.submit([Job(images[0], SamplingPlan.predict(20))], [collector.done_for(1)])
     assert collector.event.wait(600)
     scheduler.close(10)
     assert isinstance(collector.results[0], Exception)
     assert not isinstance(collector.results[1], Exception) and int(np.sum(collector.results[1])) == 20
+
+
+def test_a_failed_batch_fails_its_images_and_the_server_keeps_serving(engine, images):
+    body = batch_body(engine, SIGMA, SEED, 32, BodyOptions(noise="reference"))
+    run, batches = body.run, []
+
+    def failing(*rows):
+        batches.append(len(rows[0]))
+        run(*rows)
+        if len(batches) == 2:  # the first batch after the warm-up
+            raise RuntimeError("device lost")
+
+    body.run = failing
+    scheduler = Scheduler(body, engine.device, SHAPE, 32, 0.0, 8, 8, 0)
+    scheduler.start()
+    first, then = Collector(1), Collector(2)
+    scheduler.submit([Job(images[0], SamplingPlan.predict(50))], [first.done_for(0)])
+    assert first.event.wait(600)
+    scheduler.submit([Job(images[i], SamplingPlan.predict(50)) for i in (1, 2)], [then.done_for(i) for i in (1, 2)])
+    assert then.event.wait(600)
+    assert scheduler.alive and scheduler.stats().admitted == 0
+    scheduler.close(10)
+    failure = first.results[0]
+    assert type(failure) is RuntimeError and str(failure) == "the classifier failed: RuntimeError: device lost"
+    offline = _offline(engine, SamplingPlan.predict(50), [(1, images[1], 0), (2, images[2], 0)])
+    assert all(np.array_equal(then.results[i], offline[i]) for i in (1, 2))

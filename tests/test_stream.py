@@ -9,7 +9,7 @@ from dmae_fast.certification.stream import ImageBatches, SamplingPlan, Streaming
 from dmae_fast.engines import TorchEngine
 from dmae_fast.errors import UserError
 from dmae_fast.fast_noise import COMPILED, REFERENCE, NoiseSource
-from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier
+from dmae_fast.model import SmoothingClassifier
 from dmae_fast.noise import gaussian_noise
 from dmae_fast.stats.plan import Phase
 
@@ -30,10 +30,8 @@ class SpyEngine:
 
 
 @pytest.fixture(scope="module")
-def engine():
-    torch.manual_seed(0)
-    spec = ClassifierSpec(EncoderConfig(32, 2, 2, patch_size=4, img_size=16), num_classes=10, input_size=8)
-    return TorchEngine(SmoothingClassifier(spec), torch.device("cpu"))
+def engine(tiny_engine):
+    return tiny_engine
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
-"""Which batch body runs a certification: the one place that maps options and device to a body.
+"""Which batch body runs a certification: the one place that maps :class:`BodyOptions` and device
+to a body (:func:`resolve_body`, which returns the body built and why, :class:`ResolvedBody`).
 
 * plain (default): :class:`~dmae_fast.certification.stream.ImageBatches`, any engine;
 * ``--fast`` on a CPU: :class:`~dmae_fast.certification.cpu_batches.ChunkedCpuBatches`
@@ -23,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from dmae_fast.certification.body_options import BodyOptions
 from dmae_fast.certification.cpu_batches import (
     ChunkedCpuBatches,
     chunk_rows,
@@ -37,49 +39,63 @@ from dmae_fast.engines.base import Engine
 from dmae_fast.engines.cpu_runtimes import cpu_classifier
 from dmae_fast.fast_noise import NoiseSource
 from dmae_fast.memory import keep_freed_memory
-from dmae_fast.model import SmoothingClassifier
 
 
 @dataclass(frozen=True)
-class BodyOptions:
-    """How the batches of a run are computed (none of it changes the results beyond rounding)."""
+class ResolvedBody:
+    """A body built for ``options``, and why. ``name``, ``reason`` and ``description`` follow the body
+    in use: a body that failed mid-run was replaced by the next simpler one (:meth:`BodyChain.replace`)."""
 
-    fast: bool = False  # the fastest body for the device
-    fused: bool = False
-    compile: bool = False
-    cuda_graphs: bool = False
-    noise: str = "compiled"  # "reference": the torch-op noise (slow; for checking)
-    workers: int | None = None  # CPU fast path: worker threads (default: one per core)
-    chunk: int | None = None  # CPU fast path: rows per chunk (default: fits the L2 cache)
-    cpu_runtime: str = "auto"  # CPU fast path: "openvino", "onnxruntime", "torch" (auto: the first installed)
-    patch_input: bool = True  # CPU fast path: feed an exported checkpoint patch rows where it allows (else images)
+    body: BatchBody
+    options: BodyOptions
 
-    def gpu_path(self, device_type: str, profiling: bool) -> FastPath | None:
-        """The GPU-style fast body's options, or None when it is not the body to use."""
-        if self.fast and device_type == "cuda":
-            return FastPath(fused=True, compile=True, cuda_graphs=True)
-        if self.fused or self.compile or self.cuda_graphs or profiling:
-            return FastPath(fused=self.fused, compile=self.compile, cuda_graphs=self.cuda_graphs)
-        return None
+    @property
+    def current(self) -> BatchBody:
+        chain = getattr(self.body, "chain", None)
+        return self.body if chain is None else chain.body
+
+    @property
+    def name(self) -> str:
+        """"plain" (the reference body) or "fast" (any other)."""
+        return "plain" if isinstance(self.current, ImageBatches) else "fast"
+
+    @property
+    def reason(self) -> str:
+        """Why this body: the options' reason, and why it is not the body they asked for where it is not."""
+        options = self.options
+        why = options.reason or ("fast=True" if options.fast else " ".join(options.parts) or "the default")
+        if self.name == options.body:
+            return why
+        if self.name == "fast":
+            return f"{why}; a token engine runs only behind the fast body's front end"
+        return f"{why}; every fast body failed (the notices say how)"
+
+    def __str__(self) -> str:
+        return f"{self.name} body: {self.reason}"
+
+    def record(self) -> dict:
+        """The body in use and why, for run records and /v1/model (beside its description, "engine")."""
+        return {"name": self.name, "reason": self.reason}
 
 
 def _notice(message: str) -> None:
     print(f"dmae-fast: {message}", file=sys.stderr)
 
 
-def batch_body(engine: Engine, sigma: float, seed: int, batch: int, options: BodyOptions,
-               timer: StageTimer | None = None) -> BatchBody:
-    """The batch body for ``engine`` and ``options`` (see the module doc): the fastest one asked
-    for that builds, runs and agrees with the plain body on a trial batch, else the next simpler
-    one (:mod:`dmae_fast.certification.fallback`). ``body.fallbacks`` lists the one-line notices
-    of the bodies that were passed over (also printed); ``body.chain`` gives the next body if
-    this one fails mid-run."""
+def resolve_body(engine: Engine, sigma: float, seed: int, batch: int, options: BodyOptions,
+                 timer: StageTimer | None = None) -> ResolvedBody:
+    """The batch body for ``engine`` and ``options`` (see the module doc), and why: the fastest one
+    asked for that builds, runs and agrees with the plain body on a trial batch, else the next simpler
+    one (:mod:`dmae_fast.certification.fallback`). ``body.fallbacks`` lists the one-line notices of
+    the bodies that were passed over (also printed); ``body.chain`` gives the next body if this one
+    fails mid-run. A ``timer`` (a per-stage profile) times the fast path's stages."""
+    options = replace(options, profile=options.profile or timer is not None)
     compiled = options.noise == "compiled"
     if engine.device.type == "cpu":
         keep_freed_memory()
     chain = BodyChain(engine, _notice)
-    path = options.gpu_path(engine.device.type, timer is not None)
-    if options.fast and engine.device.type == "cpu" and timer is None and engine.input == "image":
+    path = _fast_path(options, engine.device.type)
+    if options.fast and engine.device.type == "cpu" and not options.profile and engine.input == "image":
         candidates = _cpu_candidates(engine, sigma, seed, batch, options, compiled, chain.notice)
     elif path is not None or engine.input == "tokens":
         candidates = _fast_candidates(engine, sigma, seed, batch, path or FastPath(), timer, compiled, chain.notice)
@@ -91,7 +107,22 @@ def batch_body(engine: Engine, sigma: float, seed: int, batch: int, options: Bod
                                                       chain.notice), reference)
     if timer is not None:
         timer.reset()  # the trial batches are not part of the profile
-    return body
+    return ResolvedBody(body, options)
+
+
+def batch_body(engine: Engine, sigma: float, seed: int, batch: int, options: BodyOptions,
+               timer: StageTimer | None = None) -> BatchBody:
+    """:func:`resolve_body`'s body alone."""
+    return resolve_body(engine, sigma, seed, batch, options, timer).body
+
+
+def _fast_path(options: BodyOptions, device_type: str) -> FastPath | None:
+    """The GPU-style fast body's parts, or None when it is not the body to use."""
+    if options.fast and device_type == "cuda":
+        return FastPath(fused=True, compile=True, cuda_graphs=True)
+    if options.parts:
+        return FastPath(fused=options.fused, compile=options.compile, cuda_graphs=options.cuda_graphs)
+    return None
 
 
 def _plain(engine: Engine, sigma: float, seed: int, batch: int, timer: StageTimer | None,
@@ -139,7 +170,7 @@ def _cpu_candidates(engine: Engine, sigma: float, seed: int, batch: int, options
 
     reads: list[Path] = []
     candidates = [Candidate("the CPU fast body", functools.partial(build, options.cpu_runtime, reads), reads)]
-    checkpoint = isinstance(getattr(engine, "model", None), SmoothingClassifier)
+    checkpoint = engine.model is not None
     if checkpoint and engine.precision == "fp32" and options.cpu_runtime != "torch":
         candidates.append(Candidate("the CPU fast body on PyTorch", functools.partial(build, "torch", [])))
     return candidates

@@ -7,13 +7,13 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from dmae_fast.certification.choices import CPU_RUNTIMES, NOISE_CHOICES, SHARD_CHOICES
+from dmae_fast.certification.body_options import BodyOptions
+from dmae_fast.certification.choices import SHARD_CHOICES
 from dmae_fast.errors import UserError
 from dmae_fast.model.config import sigma_problem
 from dmae_fast.stats.settings import FUTILITY_MODES, SEQUENTIAL_TESTS
 
 if TYPE_CHECKING:
-    from dmae_fast.certification.bodies import BodyOptions
     from dmae_fast.stats.procedure import Procedure
 
 MAX_BATCH = 2**20  # noisy samples per forward pass; far beyond any device's memory at 224x224
@@ -51,11 +51,13 @@ class CertifyConfig:
     resume: bool = False
     radii: tuple[float, ...] | None = None  # summary radii; radii of interest with --sequential
     progress: bool = True
-    fast: bool = False  # the fastest body for the device (CPU: cpu_batches; CUDA: the three below)
-    body_reason: str | None = None  # why this body (dmae-certify's --body choice), for the start line and record
-    fused: bool = False  # fast path: Triton noise + patch embedding
-    compile: bool = False  # fast path: torch.compile the body
-    cuda_graphs: bool = False  # fast path: capture and replay each batch
+    # the batch body (BodyOptions; the record's "body" names the one that ran): the fastest for the device,
+    # else the fast path's parts named (fused: Triton noise + patch embedding; compile; cuda_graphs), else plain
+    fast: bool = False
+    body_reason: str | None = None  # why this body was asked for (e.g. "--fused"), for the start line and record
+    fused: bool = False
+    compile: bool = False
+    cuda_graphs: bool = False
     noise: str = "compiled"  # or "reference": the torch-op noise
     cpu_runtime: str = "auto"  # --fast on a CPU: the classifier's runtime (cpu_batches.CPU_RUNTIMES)
     profile: str | None = None  # directory for a torch profiler trace + per-stage table
@@ -64,10 +66,9 @@ class CertifyConfig:
 
     @property
     def body_options(self) -> BodyOptions:
-        from dmae_fast.certification.bodies import BodyOptions
-
         return BodyOptions(fast=self.fast, fused=self.fused, compile=self.compile, cuda_graphs=self.cuda_graphs,
-                           noise=self.noise, cpu_runtime=self.cpu_runtime)
+                           profile=self.profile is not None, noise=self.noise, cpu_runtime=self.cpu_runtime,
+                           reason=self.body_reason or "")
 
     def procedure(self) -> Procedure:
         """The procedure this run asks for (``sigma`` resolved)."""
@@ -78,11 +79,6 @@ class CertifyConfig:
             return Procedure(ProcedureSpec(PREDICT, self.n, self.alpha, self.sigma))
         return Procedure(ProcedureSpec(CERTIFY, self.n, self.alpha, self.sigma, self.n0, self.sequential,
                                        self.radii or PAPER_RADII, self.looks, self.futility, self.sequential_test))
-
-    @property
-    def fast_body(self) -> bool:
-        """Whether a fast body (not the plain one) may run: token engines need one."""
-        return self.fast or self.fused or self.compile or self.cuda_graphs or self.profile is not None
 
     def validate(self) -> None:
         checks = [
@@ -106,12 +102,9 @@ class CertifyConfig:
              "--looks, --futility and --sequential-test apply to --sequential; add --sequential"),
             (self.futility is None or self.futility in FUTILITY_MODES,
              f"--futility must be one of {', '.join(FUTILITY_MODES)}, got {self.futility!r}"),
-            (self.noise in NOISE_CHOICES, f"--noise must be one of {', '.join(NOISE_CHOICES)}, got {self.noise!r}"),
-            (self.cpu_runtime in CPU_RUNTIMES,
-             f"--cpu-runtime must be one of {', '.join(CPU_RUNTIMES)}, got {self.cpu_runtime!r}"),
-            (self.cpu_runtime == "auto" or self.fast, "--cpu-runtime applies to --fast (on a CPU); add --fast"),
             (self.shard in SHARD_CHOICES, f"--shard must be one of {', '.join(SHARD_CHOICES)}, got {self.shard!r}"),
         ]
         for ok, message in checks:
             if not ok:
                 raise UserError(message)
+        self.body_options.validate()

@@ -39,10 +39,8 @@ from torch.profiler import record_function
 
 from dmae_fast.certification.core import zero_counts
 from dmae_fast.certification.stream import count
-from dmae_fast.engines.base import Engine, predicted_classes
-from dmae_fast.engines.exported import ExportedEngine
-from dmae_fast.engines.front_end import load_front_end
-from dmae_fast.engines.torch_engine import PRECISIONS, TorchEngine, precision_model
+from dmae_fast.engines.base import Engine, TokenBody, predicted_classes
+from dmae_fast.engines.torch_engine import PRECISIONS
 from dmae_fast.errors import UserError
 from dmae_fast.fast_noise import NoiseSource
 from dmae_fast.kernels.frontend_reference import (
@@ -122,14 +120,14 @@ def _notice(message: str) -> None:
     print(f"dmae-fast: {message}", file=sys.stderr)
 
 
-def _front_and_body(engine: Engine) -> tuple[SmoothingClassifier, ExportedEngine | None]:
-    """(the classifier whose front end makes the tokens, the exported token engine that runs
-    the body or None when the classifier's own torch body does)."""
-    model = getattr(engine, "model", None)
-    if isinstance(model, SmoothingClassifier):
-        return model, None
-    if isinstance(engine, ExportedEngine) and engine.input == "tokens":
-        return load_front_end(engine.path, engine.meta).to(engine.device), engine
+def _front_and_body(engine: Engine) -> tuple[SmoothingClassifier, TokenBody | None]:
+    """(the classifier whose front end makes the tokens, the token engine that runs the body or
+    None when the classifier's own torch body does)."""
+    if engine.model is not None:
+        return engine.model, None
+    token_body = engine.token_body()
+    if token_body is not None:
+        return token_body.front_end, token_body
     raise UserError(f"the fast path (--fused/--compile/--cuda-graphs/--profile) needs a PyTorch checkpoint or "
                     f"a token engine (dmae-export --input tokens), not {engine.description}")
 
@@ -140,20 +138,18 @@ class FastBatches:
 
     def __init__(self, engine: Engine, sigma: float, seed: int, batch_size: int, options: FastPath = FastPath(),
                  timer: StageTimer | None = None, noise: NoiseSource | None = None) -> None:
-        self.model, self.token_engine = _front_and_body(engine)
+        self.model, self.token_body = _front_and_body(engine)
         self.noise = noise or NoiseSource(engine.device)  # the unfused front end's noise
         self.device, self.spec, self.precision = engine.device, engine.spec, engine.precision
         self.sigma, self.seed, self.batch_size, self.timer = sigma, seed, batch_size, timer
         self.options = self._available(options)
-        self.dtype = PRECISIONS[engine.precision] if self.token_engine is None else None  # engines take fp32
+        self.dtype = PRECISIONS[engine.precision] if self.token_body is None else None  # engines take fp32
         # the body's weights: cast once to fp16/bf16 or fp8 (the front end and E stay on the fp32 classifier)
         cast = self.dtype is not None and (engine.precision == "fp8" or not self.options.autocast)
-        if engine.precision == "fp8" and isinstance(engine, TorchEngine):
-            self._body_model = engine.runs  # quantized once, by the engine
-        else:
-            self._body_model = precision_model(self.model, engine.precision) if cast else self.model
+        cast_model = engine.cast_model() if cast else None
+        self._body_model = self.model if cast_model is None else cast_model
         self._autocast_dtype = None if cast else self.dtype
-        if self.token_engine is None:
+        if self.token_body is None:
             self._description = f"torch {self.options.describe()} {engine.precision} on {self.device}"
         else:
             graphs = " + cuda-graphs" if self.options.cuda_graphs else ""
@@ -193,8 +189,8 @@ class FastBatches:
             if reason is not None:
                 _notice(f"fused front end unavailable ({reason}); using the unfused front end")
                 options = dataclasses.replace(options, fused=False)
-        if options.compile and self.token_engine is not None:
-            _notice(f"torch.compile off ({self.token_engine.path.name} is compiled already)")
+        if options.compile and self.token_body is not None:
+            _notice(f"torch.compile off ({self.token_body.file.name} is compiled already)")
             options = dataclasses.replace(options, compile=False)
         if options.compile and self.precision == "fp8" and options.compile_mode.startswith("max-autotune"):
             # on an H200, autotuning the float8 products of even the tiny demo model had not
@@ -208,8 +204,8 @@ class FastBatches:
                 why = "no CUDA device"
             elif self.timer is not None:
                 why = "profiling times each stage"
-            elif self.token_engine is not None and self.token_engine.meta.kind != "aoti":
-                why = f"{self.token_engine.meta.kind} engines are not captured; .pt2 engines are"
+            elif self.token_body is not None and self.token_body.kind != "aoti":
+                why = f"{self.token_body.kind} engines are not captured; .pt2 engines are"
             if why is not None:
                 _notice(f"CUDA graphs off ({why})")
                 options = dataclasses.replace(options, cuda_graphs=False)
@@ -281,14 +277,14 @@ class FastBatches:
             count(self._counts, slot, position, predicted, self._ones)
 
     def _classify_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
-        if self.token_engine is not None:
-            return self.token_engine.classify(tokens)
+        if self.token_body is not None:
+            return self.token_body.engine.classify(tokens)
         with self._autocast():
             return predicted_classes(self._body_model.forward_tokens(tokens))
 
     def _classify_images(self, images: torch.Tensor) -> torch.Tensor:
-        if self.token_engine is not None:
-            return self.token_engine.classify(self.model.tokens(images))
+        if self.token_body is not None:
+            return self.token_body.engine.classify(self.model.tokens(images))
         with self._autocast():
             return predicted_classes(self._body_model(images.to(self.dtype or images.dtype)))
 

@@ -7,22 +7,20 @@ import dataclasses
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from dmae_fast.certification.bodies import batch_body
+from dmae_fast.certification.bodies import ResolvedBody, resolve_body
 from dmae_fast.certification.choices import PROG
 from dmae_fast.certification.config import CertifyConfig
 from dmae_fast.certification.fast_stream import StageTimer
 from dmae_fast.certification.scheduler import BatchBody
+from dmae_fast.certification.smoother import open_smoother
 from dmae_fast.certification.stream import StreamingCertifier
 from dmae_fast.data import TensorImageDataset, open_dataset, subset_indices
-from dmae_fast.engines import Engine, EngineOptions, open_engine
-from dmae_fast.engines.sidecar import KIND_BY_SUFFIX, read_sidecar
+from dmae_fast.engines import Engine
 from dmae_fast.errors import UserError
-from dmae_fast.model.config import parse_normalization
 from dmae_fast.stats.procedure import Procedure
 
 
@@ -73,13 +71,6 @@ def _check_compatible(engine: Engine, dataset: Dataset, data: str) -> None:
         count = len(names) if names is not None else dataset.num_classes
         raise UserError(f"data {data} has {count} classes but the classifier has {spec.num_classes}")
 
-def _engine_input(config: CertifyConfig) -> str:
-    """"tokens" for a token engine on the fast path (its front end feeds it), else "image"."""
-    path = Path(config.engine)
-    if config.fast_body and path.suffix in KIND_BY_SUFFIX and path.is_file():
-        return read_sidecar(path).input
-    return "image"
-
 @dataclass(frozen=True)
 class OpenedRun:
     """What every process of a run opens: the classifier, the data, the images, the procedure."""
@@ -100,29 +91,25 @@ class OpenedRun:
 
     def body(self, timer: StageTimer | None = None) -> BatchBody:
         c = self.config
-        return batch_body(self.engine, c.sigma, c.seed, c.batch, c.body_options, timer)
+        return resolve_body(self.engine, c.sigma, c.seed, c.batch, c.body_options, timer).body
 
     def streamer(self, body: BatchBody) -> StreamingCertifier:
         c = self.config
         return StreamingCertifier(self.engine, self.procedure.plan, c.sigma, c.seed, c.batch, body)
 
     def announce(self, images: int, body: BatchBody, ranks: str = "") -> None:
+        """The start line: what runs, on which body and why."""
         c, plan = self.config, self.procedure.plan
         print(f"{PROG}: {images} images, {'up to ' if plan.looks else ''}{plan.total:,} samples each, "
-              f"{self.procedure.name}, sigma {c.sigma}, {body.description}"
-              f"{f' ({c.body_reason})' if c.body_reason else ''}, batch {c.batch}{ranks} -> {c.out}", file=sys.stderr)
+              f"{self.procedure.name}, sigma {c.sigma}, {body.description} ({ResolvedBody(body, c.body_options)}), "
+              f"batch {c.batch}{ranks} -> {c.out}", file=sys.stderr)
 
 def open_run(config: CertifyConfig, device: str | None = None) -> OpenedRun:
     """Open the classifier (on ``device``, default ``config.device``) and the data, and check they fit."""
-    mean, std = parse_normalization(config.normalize)
-    options = EngineOptions(device or config.device, config.precision, config.input_size, mean, std,
-                            _engine_input(config))
-    engine = open_engine(config.engine, options)
-    if config.sigma is None and engine.spec.sigma is None:
-        raise UserError("--sigma is required: the checkpoint does not record the sigma it was trained for")
-    sigma = config.sigma if config.sigma is not None else engine.spec.sigma
-    config = dataclasses.replace(config, sigma=sigma, precision=engine.precision)
-    config.validate()  # the sigma the checkpoint or sidecar recorded, like --sigma
+    smoother = open_smoother(config.engine, config.sigma, config.body_options, device or config.device,
+                             config.precision, config.input_size, config.normalize)
+    engine = smoother.engine
+    config = dataclasses.replace(config, sigma=smoother.sigma, precision=engine.precision)
     image_size = config.image_size if config.image_size is not None else engine.spec.input_size
     dataset = open_dataset(config.data, split=config.split, labels=config.labels, image_size=image_size)
     _check_compatible(engine, dataset, config.data)

@@ -1,7 +1,9 @@
-"""The processes of a multi-process run: ``torch.distributed`` as set up by ``torchrun``.
+"""The processes of a run as one of them sees them: a world of one (:class:`World`), or one rank of a
+multi-process run (:class:`Ranks`: ``torch.distributed`` as set up by ``torchrun``); :func:`join` gives this
+process's. The run driver (:mod:`dmae_fast.certification.run`) is the same code for both.
 
 ``torchrun`` (or SLURM, or anything that sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
-``MASTER_ADDR`` and ``MASTER_PORT``) starts the processes; :meth:`Ranks.from_env` joins its
+``MASTER_ADDR`` and ``MASTER_PORT``) starts the processes; :meth:`Ranks.join` joins its
 process group (NCCL for CUDA tensors, gloo for everything on the host) and its key-value
 store. Through the store the ranks claim images (an atomic counter), report progress and
 per-rank figures, and flag a failure so the others stop instead of waiting; small Python
@@ -23,8 +25,8 @@ import torch
 import torch.distributed as dist
 
 from dmae_fast.certification.launch import in_launched_rank
-from dmae_fast.certification.torchrun_env import restart_count
-from dmae_fast.errors import AlreadyReported, UserError
+from dmae_fast.certification.torchrun_env import restart_count, world_size
+from dmae_fast.errors import AlreadyReported, Interrupted, UserError
 
 T = TypeVar("T")
 START_TIMEOUT = timedelta(minutes=30)  # ranks must all reach start-up within this (loading a large engine)
@@ -43,9 +45,80 @@ def rank_device(device: str, local_rank: int) -> str:
     return device
 
 
+def join(device: str) -> World:
+    """This process's world: a rank of torchrun's job when ``WORLD_SIZE`` > 1, else a world of one.
+    ``device`` is the configured one; a rank's is its node's GPU (:func:`rank_device`)."""
+    if world_size() == 1:
+        return World()
+    local_rank = int(os.environ.get("LOCAL_RANK", "0") or 0)
+    try:
+        mine, error = rank_device(device, local_rank), None
+    except UserError as problem:  # said once every rank has started (Ranks.agree)
+        mine, error = "cpu", str(problem)
+    shared_gpu = mine.startswith("cuda:") and device == mine and int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1) > 1
+    ranks = Ranks.join(mine, shared_gpu)
+    ranks.device, ranks.device_error = mine, error
+    return ranks
+
+
+class World:
+    """A world of one: this process is rank 0 and the only rank; no process group, every step runs
+    here, the images are claimed in turn from a local counter (:class:`Ranks` overrides each)."""
+
+    device: str | None = None  # where this rank opens the classifier (None: the configured device)
+    device_error: str | None = None  # why this rank has no device (said once every rank has started)
+
+    def __init__(self) -> None:
+        self.rank, self.world = 0, 1
+        self._done = [0, 0]  # images, samples
+        self._figures: list[dict] = []
+
+    @property
+    def primary(self) -> bool:
+        return self.rank == 0
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        """Around the run: what ends it as it ends this process (see :meth:`Ranks.running`)."""
+        yield
+
+    def agree(self, step: Callable[[], T]) -> T:
+        return step()
+
+    def decide(self, step: Callable[[], T]) -> T:
+        return step()
+
+    def claims(self, total: int) -> Iterator[int]:
+        return iter(range(total))
+
+    def add_progress(self, images: int, samples: int) -> None:
+        self._done[0] += images
+        self._done[1] += samples
+
+    def progress(self) -> tuple[int, int]:
+        """(images, samples) finished so far."""
+        return self._done[0], self._done[1]
+
+    def fail(self, message: str) -> bool:
+        return True  # no one else to tell: this process says why
+
+    def failed(self) -> str | None:
+        return None
+
+    def check_failed(self) -> None:
+        if self.failed() is not None:
+            raise AlreadyReported(2)
+
+    def finish(self, figures: dict) -> None:
+        self._figures.append(figures)
+
+    def wait_for_all(self, tick: Callable[[], None]) -> list[dict]:
+        return self._figures
+
+
 @dataclass
-class Ranks:
-    """This process's place in the job, and the job-wide channels."""
+class Ranks(World):
+    """This process's place in a torchrun job, and the job-wide channels."""
 
     rank: int
     world: int
@@ -53,6 +126,8 @@ class Ranks:
     store: dist.Store
     objects: dist.ProcessGroup | None  # gloo group for Python objects (None: the default group is gloo)
     owns_group: bool
+    device: str | None = None
+    device_error: str | None = None
 
     @classmethod
     def join(cls, device: str, shared_gpu: bool = False) -> Ranks:
@@ -78,13 +153,22 @@ class Ranks:
         local = int(os.environ.get("LOCAL_RANK", "0"))
         return cls(dist.get_rank(), dist.get_world_size(), local, store, objects, owns)
 
-    @property
-    def primary(self) -> bool:
-        return self.rank == 0
-
-    def close(self) -> None:
-        if self.owns_group and dist.is_initialized():
-            dist.destroy_process_group()
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        """Around the run: an interrupted rank stays silent when a rank failed (it said why) and unless
+        it is rank 0; a store that is gone ends it with :meth:`lost`; the process group is left."""
+        try:
+            yield
+        except Interrupted as stop:
+            failed = self.failed() is not None
+            if failed or not self.primary:  # the failing rank, or rank 0, says what happened
+                raise AlreadyReported(2 if failed else stop.exit_status) from None
+            raise
+        except dist.DistError as error:  # from the store: the launcher that holds it is gone
+            raise self.lost(error) from None
+        finally:
+            if self.owns_group and dist.is_initialized():
+                dist.destroy_process_group()
 
     # ---------------------------------------------------------------- agreement at start-up
     def agree(self, step: Callable[[], T]) -> T:
@@ -181,10 +265,6 @@ class Ranks:
             return self.store.get("failed").decode() if self.store.check(["failed"]) else None
         except RuntimeError:
             return None
-
-    def check_failed(self) -> None:
-        if self.failed() is not None:
-            raise AlreadyReported(2)
 
     def finish(self, figures: dict) -> None:
         """Publish this rank's figures and count it done."""

@@ -15,6 +15,7 @@ import torch
 from tqdm import tqdm
 
 from dmae_fast import __version__
+from dmae_fast.certification.bodies import ResolvedBody
 from dmae_fast.certification.config import CertifyConfig
 from dmae_fast.certification.host import device_name
 from dmae_fast.certification.opened import OpenedRun
@@ -23,7 +24,8 @@ from dmae_fast.certification.scheduler import BatchBody
 from dmae_fast.certification.stream import ImageCounts
 from dmae_fast.integrity import file_sha256
 from dmae_fast.memory import keep_freed_memory
-from dmae_fast.results import CertifyRow, Mode, PredictRow, ResultsWriter, Row
+from dmae_fast.results import Mode
+from dmae_fast.results_writer import CertifyRow, PredictRow, ResultsWriter, Row
 from dmae_fast.stats.decisions import Certificate
 from dmae_fast.stats.procedure import Procedure
 
@@ -40,8 +42,8 @@ class RunRecord:
         if self.mode == "overwrite" and not final:
             return
         opened, procedure = self.opened, self.opened.procedure
-        chain = getattr(self.body, "chain", None)
-        body = self.body if chain is None else chain.body  # a body that failed mid-run was replaced
+        resolved = ResolvedBody(self.body, opened.config.body_options)
+        body = resolved.current  # a body that failed mid-run was replaced
         record = {
             "config": dataclasses.asdict(opened.config),
             "procedure": procedure.name,
@@ -49,6 +51,7 @@ class RunRecord:
             "plan": {"phases": [p.name for p in procedure.plan.phases], "sizes": procedure.plan.sizes,
                      "looks": procedure.plan.looks},
             "engine": body.description,
+            "body": resolved.record(),  # the body that ran ("fast" or "plain") and why
             "body_fallbacks": getattr(body, "fallbacks", []),
             "model_sha256": self.model_sha256,
             "threads": {"torch_intra_op": torch.get_num_threads(), "dataloader_workers": opened.workers,

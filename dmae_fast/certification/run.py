@@ -4,14 +4,21 @@
     result = certify_dataset(CertifyConfig(engine="model.safetensors", data="/imagenet/val", out="r.tsv",
                                            sigma=0.5, skip=50), on_row=print)
 
-This module is the single-process driver and the one-call API: the lock, the output mode,
-the batch body, the rows as images finish, the run record, profiling. Its parts live by job:
-what a run opens (:mod:`.opened`), the output and resume policy (:mod:`.output`), the record,
-rows and progress (:mod:`.record`), host facts (:mod:`.host`). The command
-(:mod:`dmae_fast.cli.certify`) parses arguments into a :class:`CertifyConfig`, calls
-:func:`certify_dataset` and prints the summary. Started by ``torchrun`` with more than one
-process, the same call runs one rank of a multi-process run
-(:mod:`dmae_fast.certification.distributed_run`, built on the same parts).
+One driver, :class:`Run`, for one process or many: a single process is a world of one, and under
+``torchrun`` (or SLURM setting its variables) with more than one process the same call runs one rank.
+
+    torchrun --nproc-per-node 8 -m dmae_fast.cli.certify --ckpt m.safetensors --data /imagenet/val --skip 50
+
+Every process opens the classifier (a rank on its GPU, ``cuda:LOCAL_RANK``) and the data; a failure on
+any rank stops every rank, and rank 0 prints the one line. Rank 0 takes the output (the lock on ``--out``,
+resume checks, merging the parts an interrupted run left) and hands every rank the images still to do.
+The processes share them (:mod:`.shards`); rank 0 waits for every rank, merges the parts into ``--out``
+sorted by ``idx`` and writes one run record (with each rank's device, images and samples/s). The noise
+is keyed by (seed, image, phase, sample), so ``--out`` is the file one process writes (up to the ``time``
+column) for any number of ranks, restarts or resumes. What differs by world size is in :mod:`.ranks`;
+the parts of a run live by job: what it opens (:mod:`.opened`), the output and resume policy
+(:mod:`.output`), the record, rows and progress (:mod:`.record`). The command
+(:mod:`dmae_fast.cli.certify`) parses arguments into a :class:`CertifyConfig`, runs it and prints the summary.
 """
 
 from __future__ import annotations
@@ -27,28 +34,153 @@ from torch.profiler import ProfilerActivity, profile
 
 from dmae_fast.certification.choices import PROG
 from dmae_fast.certification.config import CertifyConfig
-from dmae_fast.certification.distributed_run import certify_ranks
 from dmae_fast.certification.fallback import one_line
 from dmae_fast.certification.fast_stream import StageTimer
-from dmae_fast.certification.opened import open_run
-from dmae_fast.certification.output import (
-    check_out_before_loading,
-    images_to_do,
-    kept_after_interrupt,
-    output_mode,
-)
-from dmae_fast.certification.parts import clear_parts, has_parts
-from dmae_fast.certification.record import (
-    RowWriter,
-    RunRecord,
-    RunResult,
-    progress_bar,
-    show_progress,
-)
-from dmae_fast.certification.torchrun_env import world_size
-from dmae_fast.errors import Interrupted, UserError
+from dmae_fast.certification.host import device_name
+from dmae_fast.certification.opened import OpenedRun, open_run
+from dmae_fast.certification.output import check_out_before_loading, images_to_do, output_mode
+from dmae_fast.certification.parts import has_parts, start_parts
+from dmae_fast.certification.ranks import join
+from dmae_fast.certification.record import RunRecord, RunResult
+from dmae_fast.certification.shards import ImageShards, SampleShards
+from dmae_fast.errors import AlreadyReported, Interrupted, UserError
 from dmae_fast.locking import OutputLock
-from dmae_fast.results import ResultsWriter, Row
+from dmae_fast.results import Mode
+from dmae_fast.results_writer import Row
+
+
+def certify_dataset(config: CertifyConfig, on_row: Callable[[Row], None] | None = None) -> RunResult:
+    """Run one certification as configured: open the classifier and the data, check a resumed
+    file, stream the images, write each row (and pass it to ``on_row``) as the image finishes,
+    keep the run record ``<out>.json``.
+
+    The results file is locked for the whole run: a second run on the same ``out`` is refused.
+    A body that fails mid-run is replaced by the next simpler one (one line; the record's
+    ``body_fallbacks``); with none left, or on bad input, :class:`UserError` is raised after
+    the record says ``failed`` (``--resume`` continues); SIGINT/SIGTERM (with :func:`interrupt_on_signals`)
+    raise :class:`Interrupted` after marking the record, its ``kept`` saying what is on disk.
+    Under ``torchrun`` with more than one process this is one rank of a multi-process run;
+    ``on_row`` then sees the rows this process certified.
+    """
+    config.validate()
+    return Run(config, on_row).certify()
+
+
+class Run:
+    """One run in this process: its config, world (:func:`dmae_fast.certification.ranks.join`), opened
+    classifier, data and procedure, output and record. ``config`` is validated by the caller
+    (:func:`certify_dataset`, or the command before it loads anything)."""
+
+    def __init__(self, config: CertifyConfig, on_row: Callable[[Row], None] | None = None) -> None:
+        self.config, self.on_row = config, on_row or (lambda row: None)
+
+    def certify(self) -> RunResult:
+        """Run it (see :func:`certify_dataset`)."""
+        self.ranks = join(self.config.device)
+        with self.ranks.running(), contextlib.ExitStack() as self.held:
+            opened = self.ranks.agree(self._open)
+            self.config = opened.config  # sigma and precision resolved
+            mode, indices = self.ranks.decide(lambda: self._take_output(opened))
+            return self._certify(opened, mode, indices)
+
+    def _open(self) -> OpenedRun:
+        """Every process: check ``--out``, rank 0 locks it, open the classifier and the data."""
+        ranks, config = self.ranks, self.config
+        if ranks.device_error is not None:
+            raise UserError(ranks.device_error)
+        if config.profile and ranks.world > 1:
+            raise UserError("--profile profiles one process; run it without torchrun")
+        check_out_before_loading(config)
+        if ranks.primary:
+            self.held.enter_context(OutputLock(config.out, "results file"))
+        return open_run(config, ranks.device)
+
+    def _take_output(self, opened: OpenedRun) -> tuple[Mode, list[int]]:
+        """Rank 0: how the run treats ``--out``, and the images still to do."""
+        config = self.config
+        mode = output_mode(config)
+        if mode == "append" and config.resume and not Path(config.out).exists() and not has_parts(config.out):
+            print(f"{PROG}: --resume: {config.out} does not exist yet; starting the run", file=sys.stderr)
+        parts = self.ranks.world > 1 and config.shard == "images"
+        indices = images_to_do(opened, mode, parts=parts)
+        if parts:
+            start_parts(config.out, replacing=mode == "overwrite")
+        return mode, indices
+
+    def _certify(self, opened: OpenedRun, mode: Mode, indices: list[int]) -> RunResult:
+        ranks, config = self.ranks, self.config
+        timer = StageTimer(opened.engine.device) if config.profile else None
+        body = opened.body(timer)
+        sharing = {"world_size": ranks.world, "shard": config.shard} if ranks.world > 1 else {}
+        self.record = RunRecord(opened, body, mode, sharing)
+        if ranks.primary:
+            opened.announce(len(indices), body, f", {ranks.world} ranks sharing {config.shard}" if sharing else "")
+            self.record.write({"status": "running"})
+        shards = SampleShards if sharing and config.shard == "samples" else ImageShards
+        self.job = job = shards(opened, ranks, body, mode, indices, self.on_row)
+        profiler = _profiler(config, opened.engine.device)
+        try:
+            with profiler:
+                job.run()
+            mine = {"rank": ranks.rank, "device": device_name(opened.engine.device), **job.figures()}
+            ranks.finish(mine)
+            if not ranks.primary:
+                return RunResult(config, mine["images"], mine["samples"], mine["elapsed_s"],
+                                 mine["samples_per_s"] or math.nan, ranks.world, primary=False)
+            per_rank = ranks.wait_for_all(job.tick)
+            job.finalize()
+        except Interrupted as stop:
+            failure = ranks.failed()
+            self._ended("failed" if failure else "interrupted", failure)
+            stop.kept = job.kept_after_interrupt()
+            raise
+        except Exception as error:  # bad input (one line), the machine, or a bug (a traceback): the record says so
+            instead = self._failed(error)
+            if instead is None:
+                raise
+            raise instead from None
+        elapsed = job.rows.elapsed
+        if timer is not None:
+            _report_profile(config, profiler, timer, elapsed)
+        images, samples = job.totals(per_rank)
+        rate = round(samples / elapsed, 1) if elapsed > 0 else None
+        ranks_figures = {"ranks": per_rank} if sharing else {}
+        self.record.write({"status": "complete", "images": images, "samples": samples, "elapsed_s": round(elapsed, 3),
+                           "samples_per_s": rate, **ranks_figures}, final=True)
+        return RunResult(config, images, samples, round(elapsed, 3), rate or math.nan, ranks.world)
+
+    def _failed(self, error: Exception) -> Exception | None:
+        """Mark the record failed; with other ranks, tell them (the first to fail says why). What ends
+        this process instead of ``error`` (None: ``error`` itself)."""
+        ranks = self.ranks
+        if isinstance(error, AlreadyReported):
+            self._ended("failed", ranks.failed())
+            return None
+        if ranks.world == 1 or not isinstance(error, (UserError, OSError)):
+            self._ended("failed", str(error) if isinstance(error, UserError) else one_line(error))
+            return None
+        if isinstance(error, UserError):  # bad input, or the machine (a full disk): stop every rank
+            text = str(error)
+        else:  # a write or fsync error names no file: the one this rank was writing
+            text = f"{error.strerror or error}: {error.filename or self.job.writing}"
+        samples = self.config.shard == "samples"
+        message = text if samples else f"rank {ranks.rank}: {text}"
+        first = ranks.fail(message)
+        self._ended("failed", ranks.failed() or message)
+        if not first or (samples and not ranks.primary):  # samples: rank 0 says it
+            return AlreadyReported(2)
+        return UserError(message)
+
+    def _ended(self, status: str, error: str | None) -> None:
+        """Rank 0 marks the record: a world of one with its images, the ranks with the first failure."""
+        if not self.ranks.primary:
+            return
+        if self.ranks.world > 1:
+            summary = {"status": status, "error": error}
+        else:
+            summary = {"status": status, "images": self.job.images, **({"error": error} if error else {})}
+        with contextlib.suppress(OSError):  # a full disk may refuse the record too
+            self.record.write(summary)
 
 
 def _profiler(config: CertifyConfig, device: torch.device):
@@ -68,63 +200,3 @@ def _report_profile(config: CertifyConfig, profiler, timer: StageTimer, elapsed:
     table = timer.table(elapsed)
     (Path(config.profile) / "stages.txt").write_text(table + "\n")
     print(f"{PROG}: per-stage time (each stage synchronized; trace in {trace}):\n{table}", file=sys.stderr)
-
-def certify_dataset(config: CertifyConfig, on_row: Callable[[Row], None] | None = None) -> RunResult:
-    """Run one certification as configured: open the classifier and the data, check a resumed
-    file, stream the images, write each row (and pass it to ``on_row``) as the image finishes,
-    keep the run record ``<out>.json``.
-
-    The results file is locked for the whole run: a second run on the same ``out`` is refused.
-    A body that fails mid-run is replaced by the next simpler one (one line; the record's
-    ``body_fallbacks``); with none left, or on bad input, :class:`UserError` is raised after
-    the record says ``failed`` (``--resume`` continues); SIGINT/SIGTERM (with :func:`interrupt_on_signals`)
-    raise :class:`Interrupted` after marking the record, its ``kept`` saying what is on disk.
-    Under ``torchrun`` with more than one process this is one rank of a multi-process run
-    (:func:`dmae_fast.certification.distributed_run.certify_ranks`); ``on_row`` then sees the
-    rows this process certified.
-    """
-    config.validate()
-    on_row = on_row or (lambda row: None)
-    if world_size() > 1:
-        return certify_ranks(config, on_row)
-    check_out_before_loading(config)
-    with OutputLock(config.out, "results file"):
-        return _certify_locked(config, on_row)
-
-def _certify_locked(config: CertifyConfig, on_row: Callable[[Row], None]) -> RunResult:
-    opened = open_run(config)
-    config = opened.config
-    mode = output_mode(config)
-    if mode == "append" and not Path(config.out).exists() and not has_parts(config.out):
-        print(f"{PROG}: --resume: {config.out} does not exist yet; starting the run", file=sys.stderr)
-    indices = images_to_do(opened, mode, parts=False)
-    timer = StageTimer(opened.engine.device) if config.profile else None
-    body = opened.body(timer)
-    opened.announce(len(indices), body)
-    record = RunRecord(opened, body, mode)
-    record.write({"status": "running"})
-    bar = progress_bar(config, len(indices))
-    profiler = _profiler(config, opened.engine.device)
-    rows = None
-    try:
-        with ResultsWriter(config.out, kind=opened.kind, mode=mode) as writer, bar, profiler:
-            rows = RowWriter(opened, writer, on_row, lambda samples: show_progress(
-                bar, rows.images, rows.samples, rows.elapsed))
-            rows.consume(opened.streamer(body).run(opened.images(indices), opened.procedure.decide))
-    except Interrupted as stop:
-        finished = rows.images if rows else 0
-        record.write({"status": "interrupted", "images": finished})
-        stop.kept = kept_after_interrupt(config, mode, finished)
-        raise
-    except Exception as error:  # bad input (one line), the machine, or a bug (a traceback): the record says so
-        with contextlib.suppress(OSError):  # a full disk may refuse the record too
-            record.write({"status": "failed", "images": rows.images if rows else 0,
-                          "error": str(error) if isinstance(error, UserError) else one_line(error)})
-        raise
-    if mode == "overwrite":
-        clear_parts(config.out)  # a stale multi-process run's parts: --out is now this run's
-    if timer is not None:
-        _report_profile(config, profiler, timer, rows.elapsed)
-    figures = rows.figures()
-    record.write({"status": "complete", **figures}, final=True)
-    return RunResult(config, rows.images, rows.samples, figures["elapsed_s"], figures["samples_per_s"] or math.nan)

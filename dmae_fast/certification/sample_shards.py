@@ -18,9 +18,8 @@ import torch
 import torch.distributed as dist
 
 from dmae_fast.certification.ranks import Ranks
-from dmae_fast.certification.scheduler import BatchBody
+from dmae_fast.certification.scheduler import BatchBody, Job, batch_rows, phase_ids
 from dmae_fast.certification.stream import ImageCounts, checked_image
-from dmae_fast.stats.decisions import finite_counts
 from dmae_fast.stats.plan import Decide, SamplingPlan
 
 
@@ -31,51 +30,50 @@ def share(start: int, end: int, rank: int, world: int) -> tuple[int, int]:
 
 
 class SampleShardedCertifier:
-    """Counts each image's samples across all ranks; yields the same :class:`ImageCounts` on every rank."""
+    """Counts each image's samples across all ranks; yields the same :class:`ImageCounts` on every rank.
+
+    Rows are laid out and counted as the scheduler does (:class:`~.scheduler.Job`'s rows, a counts
+    buffer of every phase in slot 0), only each stage's rows are this rank's share."""
 
     def __init__(self, body: BatchBody, plan: SamplingPlan, batch_size: int, shape: tuple[int, ...],
                  device: torch.device, ranks: Ranks) -> None:
         self.body, self.plan, self.batch_size = body, plan, batch_size
         self.shape, self.device, self.ranks = shape, device, ranks
-        self._phase_starts = np.cumsum((0,) + plan.sizes)
         self.samples = 0  # samples this rank counted
 
     def run(self, images: Iterable[tuple[int, torch.Tensor, int]],
             decide: Decide | None = None) -> Iterator[ImageCounts]:
         """The counts of each image (``images`` in the same order on every rank), as in
         :meth:`StreamingCertifier.run`; ``decide`` is consulted at the plan's looks."""
-        phase_ids = torch.tensor([int(p) for p in self.plan.phases], device=self.device)
-        counts = self.body.allocate(1, phase_ids)
+        counts = self.body.allocate(1, phase_ids(self.device))
         try:
             for index, image, label in images:
-                self.body.load(0, checked_image(index, image, self.shape))
-                yield self._certify(index, int(label), counts, decide)
+                job = Job(checked_image(index, image, self.shape), self.plan, decide, index, int(label))
+                job.slot = 0
+                self.body.load(0, job.image)
+                yield self._certify(job, counts)
         finally:
             self.body.finish()
 
-    def _certify(self, index: int, label: int, counts: torch.Tensor, decide: Decide | None) -> ImageCounts:
+    def _certify(self, job: Job, counts: torch.Tensor) -> ImageCounts:
         total = np.zeros(tuple(counts.shape[1:]), dtype=np.int64)
         start = 0
-        last = len(self.plan.stage_ends) - 1
-        for stage, end in enumerate(self.plan.stage_ends):
-            self._count_rows(index, *share(start, end, self.ranks.rank, self.ranks.world))
+        while True:
+            self._count_rows(job, *share(start, job.stage_end, self.ranks.rank, self.ranks.world))
             total += self._all_reduced(counts[0])
             counts.zero_()
-            counts_so_far = finite_counts(index, total)
-            if stage == last or decide(index, counts_so_far, stage):
-                return ImageCounts(index, label, counts_so_far)
-            start = end
-        raise AssertionError("unreachable: the last stage always finishes an image")
+            counts_so_far = job.counts(total)
+            if job.final or job.decide(job.index, counts_so_far, job.stage):
+                return ImageCounts(job.index, job.label, counts_so_far)
+            start = job.stage_end
+            job.stage += 1
 
-    def _count_rows(self, index: int, lo: int, hi: int) -> None:
-        """Run plan rows [lo, hi) of image ``index`` in slot 0, ``batch_size`` rows at a time."""
+    def _count_rows(self, job: Job, lo: int, hi: int) -> None:
+        """Run rows [lo, hi) of ``job``'s plan, ``batch_size`` rows at a time."""
         for first in range(lo, hi, self.batch_size):
-            rows = np.arange(first, min(first + self.batch_size, hi))
-            position = np.searchsorted(self._phase_starts[1:], rows, side="right")
-            sample = rows - self._phase_starts[position]
-            columns = [np.zeros_like(rows), np.full_like(rows, index), position, sample]
-            self.body.run(*(torch.from_numpy(np.ascontiguousarray(c)).to(self.device) for c in columns))
-            self.samples += len(rows)
+            job.row, take = first, min(self.batch_size, hi - first)
+            self.body.run(*batch_rows(job.segments(take), self.device))
+            self.samples += take
 
     def _all_reduced(self, local: torch.Tensor) -> np.ndarray:
         # NCCL sums device tensors; with gloo (CPU ranks, or ranks sharing one GPU) the counts go by the host

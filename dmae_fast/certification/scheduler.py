@@ -15,17 +15,20 @@ copies it back asynchronously; nothing waits for the device per batch. An image 
 stopped early or is cancelled frees its slot for the next image.
 
 Because the noise does not depend on how rows are packed, an image's counts are the same whatever
-batch size or other images shared its batches. :class:`SlotScheduler` is driven by the offline
-streamer (:class:`~dmae_fast.certification.stream.StreamingCertifier`, images from a dataset) and
-by the server's device thread (:class:`~dmae_fast.serve.scheduler.Scheduler`, images from requests,
-with a clock for partial batches).
+batch size or other images shared its batches. :class:`SlotScheduler` is driven only through
+:class:`~dmae_fast.certification.engine_loop.EngineLoop`, by the offline streamer
+(:class:`~dmae_fast.certification.stream.StreamingCertifier`, images from a dataset) and by the
+server's device thread (:class:`~dmae_fast.serve.scheduler.Scheduler`, images from requests, with a
+clock for partial batches).
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Protocol
 
 import numpy as np
@@ -38,38 +41,41 @@ PHASES = (Phase.SELECTION, Phase.ESTIMATION, Phase.PREDICTION)  # a phase's posi
 Segment = tuple[int, int, int, int, int]  # consecutive rows: (slot, image index, phase, first sample, count)
 
 
+def phase_ids(device: torch.device) -> torch.Tensor:
+    """The phases of the counts buffer, in position order (a phase's position is its value)."""
+    return torch.tensor([int(phase) for phase in PHASES], device=device)
+
+
 class BatchBody(Protocol):
     """What the scheduler needs to run batches (:class:`~.stream.ImageBatches` or a fast body)."""
 
     description: str
 
     def allocate(self, num_slots: int, phase_ids: torch.Tensor) -> torch.Tensor:
-        """Per-run buffers; returns the counts [slots, phases, classes + 1] the scheduler reads."""
+        """Per-run buffers; returns the counts [slots, len(phase_ids), classes + 1] the scheduler reads
+        (``phase_ids[position]``: the phase counted at that position; :func:`phase_ids` for a run)."""
 
     def load(self, slot: int, image: torch.Tensor) -> None: ...
 
     def run(self, slot: torch.Tensor, index: torch.Tensor, position: torch.Tensor, sample: torch.Tensor) -> None:
-        """Noise, classify and count one batch of rows (device tensors), without synchronizing."""
+        """Noise, classify and count one batch of rows (device tensors), without synchronizing;
+        ``position``: each row's phase as its position in the counts buffer."""
 
     def finish(self) -> None:
         """Called when a run ends (completed or not): undo run-wide settings."""
 
 
 class Job:
-    """One image to sample: its plan and stopping rule, its progress, its slot, where its answer goes."""
+    """One image to sample: its plan and stopping rule, its progress and its slot."""
 
-    __slots__ = ("image", "plan", "decide", "done", "index", "label", "row", "stage", "slot", "since", "cancelled",
-                 "queued", "_starts", "_phases")
+    __slots__ = ("image", "plan", "decide", "index", "label", "row", "stage", "slot", "_starts", "_phases")
 
-    def __init__(self, image: torch.Tensor, plan: SamplingPlan, decide: Decide | None = None,
-                 done: Callable[[object], None] | None = None, index: int = -1, label: int = 0) -> None:
-        self.image, self.plan, self.decide, self.done = image, plan, decide, done
+    def __init__(self, image: torch.Tensor, plan: SamplingPlan, decide: Decide | None = None, index: int = -1,
+                 label: int = 0) -> None:
+        self.image, self.plan, self.decide = image, plan, decide
         self.index, self.label = index, label
         self.row = self.stage = 0
         self.slot: int | None = None
-        self.since = 0.0  # when its next rows became runnable (time.monotonic; the server's clock)
-        self.cancelled = False
-        self.queued = False  # counted against the server's queue bound (under its lock)
         self._starts = np.cumsum((0,) + plan.sizes)
         self._phases = [int(phase) for phase in plan.phases]  # their rows in the counts buffer
 
@@ -122,50 +128,79 @@ def counts_to_host(counts: torch.Tensor, slots: list[int]) -> tuple[torch.Tensor
 
 
 class SlotScheduler:
-    """Slots, packing, snapshots and decisions (see the module doc); the driver supplies the jobs
-    and drains :attr:`finished`: (job, counts | error | None) for every job that ended."""
+    """Slots, packing, snapshots and decisions (see the module doc). Its state is private: only
+    :class:`~dmae_fast.certification.engine_loop.EngineLoop` drives it. Jobs come from :meth:`add`,
+    then from ``source`` (called only when a slot is free and no image has rows left, so a dataset
+    is read no further ahead than the device needs; None from it means it has no more)."""
 
-    def __init__(self, body: BatchBody, device: torch.device, batch: int, num_slots: int) -> None:
+    def __init__(self, body: BatchBody, device: torch.device, batch: int, num_slots: int,
+                 source: Callable[[], Job | None] | None = None) -> None:
         self.body, self.device, self.batch, self.num_slots = body, device, batch, num_slots
-        self.free: deque[int] = deque(range(num_slots))
-        self.ready: deque[Job] = deque()  # on the device, with rows to issue in their current stage
-        self.waiting: deque[tuple[list[Job], torch.Tensor, torch.cuda.Event | None]] = deque()
-        self.finished: list[tuple[Job, object]] = []
+        self._source = source
+        self._free: deque[int] = deque(range(num_slots))
+        self._pending: deque[Job] = deque()  # added, not on the device yet
+        self._ready: deque[Job] = deque()  # on the device, with rows to issue in their current stage
+        self._since: dict[Job, float] = {}  # pending and ready jobs: when their next rows became runnable
+        self._waiting: deque[tuple[list[Job], torch.Tensor, torch.cuda.Event | None]] = deque()
+        self._cancelled: set[Job] = set()  # cancelled while a snapshot of theirs is on its way
+        self._finished: list[tuple[Job, object]] = []
+        self._counts = body.allocate(num_slots, phase_ids(device))
 
-    def allocate(self) -> None:
-        """The body's per-run buffers (counts for every phase)."""
-        self.counts = self.body.allocate(self.num_slots, torch.tensor([int(p) for p in PHASES], device=self.device))
+    def add(self, job: Job, since: float) -> None:
+        """Queue ``job``, whose rows are runnable since ``since`` (``time.monotonic()``)."""
+        self._pending.append(job)
+        self._since[job] = since
 
-    def load(self, job: Job) -> None:
-        job.slot = self.free.popleft()
+    def _next(self) -> Job | None:
+        if self._pending:
+            return self._pending.popleft()
+        job = self._source() if self._source is not None else None
+        if job is None:
+            self._source = None
+        return job
+
+    def _load(self, job: Job) -> None:
+        job.slot = self._free.popleft()
         self.body.load(job.slot, job.image)
-        self.ready.append(job)
+        self._since.setdefault(job, time.monotonic())
+        self._ready.append(job)
 
-    def pack(self, next_job: Callable[[], Job | None], block: bool) -> tuple[list[Segment], list[Job]]:
+    def runnable(self) -> tuple[int, float]:
+        """Rows the next batch could take now, and when the oldest of them became runnable."""
+        rows, oldest = 0, math.inf
+        for job in itertools.chain(self._ready, itertools.islice(self._pending, len(self._free))):
+            rows += job.stage_end - job.row
+            oldest = min(oldest, self._since[job])
+            if rows >= self.batch:
+                break
+        return rows, oldest
+
+    def pack(self, block: bool) -> tuple[list[Segment], list[Job]]:
         """The next batch's rows, oldest image first, and the images whose stage ends in it. When no
-        image has rows left and a slot is free, ``next_job()`` gives one to load (None: none now);
-        with ``block``, a batch short of images waits for the first pending snapshot (whose images
-        may continue or free their slots) instead of ending early."""
+        image has rows left and a slot is free, the next job is loaded; with ``block``, a batch short
+        of images waits for the first pending snapshot (whose images may continue or free their
+        slots) instead of ending early."""
         segments: list[Segment] = []
         reached: list[Job] = []
         room = self.batch
         while room:
-            if not self.ready:
-                job = next_job() if self.free else None
+            if not self._ready:
+                job = self._next() if self._free else None
                 if job is not None:
-                    self.load(job)
-                elif block and self.waiting:
+                    self._load(job)
+                elif block and self._waiting:
                     self.resolve(wait=True, only_first=True)
                 else:
                     break
                 continue
-            job = self.ready[0]
+            job = self._ready[0]
             take = min(room, job.stage_end - job.row)
             segments += job.segments(take)
             job.row += take
             room -= take
             if job.row == job.stage_end:
-                reached.append(self.ready.popleft())
+                reached.append(self._ready.popleft())
+                del self._since[job]
         return segments, reached
 
     def issue(self, segments: list[Segment]) -> None:
@@ -176,15 +211,15 @@ class SlotScheduler:
         """Copy the counts of images at a stage end off the device (asynchronously on CUDA); images
         at their final stage free their slot at once (zeroed in stream order after the copy)."""
         if reached:
-            snapshot, event = counts_to_host(self.counts, [job.slot for job in reached])
-            self.release([job for job in reached if job.final])
-            self.waiting.append((reached, snapshot, event))
+            snapshot, event = counts_to_host(self._counts, [job.slot for job in reached])
+            self._release([job for job in reached if job.final])
+            self._waiting.append((reached, snapshot, event))
 
-    def release(self, jobs: list[Job]) -> None:
+    def _release(self, jobs: list[Job]) -> None:
         slots = [job.slot for job in jobs if job.slot is not None]
         if slots:
-            self.counts[torch.tensor(slots, device=self.device)] = 0
-            self.free.extend(slots)
+            self._counts[torch.tensor(slots, device=self.device)] = 0
+            self._free.extend(slots)
         for job in jobs:
             job.slot = None
 
@@ -192,48 +227,72 @@ class SlotScheduler:
         """Act on snapshots that reached the host (all of them with ``wait``): a job ends at its last
         stage, when its stopping rule says so, when cancelled, or on an error (non-finite logits);
         otherwise its next stage becomes runnable."""
-        while self.waiting and (wait or self.waiting[0][2] is None or self.waiting[0][2].query()):
-            reached, host, event = self.waiting.popleft()
+        while self._waiting and (wait or self._waiting[0][2] is None or self._waiting[0][2].query()):
+            reached, host, event = self._waiting.popleft()
             if event is not None:
                 event.synchronize()
             stopped = []
             for job, slot_counts in zip(reached, host.numpy()):
+                cancelled = job in self._cancelled
                 try:
-                    counts = None if job.cancelled else job.counts(slot_counts)
-                    done = counts is None or job.final or job.decide(job.index, counts, job.stage)
+                    counts = None if cancelled else job.counts(slot_counts)
+                    done = cancelled or job.final or job.decide(job.index, counts, job.stage)
                 except Exception as error:  # noqa: BLE001 (this image only; the driver decides what it means)
                     counts, done = error, True
                 if not done:
                     job.stage += 1
-                    job.since = time.monotonic()
-                    self.ready.append(job)
+                    self._since[job] = time.monotonic()
+                    self._ready.append(job)
                     continue
                 if not job.final:
                     stopped.append(job)
-                self.finished.append((job, counts))
-            self.release(stopped)
+                if cancelled:
+                    self._cancelled.remove(job)
+                else:
+                    self._finished.append((job, counts))
+            self._release(stopped)
             if only_first:
                 return
 
-    def drop_cancelled(self) -> None:
-        """Forget cancelled images with rows left (their slot is freed at once)."""
-        cancelled = [job for job in self.ready if job.cancelled]
-        if cancelled:
-            self.ready = deque(job for job in self.ready if not job.cancelled)
-            self.release(cancelled)
+    def drain(self) -> list[tuple[Job, object]]:
+        """The jobs that ended since the last call: (job, counts | the exception that ended it)."""
+        finished, self._finished = self._finished, []
+        return finished
 
-    def reset(self) -> list[Job]:
-        """Forget every image on the device (after a failed batch): counts zeroed, slots freed; returns them."""
-        jobs = list(self.ready) + [job for batch, _, _ in self.waiting for job in batch]
-        self.ready.clear()
-        self.waiting.clear()
-        self.counts.zero_()
-        self.free = deque(range(self.num_slots))
+    def cancel(self, jobs: Collection[Job]) -> None:
+        """Forget ``jobs`` (never reported as finished): queued ones or ones with rows left at once
+        (their slots freed), ones with a snapshot on its way when it arrives; others are ignored."""
+        gone = set(jobs)
+        self._pending = deque(job for job in self._pending if job not in gone)
+        dropped = [job for job in self._ready if job in gone]
+        if dropped:
+            self._ready = deque(job for job in self._ready if job not in gone)
+            self._release(dropped)
+        self._cancelled.update(job for reached, _, _ in self._waiting for job in reached if job in gone)
+        for job in gone:
+            self._since.pop(job, None)
+
+    def reset(self, pending: bool = False) -> list[Job]:
+        """Forget every job on the device, and with ``pending`` the queued ones too (after a failed
+        batch, or when the driver stops): counts zeroed, slots freed; returns them (cancelled ones aside)."""
+        jobs = list(self._ready) + [job for reached, _, _ in self._waiting for job in reached
+                                    if job not in self._cancelled]
+        for job in self._ready:
+            del self._since[job]
+        if pending:
+            jobs = list(self._pending) + jobs
+            self._pending.clear()
+            self._since.clear()
+        self._ready.clear()
+        self._waiting.clear()
+        self._cancelled.clear()
+        self._counts.zero_()
+        self._free = deque(range(self.num_slots))
         for job in jobs:
             job.slot = None
         return jobs
 
     @property
     def busy(self) -> bool:
-        """Whether any image is on the device (rows to issue or a snapshot on its way)."""
-        return bool(self.ready or self.waiting)
+        """Whether any job is queued or on the device, or the source may have more."""
+        return bool(self._pending or self._ready or self._waiting or self._source is not None)

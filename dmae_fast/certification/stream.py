@@ -1,8 +1,9 @@
 """The streaming certifier: the images of a dataset through the one scheduler, in full batches.
 
-:class:`StreamingCertifier` feeds :class:`~dmae_fast.certification.scheduler.SlotScheduler` from an
-iterable of images, each with the run's :class:`~dmae_fast.stats.plan.SamplingPlan`, and
-yields each image's class counts as soon as they are on the host. :class:`ImageBatches` is the
+:class:`StreamingCertifier` is a loop over the steps of an
+:class:`~dmae_fast.certification.engine_loop.EngineLoop` fed from an iterable of images, each with the
+run's :class:`~dmae_fast.stats.plan.SamplingPlan`; it yields each image's class counts as soon as
+they are on the host. :class:`ImageBatches` is the
 plain batch body (noise, classify, count on the device). Because the noise does not depend on how
 rows are packed, the counts are identical for any batch size (and equal to
 :class:`dmae_fast.certification.core.Smooth`'s), and a body that fails mid-run can be replaced by
@@ -15,14 +16,15 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from dmae_fast.certification.core import zero_counts
-from dmae_fast.certification.scheduler import BatchBody, Job, SlotScheduler
+from dmae_fast.certification.engine_loop import BatchFailed, EngineLoop
+from dmae_fast.certification.scheduler import BatchBody, Job
 from dmae_fast.data import check_finite
 from dmae_fast.engines.base import Engine
 from dmae_fast.errors import UserError, raise_if_interrupted
@@ -144,36 +146,27 @@ class StreamingCertifier:
             return job
 
         try:
-            scheduler = self._scheduler()
-            while True:
-                segments, reached = scheduler.pack(next_job, block=True)
-                if segments:
-                    try:
-                        scheduler.issue(segments)
-                    except Exception as error:  # noqa: BLE001 (the body failed: the next body, or raised)
-                        self._replace_body(error)
-                        scheduler = self._scheduler()
-                        restarted.extendleft(reversed([(job.index, job.image, job.label) for job in unfinished]))
-                        unfinished.clear()
-                        continue
-                    raise_if_interrupted()
-                scheduler.snapshot(reached)
-                scheduler.resolve(wait=not segments)
-                for job, counts in scheduler.finished:
+            engine = self._engine(next_job)
+            while engine.busy:
+                finished = engine.step()
+                raise_if_interrupted()
+                failed = next((result for _, result in finished if isinstance(result, BatchFailed)), None)
+                if failed is not None:  # the next body, or raised; every image not yet yielded starts again
+                    self._replace_body(failed.error)
+                    engine = self._engine(next_job)
+                    restarted.extendleft(reversed([(job.index, job.image, job.label) for job in unfinished]))
+                    unfinished.clear()
+                    continue
+                for job, counts in finished:
                     if isinstance(counts, BaseException):
                         raise counts
                     del unfinished[job]
                     yield ImageCounts(job.index, job.label, counts)
-                scheduler.finished.clear()
-                if not segments and not scheduler.busy:
-                    break
         finally:
             self.body.finish()
 
-    def _scheduler(self) -> SlotScheduler:
-        scheduler = SlotScheduler(self.body, self.device, self.batch_size, self.num_slots)
-        scheduler.allocate()
-        return scheduler
+    def _engine(self, next_job: Callable[[], Job | None]) -> EngineLoop:
+        return EngineLoop(self.body, self.device, self.batch_size, self.num_slots, source=next_job)
 
     def _replace_body(self, error: Exception) -> None:
         """After ``error`` in a batch: the body's next body (said in one line), unless the error is

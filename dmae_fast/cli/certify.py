@@ -18,18 +18,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-# Only light modules here: --help and option errors answer without importing torch.
 from dmae_fast.certification.choices import (
-    BODY_CHOICES,
-    BODY_ENV,
-    CPU_RUNTIMES,
-    DEMO,
-    DEMO_CHECKPOINT,
-    NOISE_CHOICES,
     PRECISION_CHOICES,
     PROG,
     SHARD_CHOICES,
-    chosen_body,
 )
 from dmae_fast.certification.launch import (
     in_launched_rank,
@@ -37,7 +29,11 @@ from dmae_fast.certification.launch import (
     leave_to_launcher,
 )
 from dmae_fast.certification.torchrun_env import world_size
+from dmae_fast.cli.body_args import add_body_arguments, body_options
 from dmae_fast.cli.common import Parser, run_reporting_errors
+
+# Only light modules here: --help and option errors answer without importing torch.
+from dmae_fast.demo_files import DEMO, DEMO_CHECKPOINT
 from dmae_fast.errors import AlreadyReported, Interrupted, UserError, starting
 from dmae_fast.stats.settings import FUTILITY_MODES, PAPER_RADII, SEQUENTIAL_TESTS
 
@@ -115,25 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--shard", default="images", choices=SHARD_CHOICES, help="under torchrun with several "
                      "processes: 'images' (default; each rank claims the next image, rows merged at the end) or "
                      "'samples' (all ranks on one image at a time, each a share of its samples: lowest latency)")
-    fast = parser.add_argument_group("fast path (PyTorch checkpoints, or token engines from dmae-export --input "
-                                     "tokens; same counts up to the classifier's rounding)")
-    fast.add_argument("--fused", action="store_true", help="Triton kernel: noise + patch embedding in one pass "
-                      "(falls back, with a notice, for classifiers that resize inside, e.g. CIFAR-10)")
-    fast.add_argument("--compile", action="store_true", help="torch.compile the transformer body")
-    fast.add_argument("--cuda-graphs", action="store_true", help="capture each batch's work once, replay it (CUDA)")
-    fast.add_argument("--body", choices=BODY_CHOICES, help="fast (the default): the fastest body for the device "
-                      "that passes a check against the plain body on a trial batch (on CUDA fused + compiled + CUDA "
-                      "graphs; on a CPU one worker per core on cache-sized chunks, OpenVINO or ONNX Runtime for fp32, "
-                      "PyTorch otherwise), falling back one step at a time with a notice; plain: the reference body "
-                      f"(default from ${BODY_ENV} where set; docs/performance.md)")
-    fast.add_argument("--fast", action="store_true", help="the same as --body fast")
-    fast.add_argument("--cpu-runtime", default="auto", choices=CPU_RUNTIMES, help="--fast on a CPU: the classifier's "
-                      "runtime (default auto: OpenVINO, else ONNX Runtime, else PyTorch; for fp32)")
-    fast.add_argument("--noise", default="compiled", choices=NOISE_CHOICES, help="compiled (default): the noise "
-                      "contract as one compiled kernel, falling back with a notice; reference: the torch-op "
-                      "reference (slow; same noise to float32 rounding)")
-    fast.add_argument("--profile", metavar="DIR", help="write a torch profiler trace (DIR/trace.json) and print "
-                      "a per-stage breakdown (front end, body, counting, host); use with a small --max")
+    body = add_body_arguments(parser)
+    body.add_argument("--profile", metavar="DIR", help="write a torch profiler trace (DIR/trace.json) and print "
+                      "a per-stage breakdown (front end, body, counting, host) of the fast body with the parts "
+                      "named; use with a small --max")
     return parser
 
 
@@ -148,10 +129,9 @@ def _config_from_args(args: argparse.Namespace) -> CertifyConfig:
     out = args.out or f"certify-{Path(args.data).name or 'data'}-{datetime.now():%Y%m%d-%H%M%S}.tsv"
     fields = {f.name for f in dataclasses.fields(CertifyConfig)}
     values = {k: v for k, v in vars(args).items() if k in fields and v is not None}
-    parts = args.fused or args.compile or args.cuda_graphs or args.profile is not None
-    body, why = chosen_body(args.body, args.fast, parts, os.environ)
-    values.update(engine=engine, out=out, progress=not args.quiet, sigma=args.sigma, fast=body == "fast",
-                  body_reason=f"{body} body: {why}",
+    body = body_options(args, os.environ, profile=args.profile is not None)
+    values.update(engine=engine, out=out, progress=not args.quiet, sigma=args.sigma, fast=body.fast,
+                  body_reason=body.reason,
                   radii=tuple(args.radii) if args.radii else None, looks=tuple(args.looks) if args.looks else None)
     return CertifyConfig(**values)
 
@@ -159,8 +139,8 @@ def _config_from_args(args: argparse.Namespace) -> CertifyConfig:
 def certify(config: CertifyConfig) -> int:
     """Run the certification, then print the summary table (rank 0 only under torchrun); returns the exit status."""
     with starting(_starting_prog()):  # torch, the engines: seconds of imports before anything is written
-        from dmae_fast.certification.run import certify_dataset
-    result = certify_dataset(config)
+        from dmae_fast.certification.run import Run
+    result = Run(config).certify()  # config: validated by _run, before the slow imports
     if result.primary:
         _print_summary(result)
     return 0

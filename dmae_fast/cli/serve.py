@@ -14,16 +14,10 @@ import os
 import sys
 
 # Only light modules here: --help and option errors answer without importing torch or uvicorn.
-from dmae_fast.certification.choices import (
-    BODY_CHOICES,
-    BODY_ENV,
-    DEMO,
-    DEMO_CHECKPOINT,
-    NOISE_CHOICES,
-    PRECISION_CHOICES,
-    chosen_body,
-)
+from dmae_fast.certification.choices import PRECISION_CHOICES
+from dmae_fast.cli.body_args import add_body_arguments, body_options
 from dmae_fast.cli.common import Parser, import_torch_while_starting, run_reporting_errors
+from dmae_fast.demo_files import DEMO, DEMO_CHECKPOINT
 from dmae_fast.errors import UserError
 from dmae_fast.serve.config import PROG, Defaults, Limits, ServeConfig
 
@@ -48,11 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="for checkpoints without our metadata: imagenet, cifar10, 'm1,m2,m3:s1,s2,s3'")
     model.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     model.add_argument("--precision", default="auto", choices=PRECISION_CHOICES)
-    model.add_argument("--body", choices=BODY_CHOICES, help="fast (the default): the fastest batch body for the "
-                       "device that passes its trial check, falling back with a notice; plain: the reference body "
-                       f"(as dmae-certify; default from ${BODY_ENV} where set)")
-    model.add_argument("--fast", action="store_true", help="the same as --body fast")
-    model.add_argument("--noise", default="compiled", choices=NOISE_CHOICES, help="noise implementation")
+    add_body_arguments(parser)
     http = parser.add_argument_group("server")
     http.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     http.add_argument("--port", type=int, default=8000, help="TCP port (default 8000; 0: a free port)")
@@ -104,9 +94,7 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
         engine=engine, host=args.host, port=args.port, batch=args.batch, max_wait_ms=args.max_wait_ms,
         max_queue=args.max_queue, slots=args.slots, token_file=args.token_file, seed=args.seed,
         first_index=args.first_index, sigma=args.sigma, device=args.device, precision=args.precision,
-        input_size=args.input_size, normalize=args.normalize, fast=chosen_body(args.body, args.fast, False,
-                                                                               os.environ)[0] == "fast",
-        noise=args.noise,
+        input_size=args.input_size, normalize=args.normalize, body=body_options(args, os.environ),
         max_connections=args.max_connections, keep_alive_s=args.keep_alive, read_timeout_s=args.read_timeout,
         access_log=args.access_log, limits=limits,
         defaults=Defaults(args.n0, args.n, args.alpha))

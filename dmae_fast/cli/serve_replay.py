@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
-from dmae_fast.certification.choices import (
-    DEMO,
-    DEMO_CHECKPOINT,
-    NOISE_CHOICES,
-    PRECISION_CHOICES,
-)
+from dmae_fast.certification.choices import PRECISION_CHOICES
 from dmae_fast.certification.config import MAX_BATCH
-from dmae_fast.cli.common import Parser, import_torch_while_starting, parse_normalization, run_reporting_errors
+from dmae_fast.cli.body_args import add_body_arguments, body_options
+from dmae_fast.cli.common import Parser, import_torch_while_starting, run_reporting_errors
+from dmae_fast.demo_files import DEMO, DEMO_CHECKPOINT
 from dmae_fast.errors import UserError
 from dmae_fast.files import read_regular_file
 from dmae_fast.serve.config import Limits
@@ -46,16 +44,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--precision", default="auto", choices=PRECISION_CHOICES)
     parser.add_argument("--batch", type=int, default=1000, help="any batch size gives the same counts")
-    parser.add_argument("--noise", default="compiled", choices=NOISE_CHOICES)
-    parser.add_argument("--fast", action="store_true")
+    add_body_arguments(parser)  # the default here: the plain reference body
     return parser
 
 
 def replay(args: argparse.Namespace) -> int:
     if not 1 <= args.batch <= MAX_BATCH:
         raise UserError(f"--batch must be in [1, {MAX_BATCH:,}], got {args.batch}")
+    options = body_options(args, os.environ, default="plain")
+    options.validate()
     import_torch_while_starting(PROG)
-    from dmae_fast.engines import EngineOptions, open_engine
+    from dmae_fast.certification.smoother import open_smoother
     from dmae_fast.serve.payloads import PayloadError, decode_image
     from dmae_fast.serve.receipt import read_answer, replay_answer, settings
 
@@ -67,8 +66,9 @@ def replay(args: argparse.Namespace) -> int:
     answer = read_answer(document)
     engine_path = args.engine or args.ckpt
     engine_path = str(DEMO_CHECKPOINT) if engine_path == DEMO else engine_path
-    mean, std = parse_normalization(args.normalize)
-    engine = open_engine(engine_path, EngineOptions(args.device, args.precision, args.input_size, mean, std))
+    smoother = open_smoother(engine_path, answer.receipt.spec.sigma, options, args.device, args.precision,
+                             args.input_size, args.normalize)
+    engine = smoother.engine
     shape = tuple(engine.spec.input_shape)
     images = []
     for path in args.images:
@@ -77,7 +77,7 @@ def replay(args: argparse.Namespace) -> int:
                                    Limits(max_images=1 << 20))
         except PayloadError as problem:
             raise UserError(problem.message) from None
-    replayed = replay_answer(answer, images, engine, args.batch, args.noise, args.fast, engine_path)
+    replayed = replay_answer(answer, images, engine, args.batch, options, engine_path)
     print(f"receipt: {settings(answer.receipt.spec)}, seed {answer.receipt.seed}")
     for difference in replayed.differences:
         print(difference)

@@ -15,11 +15,11 @@ with a one-line message naming the path.
 * :mod:`.labels`: label files; :mod:`.checks`: the path and split checks the sources share.
 """
 
-from dmae_fast.certification.choices import DEMO
 from dmae_fast.data.cifar import CIFAR_SUBDIR, CIFAR_TRAIN_BATCHES, cifar10
 from dmae_fast.data.datasets import TensorImageDataset, check_finite, subset_indices
 from dmae_fast.data.decode import decoded_image_tensor
 from dmae_fast.data.sources import demo_digits, image_folder, image_list, open_dataset
+from dmae_fast.demo_files import DEMO
 
 __all__ = [
     "CIFAR_SUBDIR",

@@ -33,14 +33,14 @@ class AOTIEngine(ExportedEngine):
         try:
             # On CUDA one thread calls it: the single-threaded runner neither waits on the previous
             # call's event (a host sync) nor queries events, which a CUDA-graph capture forbids.
-            self.model = torch._inductor.aoti_load_package(
+            self.package = torch._inductor.aoti_load_package(
                 str(path), run_single_threaded=target == "cuda",
                 device_index=resolved.index if target == "cuda" else -1)
         except Exception as error:  # a foreign, truncated or incompatible package
             first = (str(error).strip().splitlines() or [type(error).__name__])[0]
             raise UserError(f"cannot load AOTInductor package {path}: {first}") from None
-        check_embedded(meta, self.model.get_metadata().get(EMBEDDED_KEY), path)
+        check_embedded(meta, self.package.get_metadata().get(EMBEDDED_KEY), path)
         self.runtime = f"AOTInductor (torch {torch.__version__})"
 
     def _run(self, batch: torch.Tensor) -> torch.Tensor:
-        return self.model(batch)
+        return self.package(batch)

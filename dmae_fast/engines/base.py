@@ -1,17 +1,20 @@
-"""The one interface the certifier needs from a base classifier, whatever runs it."""
+"""The one interface the certifier needs from a base classifier, whatever runs it, and what an
+engine offers beyond it."""
 
 from __future__ import annotations
 
-from typing import Protocol
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
-from dmae_fast.model import ClassifierSpec
+from dmae_fast.engines.sidecar import EngineMeta
+from dmae_fast.model import ClassifierSpec, SmoothingClassifier
 
 INPUT_KINDS = ("image", "tokens")
 
 
-class Engine(Protocol):
+class Engine:
     """A base classifier: noisy inputs -> class indices, on its device.
 
     ``classify`` takes a float32 batch [B, *input_shape] on ``device`` and returns the
@@ -21,16 +24,44 @@ class Engine(Protocol):
     Image engines (``input == "image"``) take images in [0, 1] (``input_shape ==
     spec.input_shape``); token engines take ``SmoothingClassifier.tokens(images)``
     ([B, 1 + L, D]), for use behind a fused noise + patch-embedding front end.
+
+    What else an engine offers, so that no body needs to know its class (None: not offered):
+    ``model``, the checkpoint's fp32 classifier where it runs one; ``path`` and ``meta``, its
+    engine file and that file's sidecar; :meth:`token_body` and :meth:`cast_model`.
     """
 
     spec: ClassifierSpec
     device: torch.device
-    precision: str  # fp32, fp16, bf16 (the certificate is for the classifier as executed)
+    precision: str  # fp32, fp16, bf16, fp8 (the certificate is for the classifier as executed)
     description: str
     input: str  # "image" or "tokens"
     input_shape: tuple[int, ...]
+    model: SmoothingClassifier | None = None
+    path: Path | None = None
+    meta: EngineMeta | None = None
 
-    def classify(self, inputs: torch.Tensor) -> torch.Tensor: ...
+    def classify(self, inputs: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def token_body(self) -> TokenBody | None:
+        """This engine as a body behind a fused front end, where it is a token engine."""
+        return None
+
+    def cast_model(self) -> SmoothingClassifier | None:
+        """``model`` with its weights in the engine's precision (fp32: ``model`` itself)."""
+        return None
+
+
+@dataclass(frozen=True)
+class TokenBody:
+    """A token engine behind its front end: ``front_end`` (a body-less classifier on the engine's
+    device) makes the tokens that ``engine.classify`` takes; ``file`` and ``kind`` are the engine
+    file and its kind (``aoti`` runs can be captured in CUDA graphs)."""
+
+    front_end: SmoothingClassifier
+    engine: Engine
+    file: Path
+    kind: str
 
 
 def predicted_classes(logits: torch.Tensor) -> torch.Tensor:

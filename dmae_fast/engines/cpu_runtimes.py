@@ -10,11 +10,11 @@ file, run by the first runtime installed of (``--cpu-runtime auto``):
 * ONNX Runtime: one intra-op thread per session call;
 * PyTorch eager mode with one intra-op thread per worker.
 
-``--precision bf16`` runs PyTorch; an fp16/bf16 ``.onnx`` engine runs in ONNX Runtime. A graph
-exported here is checked against PyTorch on noisy inputs before it is used (the exporter's
-parity measurement). The exported graph, the check's verdict and OpenVINO's compiled models are
-kept in the model cache (:mod:`dmae_fast.model_cache`), so that a later start with the same
-checkpoint, libraries and settings skips the export, the check and the compilation.
+``--precision bf16`` runs PyTorch; an fp16/bf16 ``.onnx`` engine runs in ONNX Runtime. A checkpoint's
+graph is exported in memory and checked against PyTorch on noisy inputs before it is used
+(:mod:`dmae_fast.engines.cpu_graphs`). The exported graph, the check's verdict and OpenVINO's
+compiled models are kept in the model cache (:mod:`dmae_fast.model_cache`), so that a later start
+with the same checkpoint, libraries and settings skips the export, the check and the compilation.
 
 Where a checkpoint's front end is normalization and a plain patch convolution with a side a
 multiple of 4 (no resize), the exported graph takes patch rows instead of images and the noise
@@ -24,14 +24,9 @@ matrix product.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
-import io
-import json
-import shutil
 import threading
-import warnings
 from collections.abc import Iterable
 from contextlib import nullcontext
 from pathlib import Path
@@ -39,16 +34,14 @@ from typing import Any, Protocol
 
 import torch
 
-from dmae_fast.engines.base import predicted_classes
+from dmae_fast.engines.base import Engine, predicted_classes
+from dmae_fast.engines.cpu_graphs import cached_check, cached_onnx_bytes
 from dmae_fast.engines.torch_engine import PRECISIONS, precision_model
 from dmae_fast.errors import UserError
-from dmae_fast.integrity import tensors_sha256
 from dmae_fast.model import SmoothingClassifier
-from dmae_fast.model_cache import ModelCache, cache_key, files_sha256
+from dmae_fast.model_cache import ModelCache, cache_key
 from dmae_fast.patch_layout import PatchLayout
 
-# A runtime's classifier built from a checkpoint must give the checkpoint's logits.
-PARITY_TOLERANCE = 1e-3
 RUNTIME_NAMES = {"openvino": "OpenVINO", "onnxruntime": "ONNX Runtime", "torch": "PyTorch"}
 
 
@@ -176,81 +169,6 @@ class TorchChunks:
             return predicted_classes(self.model(chunk))
 
 
-def onnx_bytes(model: SmoothingClassifier, layout: PatchLayout | None = None) -> bytes:
-    """The checkpoint's classifier as an in-memory fp32 ONNX graph: the exporter's image graph,
-    or with a ``layout`` its patch-input graph, with the last MLP layer after the pool where
-    that applies (:mod:`dmae_fast.export.graphs`)."""
-    from dmae_fast.export.graphs import ImageGraph, PatchGraph, pooled_tail_applies
-    from dmae_fast.export.onnx_export import OPSET
-
-    pooled_tail = pooled_tail_applies(model)
-    graph = ImageGraph(model, "fp32", pooled_tail) if layout is None else PatchGraph(model, layout, pooled_tail)
-    graph.eval()
-    example = torch.rand((2, *model.spec.input_shape), generator=torch.Generator().manual_seed(0))
-    name = "images" if layout is None else "patches"
-    buffer = io.BytesIO()
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")  # tracer chatter
-        torch.onnx.export(graph, (example if layout is None else layout.inputs(example),), buffer, input_names=[name],
-                          output_names=["logits"], dynamic_axes={name: {0: "batch"}, "logits": {0: "batch"}},
-                          opset_version=OPSET, dynamo=False)
-    return buffer.getvalue()
-
-
-def cached_onnx_bytes(model: SmoothingClassifier, layout: PatchLayout | None, cache: ModelCache) -> bytes:
-    """:func:`onnx_bytes` from the model cache, exported and stored on a miss; keyed by the weights,
-    the classifier's spec and the layout (and the library versions and sources: :func:`cache_key`)."""
-    key = cache_key(what="onnx graph", weights=tensors_sha256(model.state_dict()), spec=model.spec.to_json_dict(),
-                    layout=None if layout is None else dataclasses.asdict(layout), precision="fp32")
-    graph = cache.read(key)
-    if graph is None:
-        graph = onnx_bytes(model, layout)
-        cache.write(key, graph)
-    return graph
-
-
-def cached_check(build, model: SmoothingClassifier, sigma: float, runtime: str, cache: ModelCache, key: str,
-                 compiled: Path | None):
-    """``build()``'s chunks, :func:`checked` unless the cache's entry ``key`` records that they passed
-    the check. OpenVINO's compiled models (folder ``compiled``) are trusted only as recorded there
-    (SHA-256 of each file); where one differs or is missing all are compiled and checked again, and
-    a file recorded nowhere (a model compiled after the check) is compiled again."""
-    entry = cache.read(key)
-    recorded = None if entry is None else json.loads(entry)
-    found = {} if compiled is None else files_sha256(compiled)
-    if recorded is not None and all(found.get(name) == digest for name, digest in recorded.items()):
-        for name in found.keys() - recorded.keys():
-            (compiled / name).unlink(missing_ok=True)
-        return build()
-    if compiled is not None:
-        shutil.rmtree(compiled, ignore_errors=True)
-    try:
-        chunks = checked(build(), model, sigma, runtime)
-    except Exception:
-        if compiled is not None:  # the models of a graph that failed its check: no start will use them
-            shutil.rmtree(compiled, ignore_errors=True)
-        raise
-    cache.write(key, json.dumps({} if compiled is None else files_sha256(compiled)).encode())
-    return chunks
-
-
-class ParityMismatch(RuntimeError):
-    """An exported graph's logits differ from PyTorch's (the body is then passed over)."""
-
-
-def checked(chunks: OrtChunks | OpenVinoChunks, model: SmoothingClassifier, sigma: float, runtime: str):
-    """``chunks`` if its logits match the PyTorch model's on noisy inputs (the exporter's parity
-    measurement, :func:`dmae_fast.export.parity.compare_logits`), else :class:`ParityMismatch`."""
-    from dmae_fast.export.parity import compare_logits
-
-    inputs = None if chunks.layout is None else chunks.layout.inputs
-    difference, _ = compare_logits(model, chunks.logits, samples=64, seed=1, batch=64, sigma=sigma, inputs=inputs)
-    if not difference <= PARITY_TOLERANCE:
-        raise ParityMismatch(f"{RUNTIME_NAMES[runtime]} differs from PyTorch by {difference:.2g} on this "
-                             "classifier's logits")
-    return chunks
-
-
 def _installed(runtime: str) -> bool:
     try:
         __import__(runtime)
@@ -286,26 +204,27 @@ def _exported(model: SmoothingClassifier, layout: PatchLayout | None, sigma: flo
     graph = cached_onnx_bytes(model, layout, cache)
     label = "exported in memory" + ("" if layout is None else f", {layout.patch}x{layout.patch} patch rows in")
     graph_sha256 = hashlib.sha256(graph).hexdigest()
+    name = RUNTIME_NAMES[runtime]
     if runtime == "onnxruntime":
         key = cache_key(what="parity verdict", graph=graph_sha256, runtime=runtime, sigma=sigma)
-        return cached_check(lambda: OrtChunks(graph, label, layout), model, sigma, runtime, cache, key, None)
+        return cached_check(lambda: OrtChunks(graph, label, layout), model, sigma, name, cache, key, None)
     static_rows = sorted(set(static_rows))
     key = cache_key(what="parity verdict", graph=graph_sha256, runtime=runtime, sigma=sigma, workers=workers,
                     static_rows=static_rows)
     compiled = cache.subfolder("openvino", key)
     return cached_check(lambda: OpenVinoChunks(graph, label, workers, static_rows, layout, compiled), model, sigma,
-                        runtime, cache, key, compiled)
+                        name, cache, key, compiled)
 
 
-def cpu_classifier(engine, precision: str, sigma: float, notice, workers: int, runtime: str,
+def cpu_classifier(engine: Engine, precision: str, sigma: float, notice, workers: int, runtime: str,
                    static_rows: Iterable[int] = (), patch_input: bool = True,
                    cache_reads: list[Path] | None = None) -> ChunkClassifier:
     """The fastest chunk classifier for an engine on a CPU (see the module doc); ``static_rows``:
     the chunk sizes most chunks will have; ``patch_input``: a checkpoint's exported graph takes
     patch rows where its front end allows (:mod:`dmae_fast.patch_layout`); ``cache_reads``
     collects the model-cache entries it was built from."""
-    model = getattr(engine, "model", None)
-    if isinstance(model, SmoothingClassifier):
+    model = engine.model
+    if model is not None:
         if precision != "fp32":
             _runtime(runtime, ("torch",), f"--precision {precision}", notice)
             return TorchChunks(model, precision)
@@ -314,13 +233,13 @@ def cpu_classifier(engine, precision: str, sigma: float, notice, workers: int, r
             return TorchChunks(model, precision)
         layout = PatchLayout.of(model) if patch_input else None
         return _exported(model, layout, sigma, chosen, workers, static_rows, ModelCache.open(notice, cache_reads))
-    meta = getattr(engine, "meta", None)
-    if meta is not None and meta.kind == "onnx" and meta.input == "image":
+    meta, path = engine.meta, engine.path
+    if meta is not None and path is not None and meta.kind == "onnx" and meta.input == "image":
         fp32 = meta.precision == "fp32"
         candidates = ("openvino", "onnxruntime") if fp32 else ("onnxruntime",)
         chosen = _runtime(runtime, candidates, f"{meta.precision} .onnx engines", notice)
         if chosen == "openvino":
-            return OpenVinoChunks(engine.path, engine.path.name, workers, static_rows)
-        return OrtChunks(engine.path, engine.path.name)
+            return OpenVinoChunks(path, path.name, workers, static_rows)
+        return OrtChunks(path, path.name)
     raise UserError(f"the CPU fast path (--fast) runs PyTorch checkpoints and .onnx image engines, not "
                     f"{engine.description}; run without --fast")

@@ -6,21 +6,26 @@ from pathlib import Path
 
 import torch
 
-from dmae_fast.engines.base import predicted_classes
+from dmae_fast.engines.base import Engine, TokenBody, predicted_classes
+from dmae_fast.engines.front_end import load_front_end
 from dmae_fast.engines.sidecar import EngineMeta
 from dmae_fast.errors import UserError
 
 
-class ExportedEngine:
+class ExportedEngine(Engine):
     """Base of the ONNX Runtime, AOTInductor and TensorRT engines.
 
     Subclasses implement :meth:`_run` (one batch inside the engine's batch range ->
     float32 logits on ``device``). :meth:`logits` checks the input, splits batches larger
     than ``batch.max`` and pads batches smaller than ``batch.min``; :meth:`classify` is its
-    argmax (:func:`predicted_classes`), on the device.
+    argmax (:func:`predicted_classes`), on the device. A token engine offers itself as a
+    :class:`TokenBody`, behind the front end stored beside its file.
     """
 
     runtime = "?"  # e.g. "ONNX Runtime (CPUExecutionProvider)", set by subclasses
+
+    path: Path
+    meta: EngineMeta
 
     def __init__(self, path: Path, meta: EngineMeta, device: torch.device) -> None:
         self.path = path
@@ -59,3 +64,8 @@ class ExportedEngine:
 
     def classify(self, inputs: torch.Tensor) -> torch.Tensor:
         return predicted_classes(self.logits(inputs))
+
+    def token_body(self) -> TokenBody | None:
+        if self.input != "tokens":
+            return None
+        return TokenBody(load_front_end(self.path, self.meta).to(self.device), self, self.path, self.meta.kind)

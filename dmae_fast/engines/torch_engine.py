@@ -7,7 +7,7 @@ from contextlib import nullcontext
 
 import torch
 
-from dmae_fast.engines.base import predicted_classes
+from dmae_fast.engines.base import Engine, predicted_classes
 from dmae_fast.engines.sidecar import input_shape
 from dmae_fast.model import SmoothingClassifier
 
@@ -36,12 +36,14 @@ def ieee_fp32_convolutions() -> None:
     torch.backends.cudnn.allow_tf32 = False
 
 
-class TorchEngine:
+class TorchEngine(Engine):
     """Runs a :class:`SmoothingClassifier` in inference mode; fp16/bf16 via autocast, fp8 on a
     float8 copy (:func:`precision_model`).
 
     ``input="tokens"`` runs only the body after the front end (``forward_tokens``).
     """
+
+    model: SmoothingClassifier
 
     def __init__(self, model: SmoothingClassifier, device: torch.device, precision: str = "fp32",
                  input: str = "image") -> None:
@@ -59,6 +61,10 @@ class TorchEngine:
         self.runs = precision_model(self.model, precision) if precision == "fp8" else self.model
         self._forward = self.runs if input == "image" else self.runs.forward_tokens
         self.description = f"torch eager {precision} on {device}" + (" (token input)" if input == "tokens" else "")
+
+    def cast_model(self) -> SmoothingClassifier:
+        """fp8: the float8 copy this engine runs (quantized once); else :func:`precision_model`."""
+        return self.runs if self.precision == "fp8" else precision_model(self.model, self.precision)
 
     def _autocast(self):
         dtype = PRECISIONS[self.precision]

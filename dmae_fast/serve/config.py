@@ -1,4 +1,4 @@
-"""What a ``dmae-serve`` process is: the classifier, the scheduler's settings, the request limits
+"""What a ``dmae-serve`` process is: the classifier and its batch body, the scheduler's settings, the request limits
 (no torch here: the command checks its options before loading anything)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from dmae_fast.certification.choices import NOISE_CHOICES
+from dmae_fast.certification.body_options import BodyOptions
 from dmae_fast.certification.config import MAX_BATCH
 from dmae_fast.errors import UserError
 from dmae_fast.model.config import sigma_problem
@@ -77,8 +77,7 @@ class ServeConfig:
     precision: str = "auto"
     input_size: int | None = None
     normalize: str | None = None
-    fast: bool = False
-    noise: str = "compiled"
+    body: BodyOptions = field(default_factory=BodyOptions)  # the batch body, as dmae-certify's
     max_connections: int = 1024  # uvicorn answers 503 beyond
     keep_alive_s: float = 5.0  # an idle keep-alive connection is closed after this long
     read_timeout_s: float = 10.0  # to send a request's line and headers, then its body (408 and closed after)
@@ -99,7 +98,6 @@ class ServeConfig:
              f"--first-index must be in [0, 2**32), got {self.first_index}"),
             (self.sigma is None or sigma_problem(self.sigma) is None, f"--{sigma_problem(self.sigma)}"),
             (self.input_size is None or self.input_size >= 1, f"--input-size must be >= 1, got {self.input_size}"),
-            (self.noise in NOISE_CHOICES, f"--noise must be one of {', '.join(NOISE_CHOICES)}, got {self.noise!r}"),
             (self.max_connections >= 1, f"--max-connections must be >= 1, got {self.max_connections}"),
             (math.isfinite(self.keep_alive_s) and 0 < self.keep_alive_s <= 3600,
              f"--keep-alive must be in (0, 3600] seconds, got {self.keep_alive_s}"),
@@ -112,6 +110,7 @@ class ServeConfig:
         ]
         self.limits.validate()
         _check(checks)
+        self.body.validate()
 
 
 def _check(checks: list[tuple[bool, str]]) -> None:

@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dmae_fast.certification.bodies import BodyOptions, batch_body
+from dmae_fast.certification.bodies import resolve_body
+from dmae_fast.certification.body_options import BodyOptions
 from dmae_fast.certification.stream import SamplingPlan, StreamingCertifier
 from dmae_fast.engines.base import Engine
 from dmae_fast.errors import UserError
@@ -36,9 +37,6 @@ from dmae_fast.stats.sequential import BONFERRONI_NAME
 
 ANSWER_FIELDS = ("procedure", "results", "receipt")
 NAMES = f"{PREDICT}, {FIXED_N}, {EXACT_NAME}-K..., {BONFERRONI_NAME}-K..."
-
-
-# --------------------------------------------------------------------------- reading
 
 
 @dataclass(frozen=True)
@@ -191,9 +189,6 @@ def read_answer(document: object) -> Answer:
     return Answer(document, receipt, tuple(results))
 
 
-# --------------------------------------------------------------------------- comparing
-
-
 def _describe(plan: SamplingPlan) -> str:
     """A plan in words: "20 selection and 1,000 estimation samples, looks after 120, 220, ... in all"."""
     text = " and ".join(f"{size:,} {phase.name.lower()}" for phase, size in zip(plan.phases, plan.sizes)) + " samples"
@@ -295,19 +290,19 @@ class Replay:
 
 
 def _rerun(procedure: Procedure, seed: int, items: Iterable[tuple[int, torch.Tensor, int]], engine: Engine,
-           batch: int, noise: str, fast: bool) -> dict[int, np.ndarray]:
-    """The offline counts of ``(index, image, key)`` items, by key."""
+           batch: int, options: BodyOptions) -> dict[int, np.ndarray]:
+    """The offline counts of ``(index, image, key)`` items, by key, on the body ``options`` ask for."""
     sigma = procedure.spec.sigma
-    body = batch_body(engine, sigma, seed, batch, BodyOptions(fast=fast, noise=noise))
+    body = resolve_body(engine, sigma, seed, batch, options).body
     streamer = StreamingCertifier(engine, procedure.plan, sigma, seed, batch, body)
     return {done.label: done.counts for done in streamer.run(items, procedure.decide)}
 
 
 def replay_answer(answer: Answer | dict, images: list[torch.Tensor], engine: Engine, batch: int = 1000,
-                  noise: str = "compiled", fast: bool = False, model_file: str | Path | None = None) -> Replay:
-    """Re-run and check every result of a server answer (``images`` in the order of its results);
-    ``model_file``: the file ``engine`` was opened from, whose SHA-256 must be the receipt's (None: not
-    compared)."""
+                  options: BodyOptions = BodyOptions(), model_file: str | Path | None = None) -> Replay:
+    """Re-run and check every result of a server answer (``images`` in the order of its results) on the
+    body ``options`` ask for; ``model_file``: the file ``engine`` was opened from, whose SHA-256 must be
+    the receipt's (None: not compared)."""
     answer = answer if isinstance(answer, Answer) else read_answer(answer)
     receipt, results = answer.receipt, answer.results
     if len(images) != len(results):
@@ -331,7 +326,7 @@ def replay_answer(answer: Answer | dict, images: list[torch.Tensor], engine: Eng
         return Replay(tuple(differences + problems), ())
     fit = [_fit_problem(procedure.plan, r.counts, engine.spec.num_classes) for r in results]
     items = [(r.index, image, key) for key, (r, image, problem) in enumerate(zip(results, images, fit)) if not problem]
-    offline = _rerun(procedure, receipt.seed, items, engine, batch, noise, fast) if items else {}
+    offline = _rerun(procedure, receipt.seed, items, engine, batch, options) if items else {}
     return Replay(tuple(differences), tuple(_compared(procedure, result, image, fit[key], offline.get(key),
                                                       engine.spec.class_names)
                                             for key, (result, image) in enumerate(zip(results, images))))

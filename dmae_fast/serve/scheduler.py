@@ -1,11 +1,12 @@
-"""Continuous batching: the server's device thread drives the one scheduler from a request queue.
+"""Continuous batching: the server's device thread is a loop over the one engine loop's steps.
 
-:class:`~dmae_fast.certification.scheduler.SlotScheduler` packs the rows of every in-flight image
-into full batches, as the offline streamer does; this thread adds what a server needs around it:
+:class:`~dmae_fast.certification.engine_loop.EngineLoop` packs the rows of every in-flight image
+into full batches, as for the offline streamer; this thread adds what a server needs around it:
 
-* **admission**: each request's images become :class:`~dmae_fast.certification.scheduler.Job` objects
+* **admission**: each request's images are :class:`~dmae_fast.certification.scheduler.Job` objects
   with their own plan (PREDICT and CERTIFY images share batches), a bounded queue, and an
-  image index per image (the noise key; see :meth:`Scheduler.submit`);
+  image index per image (the noise key; see :meth:`Scheduler.submit`); the server's own record of
+  each (where its answer goes) stays here, beside the job;
 * **a clock**: when fewer than ``batch`` rows are waiting, the loop waits for more requests
   until the oldest waiting row is ``max_wait_s`` old, then runs the partial batch;
 * **cancellation and failure**: a timed-out request's images free their slots at once; a failed
@@ -18,19 +19,17 @@ shared its batches (tested).
 
 from __future__ import annotations
 
-import itertools
 import secrets
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-from dmae_fast.certification.scheduler import BatchBody, Job, SlotScheduler
+from dmae_fast.certification.engine_loop import BatchFailed, EngineLoop, Finished
+from dmae_fast.certification.scheduler import BatchBody, Job
 from dmae_fast.noise import MASK32
-from dmae_fast.stats.plan import Phase
 
 Done = Callable[[object], None]  # called once with the image's counts [phases, classes] or an exception
 
@@ -63,15 +62,14 @@ class Scheduler:
                  max_wait_s: float, num_slots: int, max_queue: int, first_index: int | None,
                  on_batch: Callable[[int, float], None] | None = None) -> None:
         self.body, self.device, self.image_shape, self.batch = body, device, tuple(image_shape), batch
-        self.max_wait_s, self.num_slots, self.max_queue = max_wait_s, num_slots, max_queue
-        self.on_batch = on_batch or (lambda rows, seconds: None)
+        self.max_wait_s, self.num_slots, self.max_queue, self.on_batch = max_wait_s, num_slots, max_queue, on_batch
         self._cond = threading.Condition()
-        self._inbox: deque[Job] = deque()
-        self._admitted = 0
+        self._answers: dict[Job, Done] = {}  # admitted images not yet answered nor cancelled: where each answer goes
+        self._inbox: list[tuple[Job, float]] = []  # admitted (and when), not yet handed to the engine loop
+        self._cancels: list[Job] = []  # cancelled, not yet forgotten by the engine loop
         self._next_index = first_index
         self._closing = self._abort = False
-        self._pending: deque[Job] = deque()  # admitted, not on the device yet (loop thread only from here on)
-        self._slots = SlotScheduler(body, device, batch, num_slots)  # the loop thread's
+        self._engine: EngineLoop | None = None  # built by the loop thread, which allocates its buffers
         self._started = threading.Event()
         self._startup_error: BaseException | None = None
         self._thread = threading.Thread(target=self._main, name="dmae-serve-scheduler", daemon=True)
@@ -85,8 +83,9 @@ class Scheduler:
         if self._startup_error is not None:
             raise self._startup_error
 
-    def submit(self, jobs: list[Job]) -> None:
-        """Admit a request's images, all or none, giving each its image index (the noise key).
+    def submit(self, jobs: list[Job], done: list[Done]) -> None:
+        """Admit a request's images, all or none, giving each its image index (the noise key);
+        ``done[i]`` gets image i's answer.
 
         With ``first_index`` None (the default), each index is drawn uniformly from [0, 2**32) by
         the operating system's CSPRNG at admission, after the image has arrived: a client cannot
@@ -101,8 +100,8 @@ class Scheduler:
         with self._cond:
             if self._closing:
                 raise Closed("the server is shutting down")
-            if self._admitted + len(jobs) > self.max_queue:
-                raise QueueFull(f"the queue is full ({self._admitted} of {self.max_queue} images in flight); "
+            if len(self._answers) + len(jobs) > self.max_queue:
+                raise QueueFull(f"the queue is full ({len(self._answers)} of {self.max_queue} images in flight); "
                                 "retry later")
             if self._next_index is None:
                 indices = [secrets.randbits(32) for _ in jobs]
@@ -113,30 +112,25 @@ class Scheduler:
                 indices = list(range(self._next_index, self._next_index + len(jobs)))
                 self._next_index += len(jobs)
             now = time.monotonic()
-            for job, index in zip(jobs, indices):
-                job.index, job.since, job.queued = index, now, True
-            self._admitted += len(jobs)
-            self._inbox.extend(jobs)
+            for job, index, answer in zip(jobs, indices, done, strict=True):
+                job.index = index
+                self._answers[job] = answer
+                self._inbox.append((job, now))
             self._cond.notify()
 
     def cancel(self, jobs: list[Job]) -> None:
-        """Stop sampling these images (a timed-out or abandoned request); their ``done`` is not called.
+        """Stop sampling these images (a timed-out or abandoned request); they are not answered.
         They leave the queue bound at once; their rows are dropped before the next batch."""
         with self._cond:
             for job in jobs:
-                job.cancelled = True
-                self._unqueue(job)
+                self._answers.pop(job, None)
+            self._cancels += jobs
             self._cond.notify()
-
-    def _unqueue(self, job: Job) -> None:
-        """(under the lock) Stop counting ``job`` against the queue bound."""
-        if job.queued:
-            job.queued = False
-            self._admitted -= 1
 
     def stats(self) -> SchedulerStats:
         with self._cond:
-            return SchedulerStats(self._admitted, self.num_slots - len(self._slots.free), self._next_index)
+            on_device = self._engine.stats().on_device if self._engine is not None else 0
+            return SchedulerStats(len(self._answers), on_device, self._next_index)
 
     @property
     def alive(self) -> bool:
@@ -158,8 +152,8 @@ class Scheduler:
 
     def _main(self) -> None:
         try:
-            self._slots.allocate()
-            self._warm_up()
+            self._engine = EngineLoop(self.body, self.device, self.batch, self.num_slots, on_batch=self.on_batch)
+            self._engine.warm_up(self.image_shape)
         except BaseException as error:  # reported by start() in the caller's thread
             self._startup_error = error
             self._started.set()
@@ -167,122 +161,57 @@ class Scheduler:
             return
         self._started.set()
         try:
-            while self._step():
+            while self._step(self._engine):
                 pass
         except BaseException as error:  # a bug: answer everyone with it rather than leave them hanging
-            self._fail_everything(error)
+            self._fail_everything(self._engine, error)
             raise
         finally:
             self.body.finish()
 
-    def _warm_up(self) -> None:
-        """One full batch on slot 0 (compiles the noise kernel, captures graphs); its counts are discarded."""
-        rows = torch.arange(self.batch, device=self.device)
-        zeros = torch.zeros_like(rows)
-        self.body.load(0, torch.zeros(self.image_shape, device=self.device))
-        self.body.run(zeros, zeros, zeros + int(Phase.PREDICTION), rows)
-        self._slots.counts.zero_()
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-
-    def _step(self) -> bool:
-        """Admit, wait for a full batch (or the clock), run one batch; False when the loop should end."""
+    def _step(self, engine: EngineLoop) -> bool:
+        """Hand over the admitted and the cancelled, take one step of the engine loop (the clock held
+        by ``max_wait_s`` until closing), answer; then wait while there is nothing to run now (no rows,
+        or a partial batch before its time). False when the loop should end."""
         with self._cond:
-            self._pending.extend(self._inbox)
-            self._inbox.clear()
-            abort = self._abort
+            inbox, self._inbox = self._inbox, []
+            cancels, self._cancels = self._cancels, []
+            abort, closing = self._abort, self._closing
         if abort:
-            self._fail_everything(Closed("the server stopped before this request was answered"))
+            self._fail_everything(engine, Closed("the server stopped before this request was answered"))
             return False
-        self._drop_cancelled()
-        self._resolve(wait=False)
-        rows, oldest = self._runnable()
-        if rows == 0:
-            if self._slots.waiting:
-                self._resolve(wait=True)
+        for job, admitted in inbox:
+            engine.add(job, admitted)
+        if cancels:
+            engine.cancel(cancels)
+        self._answer(engine.step(0.0 if closing else self.max_wait_s))
+        with self._cond:
+            if self._inbox or self._cancels or self._abort:
                 return True
-            with self._cond:
-                if self._inbox or self._abort:
-                    return True
-                if self._closing and not self._pending and not self._slots.ready:
+            if not engine.busy:
+                if self._closing:
                     return False
-                self._cond.wait(None if not self._pending else 0.05)
-            return True
-        if rows < self.batch and not self._closing:
-            delay = oldest + self.max_wait_s - time.monotonic()
-            if delay > 0:
-                with self._cond:
-                    if not self._inbox and not self._abort:
-                        self._cond.wait(delay)
-                return True
-        self._run_one_batch()
+                self._cond.wait()
+            elif engine.held_until is not None:
+                self._cond.wait(engine.held_until - time.monotonic())
         return True
 
-    def _runnable(self) -> tuple[int, float]:
-        """Rows the next batch could take now, and when the oldest of them became runnable."""
-        rows, oldest = 0, float("inf")
-        for job in itertools.chain(self._slots.ready, itertools.islice(self._pending, len(self._slots.free))):
-            rows += job.stage_end - job.row
-            oldest = min(oldest, job.since)
-            if rows >= self.batch:
-                break
-        return rows, oldest
-
-    def _run_one_batch(self) -> None:
-        segments, reached = self._slots.pack(lambda: self._pending.popleft() if self._pending else None, block=False)
-        if not segments:
+    def _answer(self, finished: list[Finished]) -> None:
+        """Send each ended image its counts or error (a failed batch's: the classifier's failure), unless cancelled."""
+        if not finished:
             return
-        start = time.perf_counter()
-        try:
-            self._slots.issue(segments)
-        except Exception as error:  # the classifier failed: fail this batch's images, keep serving
-            self._fail_on_device(RuntimeError(f"the classifier failed: {type(error).__name__}: {error}"), reached)
-            return
-        self._slots.snapshot(reached)
-        self._resolve(wait=False)
-        self.on_batch(sum(segment[4] for segment in segments), time.perf_counter() - start)
-
-    def _resolve(self, wait: bool) -> None:
-        """Answer the images whose snapshots say they are done (the others continue on the device)."""
-        self._slots.resolve(wait)
-        finished, self._slots.finished = self._slots.finished, []
-        self._finish(finished)
-
-    def _finish(self, finished: list[tuple[Job, object]]) -> None:
-        for job, result in finished:
-            if not job.cancelled:
-                _call(job.done, result)
-        if finished:
-            with self._cond:
-                for job, _ in finished:
-                    self._unqueue(job)
-
-    def _drop_cancelled(self) -> None:
-        """Forget cancelled images that are queued or have rows left (their slot is freed at once)."""
-        if any(job.cancelled for job in self._pending):
-            self._pending = deque(job for job in self._pending if not job.cancelled)
-        self._slots.drop_cancelled()
-
-    def _fail_on_device(self, error: BaseException, reached: list[Job]) -> None:
-        """A batch failed: every image on the device gets ``error``; the counts and slots are reset."""
-        jobs = self._slots.reset() + reached
-        self._finish([(job, error) for job in jobs])
-
-    def _fail_everything(self, error: BaseException) -> None:
         with self._cond:
-            self._pending.extend(self._inbox)
-            self._inbox.clear()
-        jobs = list(self._pending) + list(self._slots.ready) + [job for batch, _, _ in self._slots.waiting
-                                                                 for job in batch]
-        self._pending.clear()
-        self._slots.ready.clear()
-        self._slots.waiting.clear()
-        for job in jobs:
-            if not job.cancelled:
-                _call(job.done, error)
+            answers = [(self._answers.pop(job, None), result) for job, result in finished]
+        for done, result in answers:
+            if isinstance(result, BatchFailed):
+                result = RuntimeError(f"the classifier failed: {result}")
+            if done is not None:
+                _call(done, result)
+
+    def _fail_everything(self, engine: EngineLoop, error: BaseException) -> None:
         with self._cond:
-            for job in jobs:
-                self._unqueue(job)
+            inbox, self._inbox = self._inbox, []
+        self._answer([(job, error) for job, _ in inbox] + engine.fail_all(error))
 
 
 def _call(done: Done, result: object) -> None:

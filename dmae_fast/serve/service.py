@@ -18,14 +18,11 @@ import numpy as np
 import torch
 
 from dmae_fast import __version__
-from dmae_fast.certification.bodies import BodyOptions, batch_body
 from dmae_fast.certification.host import device_name
 from dmae_fast.certification.scheduler import Job
-from dmae_fast.engines import EngineOptions, open_engine
-from dmae_fast.engines.sidecar import KIND_BY_SUFFIX, read_sidecar
+from dmae_fast.certification.smoother import open_smoother
 from dmae_fast.errors import UserError
 from dmae_fast.integrity import file_sha256
-from dmae_fast.model.config import parse_normalization
 from dmae_fast.serve.config import ServeConfig
 from dmae_fast.serve.metrics import Metrics
 from dmae_fast.serve.payloads import ParsedRequest
@@ -58,12 +55,6 @@ def input_sha256(image: torch.Tensor) -> str:
     return hashlib.sha256(image.to(torch.float32).contiguous().numpy().tobytes()).hexdigest()
 
 
-def _engine_input(path: str) -> str:
-    """"tokens" for a token engine file (the fast body's fused front end feeds it), else "image"."""
-    file = Path(path)
-    return read_sidecar(file).input if file.suffix in KIND_BY_SUFFIX and file.is_file() else "image"
-
-
 class Service:
     """One classifier served (see the module doc); ``start`` runs the warm-up batch, ``stop`` drains."""
 
@@ -71,16 +62,13 @@ class Service:
         config.validate()
         self.config = config
         self.token = read_token(config.token_file) if config.token_file else None
-        mean, std = parse_normalization(config.normalize)
-        self.engine = open_engine(config.engine, EngineOptions(config.device, config.precision, config.input_size,
-                                                               mean, std, _engine_input(config.engine)))
-        if config.sigma is None and self.engine.spec.sigma is None:
-            raise UserError("--sigma is required: the checkpoint does not record the sigma it was trained for")
-        self.sigma = float(config.sigma if config.sigma is not None else self.engine.spec.sigma)
+        smoother = open_smoother(config.engine, config.sigma, config.body, config.device, config.precision,
+                                 config.input_size, config.normalize)
+        self.engine, self.sigma = smoother.engine, smoother.sigma
         self.seed = config.seed if config.seed is not None else secrets.randbits(64)
         self.shape = tuple(self.engine.spec.input_shape)
-        self.body = batch_body(self.engine, self.sigma, self.seed, config.batch,
-                               BodyOptions(fast=config.fast, noise=config.noise))
+        self.resolved = smoother.body(self.seed, config.batch)  # the body built and why
+        self.body = self.resolved.body
         slots = config.slots or default_slots(config.batch, math.prod(self.shape))
         self.scheduler = Scheduler(self.body, self.engine.device, self.shape, config.batch, config.max_wait_ms / 1000,
                                    slots, config.max_queue, config.first_index,
@@ -102,6 +90,7 @@ class Service:
         spec, config = self.engine.spec, self.config
         return {
             "engine": self.body.description,
+            "body": self.resolved.record(),
             "model": Path(config.engine).name,
             "model_sha256": self.model_sha256,
             "precision": self.engine.precision,
@@ -135,9 +124,8 @@ class Service:
         plan, decide = procedure.plan, procedure.decide
         loop = asyncio.get_running_loop()
         futures = [loop.create_future() for _ in request.images]
-        jobs = [Job(image, plan, decide, functools.partial(_settle_from_thread, loop, future))
-                for image, future in zip(request.images, futures)]
-        self.scheduler.submit(jobs)
+        jobs = [Job(image, plan, decide) for image in request.images]
+        self.scheduler.submit(jobs, [functools.partial(_settle_from_thread, loop, future) for future in futures])
         gathered = asyncio.gather(*futures)
         gathered.add_done_callback(_retrieved)  # cancelled in wait_for, it holds a CancelledError nobody reads
         try:

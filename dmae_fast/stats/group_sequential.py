@@ -25,7 +25,7 @@ p are fixed and F_1 <= F_2 <= ... are the failure counts of one Bernoulli(1 - p)
    every failure count whose fixed-n Clopper-Pearson bound at alpha reaches Phi(r_j / sigma +
    final_shift) (the least aggressive if none does), so that early looks do not cost a discrete
    step at the cap (e.g. 3 failures in 10,000 at 3 sigma). The boundaries depend on the
-   configuration only, never on data.
+   configuration only, never on data; :mod:`.boundary_dp` computes them.
 2. Monotonicity in p. Coupling the sequences at p' < p (a failure at p is a failure at p'), F_k at
    p' is at least F_k at p, so every path that crosses at p' crosses at p: P_p'(reject H_j) <=
    P_{t_j}(reject H_j) <= alpha for every p' <= t_j, and the DP bound at t_j is the worst case.
@@ -51,7 +51,6 @@ p, with probability up to about K * alpha (tests/test_group_sequential.py measur
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import itertools
 import math
@@ -61,7 +60,7 @@ import numpy as np
 from scipy.special import ndtr
 
 from dmae_fast.errors import UserError
-from dmae_fast.stats.bounds import lower_confidence_bound
+from dmae_fast.stats.boundary_dp import boundary_table
 from dmae_fast.stats.decisions import ABSTAIN, Certificate
 from dmae_fast.stats.sequential import LookStopping, upper_bounds
 from dmae_fast.stats.settings import FUTILITY_MODES, PAPER_RADII, SMALLEST_SEQUENTIAL_ALPHA
@@ -70,11 +69,6 @@ PROCEDURE = "group-sequential-exact"
 STEP, DENSE, GROWTH = 100, 2_000, 1.1  # default looks: every STEP samples up to DENSE, then x GROWTH
 SPENDING = (0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0)  # spending exponents rho tried in order (see boundary_table)
 FINAL_SHIFT = 0.01  # a level's last bound may sit this far (in radius / sigma) beyond fixed-n CP at alpha
-MARGIN = 1e-6  # relative margin under alpha against floating-point rounding in the DP
-TAIL = 1e-40  # probability mass the DP may truncate per step (counted as rejected)
-DIRECT = 64  # convolve directly below this length, by FFT above
-PRECISE_BELOW = 1e-6  # below this alpha the DP runs precise (see _dp): an FFT's rounding (~1e-17) counts there
-PRECISE_TAIL = 1e-9  # the precise DP's truncated mass per window edge and step, relative to alpha
 
 
 def default_looks(n: int) -> tuple[int, ...]:
@@ -144,129 +138,6 @@ class GroupSequentialConfig:
         if self.looks:
             return self.looks
         return tuple(sorted(set(default_looks(self.n)) | ({self.lower_cap} if self.lower_cap else set())))
-
-
-def _increment(m: int, q: float, tail: float | None) -> tuple[int, np.ndarray, float]:
-    """Failures among m new samples at failure probability q: (first value, pmf window, mass outside).
-
-    The window spans 40 standard deviations (+ 40) each side, or with ``tail`` (precise DP) as much as
-    leaves out at most ``tail`` each side by Bernstein's inequality, that bound being the mass outside
-    (SciPy's binomial tails underflow near 1e-250; its pmf holds to 1e-11 relative down to 1e-300)."""
-    from scipy.stats import binom  # on first use: the tables are built once per setting and cached
-
-    if tail is None:
-        spread = 40 * math.sqrt(m * q * (1 - q)) + 40
-    else:  # P(|X - mq| >= t) <= exp(-t^2 / (2 (mq(1-q) + t/3))) each side, <= tail for this t
-        spread = math.sqrt(2 * m * q * (1 - q) * -math.log(tail)) - math.log(tail)
-    lo, hi = max(0, math.floor(m * q - spread)), min(m, math.ceil(m * q + spread))
-    pmf = binom.pmf(np.arange(lo, hi + 1), m, q)
-    if tail is not None:
-        return lo, pmf, tail * ((lo > 0) + (hi < m))
-    outside = (binom.cdf(lo - 1, m, q) if lo > 0 else 0.0) + binom.sf(hi, m, q)
-    return lo, pmf, float(outside)
-
-
-def _convolve(a: np.ndarray, b: np.ndarray, direct: bool) -> np.ndarray:
-    if direct or min(a.size, b.size) < DIRECT:
-        return np.convolve(a, b)
-    from scipy.signal import fftconvolve
-
-    convolved: np.ndarray = np.maximum(fftconvolve(a, b), 0.0)
-    return convolved
-
-
-def _dp(looks: tuple[int, ...], q: float, bounds: np.ndarray | None = None, targets: np.ndarray | None = None,
-        ceiling: np.ndarray | None = None, tail: float | None = None) -> tuple[np.ndarray, np.ndarray, float]:
-    """The exact DP over failure counts at failure probability q.
-
-    Either evaluates given failure bounds, or (``targets``: cumulative rejection probability allowed
-    through each look; ``ceiling``: largest bound allowed) picks at each look the largest bound whose
-    cumulative rejection probability, plus the truncated mass, stays within the target.
-    Returns (bounds, rejection probability at each look, truncated mass).
-
-    With ``tail`` (precise, for tiny alpha) it convolves directly, never by FFT (sums of non-negative
-    terms keep their relative precision: no mass of 1e-300 lost to an FFT's rounding of 1e-17), and
-    truncates at most ``tail`` per window edge and step, counting what it truncates as rejected.
-    """
-    from scipy.stats import binom
-
-    out = np.full(len(looks), -1, dtype=np.int64)
-    rejected = np.zeros(len(looks))
-    start, alive, truncated, prev = 0, np.ones(1), 0.0, 0  # alive[i]: P(F = start + i, not rejected)
-    for k, look in enumerate(looks):
-        lo, pmf, outside = _increment(look - prev, q, tail)
-        prev, truncated = look, truncated + outside
-        alive, start = _convolve(alive, pmf, tail is not None), start + lo
-        if tail is None:
-            end = int(binom.isf(TAIL, look, q)) + 1 - start  # beyond: mass <= TAIL even unconditionally
-            cut = TAIL
-        else:
-            above = np.cumsum(alive[::-1])[::-1]  # above[i]: the mass at start + i and beyond
-            end = int(np.count_nonzero(above > tail))
-            cut = float(above[end]) if end < alive.size else 0.0
-        if end < alive.size:
-            alive, truncated = alive[:max(end, 0)], truncated + cut
-        mass = np.cumsum(alive)
-        if bounds is not None:
-            d = int(bounds[k])
-        else:
-            assert targets is not None and ceiling is not None, "bounds, or targets and ceiling"
-            budget = targets[k] - rejected.sum() - truncated
-            d = start + int(np.searchsorted(mass, budget, side="right")) - 1
-            d = min(d, int(ceiling[k]), look)
-        i = min(d - start, alive.size - 1)
-        if i >= 0:
-            rejected[k] = mass[i]
-            alive, start = alive[i + 1:], start + i + 1
-        out[k] = d
-        if not alive.size:
-            alive, start = np.zeros(1), look + 1
-    return out, rejected, truncated
-
-
-def crossing_probabilities(looks: tuple[int, ...], failure_bounds: np.ndarray, q: float) -> np.ndarray:
-    """P(first rejection at look k) for each k when each vote is for another class than cA with
-    probability q = 1 - p (exact DP); a rejection at look k is F_k <= failure_bounds[k] (-1: none)."""
-    return _dp(tuple(looks), q, bounds=np.asarray(failure_bounds))[1]
-
-
-def fixed_n_failures(n: int, alpha: float, z: float) -> int:
-    """The most failures in n samples whose fixed-n Clopper-Pearson bound at alpha is >= Phi(z) (-1: none)."""
-    lo, hi = -1, n + 1  # lower_confidence_bound(n - F, n) >= Phi(z) holds for F <= lo, fails for F >= hi
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        ok = mid < n and lower_confidence_bound(n - mid, n, alpha) >= ndtr(z)
-        lo, hi = (mid, hi) if ok else (lo, mid)
-    return lo
-
-
-@functools.lru_cache(maxsize=64)
-def boundary_table(looks: tuple[int, ...], z: tuple[float, ...], alpha: float, caps: tuple[int, ...],
-                   spending: tuple[float, ...], final_shift: float) -> tuple[np.ndarray, np.ndarray]:
-    """Failure bounds d[j, k] of every level j (threshold Phi(z[j]), z increasing; caps[j] its last
-    look; -1 where it cannot be rejected), calibrated by the exact DP at alpha, and each level's
-    spending exponent rho: the first of ``spending`` whose last bound is at least fixed-n
-    Clopper-Pearson's at threshold Phi(z[j] + final_shift) (the last one if none is), with
-    alpha * (L_k / cap) ** rho spent by look k. Cached per configuration."""
-    looks_array = np.array(looks)
-    table = np.full((len(z), len(looks)), -1, dtype=np.int64)
-    rhos = np.full(len(z), np.nan)
-    ceiling = looks_array  # monotone in j: no level is rejected where the one below is not
-    tail = alpha * PRECISE_TAIL if alpha < PRECISE_BELOW else None
-    for j, (zj, cap) in enumerate(zip(z, caps)):
-        k_end, q = looks.index(cap) + 1, float(ndtr(-zj))
-        if cap * math.log1p(-q) <= math.log(alpha):  # else not even cap votes out of cap for cA reject H_j
-            wanted = fixed_n_failures(cap, alpha, zj + final_shift)
-            for rho in spending:
-                targets = alpha * (1 - MARGIN) * (looks_array[:k_end] / cap) ** rho
-                table[j, :k_end] = _dp(looks[:k_end], q, targets=targets, ceiling=ceiling[:k_end], tail=tail)[0]
-                rhos[j] = rho
-                if table[j, k_end - 1] >= wanted:
-                    break
-        ceiling = np.concatenate([table[j, :k_end], looks_array[k_end:]])
-    table.setflags(write=False)
-    rhos.setflags(write=False)
-    return table, rhos
 
 
 def _min_votes(n: int, alpha: float, rates: np.ndarray) -> np.ndarray:

@@ -8,7 +8,7 @@ Record of the eighth 2026-11-25 session (issue 12); run from the repository root
 * shapes: the demo graph compiled for exactly 125 rows, for 1-128 rows, and for any rows (one
   thread), classifying 125-row chunks back to back: 1.5 s per method, 5 interleaved rounds, medians.
 * variants: the exported graph as timm writes the model, with q/k/v split before their
-  transposes, and with the pooled tail (dmae_fast.export.graphs), on OpenVINO, one thread.
+  transposes, and with the pooled tail (dmae_fast.engines.graphs), on OpenVINO, one thread.
 * profile: OpenVINO's per-node counters for the demo graph (chunks of 125, one thread).
 * pipeline: two workers; A: classify a fixed chunk back to back; B: make each chunk's noise, then
   classify it; C: the whole --fast body certifying 6 images (100 + 10,000 samples), per runtime.
@@ -32,8 +32,8 @@ from dmae_fast.checkpoints import load_classifier
 from dmae_fast.data import demo_digits
 from dmae_fast.demo import DEMO_CHECKPOINT
 from dmae_fast.engines import TorchEngine
-from dmae_fast.engines.cpu_runtimes import onnx_bytes
-from dmae_fast.export.graphs import ImageGraph
+from dmae_fast.engines.cpu_graphs import onnx_bytes
+from dmae_fast.engines.graphs import ImageGraph
 from dmae_fast.memory import keep_freed_memory
 
 ROWS = 125  # the chunk of a 1000-row batch on 2 workers

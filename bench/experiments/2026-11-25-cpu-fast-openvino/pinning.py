@@ -21,7 +21,7 @@ def measure(workers: int, pin: bool) -> str:
 
     from dmae_fast.checkpoints import load_classifier
     from dmae_fast.demo import DEMO_CHECKPOINT
-    from dmae_fast.engines.cpu_runtimes import onnx_bytes
+    from dmae_fast.engines.cpu_graphs import onnx_bytes
 
     core = ov.Core()
     graph = core.read_model(onnx_bytes(load_classifier(DEMO_CHECKPOINT)))

@@ -34,7 +34,7 @@ from dmae_fast.bench.reference_loops import COHEN
 from dmae_fast.bench.throughput import build_model
 from dmae_fast.certification.bodies import BodyOptions, batch_body
 from dmae_fast.engines import TorchEngine
-from dmae_fast.engines.cpu_runtimes import onnx_bytes
+from dmae_fast.engines.cpu_graphs import onnx_bytes
 from dmae_fast.fast_noise import NoiseSource
 from dmae_fast.memory import keep_freed_memory
 from dmae_fast.patch_layout import PatchLayout

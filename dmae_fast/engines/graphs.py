@@ -1,4 +1,5 @@
-"""The modules that get exported: a classifier wrapped with a fixed input kind and precision.
+"""The modules that get exported (by ``dmae-export`` to files, by the CPU fast path in memory): a
+classifier wrapped with a fixed input kind and precision.
 
 Every graph takes float32 and returns float32 logits; an fp16/bf16 graph casts inside.
 
@@ -35,6 +36,7 @@ from dmae_fast.model import SmoothingClassifier
 from dmae_fast.patch_layout import PatchLayout
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+OPSET = 17  # LayerNormalization is an ONNX operator from opset 17; TensorRT 10 parses opsets 9-24
 
 
 def bicubic_matrix(size_in: int, size_out: int) -> torch.Tensor:

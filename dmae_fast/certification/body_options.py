@@ -1,0 +1,57 @@
+"""What a run's batch body is asked to be: :class:`BodyOptions`, the one set of body options that
+dmae-certify, dmae-serve and its replay take (no torch here: the commands check them before loading
+anything). :func:`dmae_fast.certification.bodies.resolve_body` builds the body they ask for."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dmae_fast.certification.choices import CPU_RUNTIMES, NOISE_CHOICES
+from dmae_fast.errors import UserError
+
+
+@dataclass(frozen=True)
+class BodyOptions:
+    """How the batches of a run are computed (none of it changes the results beyond rounding).
+
+    ``fast`` asks for the fastest body for the device (CPU: one worker per core; CUDA: fused +
+    compiled + CUDA graphs). The fast path's parts (``fused``, ``compile``, ``cuda_graphs``, and
+    ``profile``, whose stages are the fast path's) without ``fast`` run that fast body, with exactly
+    those parts, on any device. ``reason`` says why these options (e.g. "--fused"), for the start
+    line and the records.
+    """
+
+    fast: bool = False
+    fused: bool = False
+    compile: bool = False
+    cuda_graphs: bool = False
+    profile: bool = False
+    noise: str = "compiled"  # "reference": the torch-op noise (slow; for checking)
+    cpu_runtime: str = "auto"  # CPU fast path: "openvino", "onnxruntime", "torch" (auto: the first installed)
+    workers: int | None = None  # CPU fast path: worker threads (default: one per core)
+    chunk: int | None = None  # CPU fast path: rows per chunk (default: fits the L2 cache)
+    patch_input: bool = True  # CPU fast path: feed an exported checkpoint patch rows where it allows (else images)
+    reason: str = ""  # why these options ("" where a caller named them in code)
+
+    @property
+    def parts(self) -> tuple[str, ...]:
+        """The fast path's parts named, as their options."""
+        named = (("--fused", self.fused), ("--compile", self.compile), ("--cuda-graphs", self.cuda_graphs),
+                 ("--profile", self.profile))
+        return tuple(flag for flag, on in named if on)
+
+    @property
+    def body(self) -> str:
+        """The body asked for: "fast" (``fast``, or a part named) or "plain"."""
+        return "fast" if self.fast or self.parts else "plain"
+
+    def validate(self) -> None:
+        checks = [
+            (self.noise in NOISE_CHOICES, f"--noise must be one of {', '.join(NOISE_CHOICES)}, got {self.noise!r}"),
+            (self.cpu_runtime in CPU_RUNTIMES,
+             f"--cpu-runtime must be one of {', '.join(CPU_RUNTIMES)}, got {self.cpu_runtime!r}"),
+            (self.cpu_runtime == "auto" or self.fast, "--cpu-runtime applies to --fast (on a CPU); add --fast"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise UserError(message)

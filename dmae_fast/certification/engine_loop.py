@@ -1,0 +1,115 @@
+"""The engine loop: jobs in, ``step()`` until done; the one surface every driver of the scheduler uses.
+
+nano-vllm's shape: :class:`EngineLoop` owns a :class:`~dmae_fast.certification.scheduler.SlotScheduler`
+(whose state is private to the two) and each :meth:`EngineLoop.step` runs at most one batch and
+returns the jobs that ended. The dataset run (:class:`~dmae_fast.certification.stream.StreamingCertifier`)
+and the server's device thread (:class:`~dmae_fast.serve.scheduler.Scheduler`) are each a short
+loop over ``step()``. A batch whose body raises ends every job on the device with
+:class:`BatchFailed` (counts zeroed, slots freed) and leaves the queued ones queued: the dataset
+run moves to the body's next body, the server answers those images with the failure and keeps serving.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+
+import torch
+
+from dmae_fast.certification.scheduler import BatchBody, Job, SlotScheduler
+from dmae_fast.stats.plan import Phase
+
+Finished = tuple[Job, object]  # (job, its counts [plan phases, classes] | the exception that ended it)
+
+
+class BatchFailed(Exception):
+    """How a job ends when the body failed in a batch while it was on the device; ``error`` is the body's."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.error = error
+
+
+@dataclass(frozen=True)
+class LoopStats:
+    queued: int  # added, not on the device yet
+    on_device: int  # holding a slot
+
+
+class EngineLoop:
+    """One body, ``num_slots`` images on the device, batches of ``batch`` rows (see the module doc).
+
+    Jobs come from :meth:`add`, then from ``source`` (see :class:`SlotScheduler`). ``on_batch(rows,
+    seconds)`` is told of every batch issued (the host time to issue it; on a CPU, to run it).
+    """
+
+    def __init__(self, body: BatchBody, device: torch.device, batch: int, num_slots: int,
+                 source: Callable[[], Job | None] | None = None,
+                 on_batch: Callable[[int, float], None] | None = None) -> None:
+        self.body, self.device, self.batch, self.on_batch = body, device, batch, on_batch
+        self.held_until: float | None = None  # after a step that held a partial batch back: when it is due
+        self._slots = SlotScheduler(body, device, batch, num_slots, source)
+
+    def add(self, job: Job, since: float | None = None) -> None:
+        """Queue ``job``; its rows count as runnable from ``since`` (``time.monotonic()``; default now)."""
+        self._slots.add(job, time.monotonic() if since is None else since)
+
+    def cancel(self, jobs: Collection[Job]) -> None:
+        """Forget ``jobs``: their slots are freed and they are never returned by :meth:`step`."""
+        self._slots.cancel(jobs)
+
+    def step(self, max_wait_s: float | None = None) -> list[Finished]:
+        """Act on the snapshots on the host, run at most one batch; the jobs that ended.
+
+        ``max_wait_s`` None (a dataset): the batch is filled, waiting for snapshots on their way
+        where rows are short; with no rows left, waits for the snapshots. A number (a server): a batch
+        short of rows runs once its oldest row has been runnable for ``max_wait_s`` (until then
+        :attr:`held_until` says when); with no rows runnable, waits for the snapshots on their way.
+        """
+        slots = self._slots
+        self.held_until = None
+        if max_wait_s is None:
+            segments, reached = slots.pack(block=True)
+        else:
+            slots.resolve(wait=False)
+            rows, oldest = slots.runnable()
+            if 0 < rows < self.batch and oldest + max_wait_s > time.monotonic():
+                self.held_until = oldest + max_wait_s
+                return slots.drain()
+            segments, reached = slots.pack(block=False)
+        if segments:
+            start = time.perf_counter()
+            try:
+                slots.issue(segments)
+            except Exception as error:  # noqa: BLE001 (the body failed: its images end, the driver decides)
+                failed = BatchFailed(error)
+                return slots.drain() + [(job, failed) for job in slots.reset() + reached]
+            slots.snapshot(reached)
+            if self.on_batch is not None:
+                self.on_batch(sum(segment[4] for segment in segments), time.perf_counter() - start)
+        slots.resolve(wait=not segments)
+        return slots.drain()
+
+    def fail_all(self, error: BaseException) -> list[Finished]:
+        """End every job, queued or on the device, with ``error`` (counts zeroed, slots freed)."""
+        return [(job, error) for job in self._slots.reset(pending=True)]
+
+    def warm_up(self, image_shape: tuple[int, ...]) -> None:
+        """One full batch on slot 0 (compiles the noise kernel, captures graphs); its counts are discarded."""
+        rows = torch.arange(self.batch, device=self.device)
+        zeros = torch.zeros_like(rows)
+        self.body.load(0, torch.zeros(image_shape, device=self.device))
+        self.body.run(zeros, zeros, zeros + int(Phase.PREDICTION), rows)
+        self._slots.reset()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def stats(self) -> LoopStats:
+        slots = self._slots
+        return LoopStats(len(slots._pending), slots.num_slots - len(slots._free))
+
+    @property
+    def busy(self) -> bool:
+        """Whether a job is queued or on the device, or the source may have more."""
+        return self._slots.busy

@@ -1,0 +1,66 @@
+"""The batch-body options of dmae-certify, dmae-serve and ``dmae-serve replay``: added to a parser
+once (:func:`add_body_arguments`) and resolved once (:func:`body_options`)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from dataclasses import replace
+
+from dmae_fast.certification.body_options import BodyOptions
+from dmae_fast.certification.choices import BODY_CHOICES, BODY_ENV, CPU_RUNTIMES, NOISE_CHOICES
+from dmae_fast.errors import UserError
+
+REASONS = {"fast": "the default (--body plain runs the plain reference body)",
+           "plain": "the default (--body fast runs the fastest body for the device)"}
+
+
+def add_body_arguments(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+    """Add the body options to ``parser``, in a group of their own (returned, for a command's extras)."""
+    group = parser.add_argument_group("batch body (PyTorch checkpoints, or token engines from dmae-export --input "
+                                      "tokens; every body gives the same counts up to the classifier's rounding)")
+    group.add_argument("--body", choices=BODY_CHOICES, help="fast: the fastest body for the device that passes a "
+                       "check against the plain body on a trial batch (on CUDA fused + compiled + CUDA graphs; on a "
+                       "CPU one worker per core on cache-sized chunks, OpenVINO or ONNX Runtime for fp32, PyTorch "
+                       "otherwise), falling back one step at a time with a notice; plain: the reference body "
+                       f"(default from ${BODY_ENV} where set; docs/performance.md)")
+    group.add_argument("--fast", action="store_true", help="the same as --body fast")
+    group.add_argument("--fused", action="store_true", help="the fast body with a Triton kernel: noise + patch "
+                       "embedding in one pass (falls back, with a notice, for classifiers that resize inside, e.g. "
+                       "CIFAR-10); --fused, --compile and --cuda-graphs without --fast run the fast body with "
+                       "exactly the parts named")
+    group.add_argument("--compile", action="store_true", help="the fast body, torch.compile'd")
+    group.add_argument("--cuda-graphs", action="store_true", help="the fast body, each batch's work captured once "
+                       "and replayed (CUDA)")
+    group.add_argument("--cpu-runtime", default="auto", choices=CPU_RUNTIMES, help="--fast on a CPU: the "
+                       "classifier's runtime (default auto: OpenVINO, else ONNX Runtime, else PyTorch; for fp32)")
+    group.add_argument("--noise", default="compiled", choices=NOISE_CHOICES, help="compiled (default): the noise "
+                       "contract as one compiled kernel, falling back with a notice; reference: the torch-op "
+                       "reference (slow; same noise to float32 rounding)")
+    return group
+
+
+def body_options(args: argparse.Namespace, environ: Mapping[str, str], default: str = "fast",
+                 profile: bool = False) -> BodyOptions:
+    """The body options ``args`` ask for, and why: ``--body``, else ``--fast``, else the fast path's
+    parts (which run the fast body with those parts), else ``$DMAE_FAST_BODY``, else ``default``."""
+    if args.fast and args.body == "plain":
+        raise UserError("--fast and --body plain contradict each other; give one")
+    options = BodyOptions(fused=args.fused, compile=args.compile, cuda_graphs=args.cuda_graphs, profile=profile,
+                          noise=args.noise, cpu_runtime=args.cpu_runtime)
+    env = environ.get(BODY_ENV)
+    if args.body is not None:
+        body, why = args.body, f"--body {args.body}"
+    elif args.fast:
+        body, why = "fast", "--fast"
+    elif options.parts:
+        body, why = "plain", ""
+    elif env is not None:
+        if env not in BODY_CHOICES:
+            raise UserError(f"{BODY_ENV}={env!r}: choose {' or '.join(BODY_CHOICES)}")
+        body, why = env, f"{BODY_ENV}={env}"
+    else:
+        body, why = default, REASONS[default]
+    if body == "plain" and options.parts:  # the parts pick the fast body, whatever asked for the plain one
+        why = " ".join(options.parts) + (f" (over {why})" if why else "")
+    return replace(options, fast=body == "fast", reason=why)

@@ -1,0 +1,99 @@
+"""One body resolver (issue 36 items 4 and 6): the body options are resolved from the command line
+in one place for dmae-certify, dmae-serve and its replay, and the start line, the run record and
+/v1/model name the body that was actually built, and why."""
+
+from __future__ import annotations
+
+import json
+import types
+
+import pytest
+
+from dmae_fast.certification.bodies import ResolvedBody
+from dmae_fast.certification.body_options import BodyOptions
+from dmae_fast.certification.stream import ImageBatches
+from dmae_fast.cli import serve, serve_replay
+from dmae_fast.cli.body_args import body_options
+from dmae_fast.cli.certify import main as certify_main
+from dmae_fast.demo import DEMO_CHECKPOINT
+from dmae_fast.errors import UserError
+
+TINY = ["--data", "demo", "--max", "1", "--n0", "10", "--n", "20", "--batch", "32", "--quiet", "--workers", "0",
+        "--device", "cpu"]
+
+
+@pytest.mark.parametrize(("flags", "name", "reason", "fast"), [
+    (["--fused"], "fast", "--fused", False),  # was: "(plain body: the fast path's parts were named ...)"
+    (["--body", "plain"], "plain", "--body plain", False),
+    (["--fast"], "fast", "--fast", True),
+])
+def test_the_start_line_and_the_record_name_the_body_built(flags, name, reason, fast, tmp_path, capsys,
+                                                           one_torch_thread):
+    out = tmp_path / "r.tsv"
+    assert certify_main([*TINY, *flags, "--out", str(out)]) == 0
+    record = json.loads(out.with_name("r.tsv.json").read_text())
+    start = next(line for line in capsys.readouterr().err.splitlines() if " samples each, " in line)
+    assert f"{record['engine']} ({name} body: {reason}), batch 32" in start
+    assert record["body"] == {"name": name, "reason": reason}
+    assert record["config"]["fast"] is fast and record["config"]["body_reason"] == reason
+    assert ("plain body" in start) == (name == "plain")
+    assert ("fused" in record["engine"]) == (flags == ["--fused"])
+
+
+def _args(*flags: str, body: str | None = None) -> types.SimpleNamespace:
+    return types.SimpleNamespace(body=body, fast="--fast" in flags, fused="--fused" in flags,
+                                 compile="--compile" in flags, cuda_graphs="--cuda-graphs" in flags,
+                                 noise="compiled", cpu_runtime="auto")
+
+
+def test_the_body_choice_and_its_reason():
+    default = "the default (--body plain runs the plain reference body)"
+    assert (body_options(_args(), {}).fast, body_options(_args(), {}).reason) == (True, default)
+    assert body_options(_args(body="plain"), {}).body == "plain"
+    assert body_options(_args("--fast"), {"DMAE_FAST_BODY": "plain"}).reason == "--fast"
+    assert body_options(_args(), {"DMAE_FAST_BODY": "plain"}).reason == "DMAE_FAST_BODY=plain"
+    assert body_options(_args(), {}, default="plain").body == "plain"
+    fused = body_options(_args("--fused", "--compile"), {"DMAE_FAST_BODY": "plain"})
+    assert (fused.fast, fused.body, fused.reason) == (False, "fast", "--fused --compile")  # the parts' own body
+    assert body_options(_args("--fused", body="plain"), {}).reason == "--fused (over --body plain)"
+    assert body_options(_args(), {}, profile=True).reason == "--profile" and not body_options(_args(), {}).profile
+    with pytest.raises(UserError, match="--fast and --body plain contradict"):
+        body_options(_args("--fast", body="plain"), {})
+    with pytest.raises(UserError, match="DMAE_FAST_BODY='quick': choose fast or plain"):
+        body_options(_args(), {"DMAE_FAST_BODY": "quick"})
+
+
+def test_a_body_other_than_the_one_asked_for_says_why():
+    plain = object.__new__(ImageBatches)  # only its type is read
+    assert str(ResolvedBody(plain, BodyOptions(fast=True, reason="--fast"))) == \
+        "plain body: --fast; every fast body failed (the notices say how)"
+    token_body = types.SimpleNamespace(description="unfused front end + onnx fp32 engine")
+    assert str(ResolvedBody(token_body, BodyOptions(reason="--body plain"))) == \
+        "fast body: --body plain; a token engine runs only behind the fast body's front end"
+    assert ResolvedBody(token_body, BodyOptions(compile=True)).reason == "--compile"
+
+
+def test_the_server_and_the_replay_take_dmae_certifys_body_options():
+    args = ["--ckpt", "demo", "--fast", "--fused", "--compile", "--cuda-graphs", "--cpu-runtime", "torch",
+            "--noise", "reference"]
+    config = serve.config_from_args(serve.build_parser().parse_args(args))
+    assert config.body == BodyOptions(fast=True, fused=True, compile=True, cuda_graphs=True, noise="reference",
+                                      cpu_runtime="torch", reason="--fast")
+    replay = serve_replay.build_parser().parse_args(["a.json", "b.png", *args])
+    assert body_options(replay, {}, default="plain") == config.body
+    with pytest.raises(UserError, match="--cpu-runtime applies to --fast"):
+        serve.config_from_args(serve.build_parser().parse_args(["--ckpt", "demo", "--body", "plain",
+                                                                "--cpu-runtime", "torch"])).validate()
+
+
+def test_the_server_runs_the_body_asked_for_and_says_which(one_torch_thread):
+    """Was: dmae-serve dropped --fused (and had no --compile, --cuda-graphs, --cpu-runtime)."""
+    from dmae_fast.serve.config import ServeConfig
+    from dmae_fast.serve.service import Service
+
+    argv = ["--ckpt", "demo", "--device", "cpu", "--batch", "32", "--seed", "0", "--fused"]
+    config = serve.config_from_args(serve.build_parser().parse_args(argv))
+    assert config.engine == str(DEMO_CHECKPOINT) and isinstance(config, ServeConfig)
+    info = Service(config).model_info
+    assert info["engine"].startswith("torch fused fp32 on cpu")
+    assert info["body"] == {"name": "fast", "reason": "--fused"}

@@ -1,0 +1,158 @@
+"""The engine loop over the slot scheduler: the one surface of its drivers (the streamer, the server,
+sample sharding), the scheduler's state private to it, one meaning of a row's ``position``."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+
+from dmae_fast.certification.engine_loop import BatchFailed, EngineLoop, LoopStats
+from dmae_fast.certification.ranks import Ranks
+from dmae_fast.certification.sample_shards import SampleShardedCertifier
+from dmae_fast.certification.scheduler import PHASES, Job
+from dmae_fast.certification.stream import ImageBatches, StreamingCertifier
+from dmae_fast.stats.plan import SamplingPlan
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "dmae_fast"
+SCHEDULER = PACKAGE / "certification" / "scheduler.py"
+DRIVER = PACKAGE / "certification" / "engine_loop.py"
+SIGMA, SEED, SHAPE = 0.5, 21, (3, 8, 8)
+
+
+def _slot_scheduler_state() -> set[str]:
+    """The attributes SlotScheduler.__init__ sets besides its arguments."""
+    tree = ast.parse(SCHEDULER.read_text())
+    cls = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "SlotScheduler")
+    init = next(node for node in cls.body if isinstance(node, ast.FunctionDef) and node.name == "__init__")
+    arguments = {arg.arg for arg in init.args.args}
+    return {node.attr for node in ast.walk(init) if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
+            and isinstance(node.value, ast.Name) and node.value.id == "self"} - arguments
+
+
+def test_the_slot_schedulers_state_is_private_to_it_and_the_engine_loop():
+    state = _slot_scheduler_state()
+    assert {"_ready", "_waiting", "_free", "_finished", "_counts"} <= state
+    assert all(name.startswith("_") for name in state), sorted(state)
+    touched = []
+    for path in PACKAGE.rglob("*.py"):
+        if path in (SCHEDULER, DRIVER):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            # a module's own attribute of the same name (self._counts of a body) is its own business
+            if isinstance(node, ast.Attribute) and node.attr in state and not (
+                    isinstance(node.value, ast.Name) and node.value.id == "self"):
+                touched.append(f"{path.relative_to(ROOT)}:{node.lineno} .{node.attr}")
+    assert not touched, touched
+
+
+def test_a_job_holds_no_server_fields():
+    assert not {"since", "cancelled", "queued", "done"} & set(Job.__slots__)
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_engine):
+    return tiny_engine
+
+
+@pytest.fixture(scope="module")
+def images():
+    generator = torch.Generator().manual_seed(5)
+    return [torch.rand(SHAPE, generator=generator) for _ in range(4)]
+
+
+def _streamed(engine, plan, items):
+    return {c.index: c.counts for c in StreamingCertifier(engine, plan, SIGMA, SEED, 16).run(items)}
+
+
+class FailingBody(ImageBatches):
+    """The plain body, raising in its ``fail_at``-th batch (counted after the rows were counted)."""
+
+    def __init__(self, engine, fail_at):
+        super().__init__(engine, SIGMA, SEED, 16)
+        self.batches, self.fail_at = 0, fail_at
+
+    def run(self, *rows):
+        super().run(*rows)
+        self.batches += 1
+        if self.batches == self.fail_at:
+            raise RuntimeError("device lost")
+
+
+def _drain(loop, max_wait_s=0.0):
+    finished = {}
+    while loop.busy:
+        finished.update(loop.step(max_wait_s))
+    return finished
+
+
+def test_a_failed_batch_ends_the_images_on_the_device_and_the_loop_goes_on(engine, images):
+    """Two slots: the queued images are kept, start after the failure and get the streamer's counts."""
+    plan = SamplingPlan.predict(24)
+    loop = EngineLoop(FailingBody(engine, fail_at=2), engine.device, 16, 2)
+    jobs = [Job(image, plan, index=10 + i) for i, image in enumerate(images)]
+    for job in jobs:
+        loop.add(job)
+    finished = _drain(loop)
+    assert [type(finished[job]) for job in jobs[:2]] == [BatchFailed, BatchFailed]
+    assert str(finished[jobs[0]]) == "RuntimeError: device lost"
+    expected = _streamed(engine, plan, [(job.index, job.image, 0) for job in jobs[2:]])
+    assert all(np.array_equal(finished[job], expected[job.index]) for job in jobs[2:])
+    assert loop.stats().on_device == 0
+
+
+def test_cancelled_jobs_are_never_returned_and_fail_all_ends_the_rest(engine, images):
+    plan = SamplingPlan.certify(8, 40)
+    loop = EngineLoop(ImageBatches(engine, SIGMA, SEED, 16), engine.device, 16, 2)
+    jobs = [Job(image, plan, index=i) for i, image in enumerate(images)]
+    for job in jobs:
+        loop.add(job)
+    assert loop.step(0.0) == [] and loop.stats() == LoopStats(queued=3, on_device=1)  # job 0 has rows left
+    loop.cancel([jobs[0], jobs[2]])
+    assert loop.stats() == LoopStats(queued=2, on_device=0)
+    assert loop.step(0.0) == [] and loop.stats() == LoopStats(queued=1, on_device=1)  # job 1 on the device
+    error = RuntimeError("stopping")
+    ended = loop.fail_all(error)
+    assert sorted(job.index for job, _ in ended) == [1, 3] and all(result is error for _, result in ended)
+    assert not loop.busy and loop.stats() == LoopStats(queued=0, on_device=0)
+
+
+class PositionSpy(ImageBatches):
+    """The plain body, recording the phases it was allocated with and each row's (position, phase)."""
+
+    def allocate(self, num_slots, phase_ids):
+        self.phase_ids = phase_ids.tolist()
+        self.rows = []
+        return super().allocate(num_slots, phase_ids)
+
+    def run(self, slot, index, position, sample):
+        self.rows += [(p, self.phase_ids[p]) for p in position.tolist()]
+        super().run(slot, index, position, sample)
+
+
+@pytest.fixture
+def world_of_one():
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield Ranks(0, 1, 0, dist.HashStore(), None, owns_group=False)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_sample_sharding_passes_positions_as_the_scheduler_does(engine, images, world_of_one):
+    """A row's ``position`` is its phase's place in a counts buffer of every phase, for the scheduler
+    and for sample sharding alike; the counts equal the streamer's."""
+    plan = SamplingPlan.predict(40)
+    items = [(7 + i, image, 0) for i, image in enumerate(images[:2])]
+    spy = PositionSpy(engine, SIGMA, SEED, 16)
+    sharded = SampleShardedCertifier(spy, plan, 16, SHAPE, engine.device, world_of_one)
+    counts = {c.index: c.counts for c in sharded.run(items)}
+    assert spy.phase_ids == [int(phase) for phase in PHASES]
+    assert spy.rows and all(position == phase == int(plan.phases[0]) for position, phase in spy.rows)
+    streamed = _streamed(engine, plan, items)
+    assert counts.keys() == streamed.keys() and all(np.array_equal(counts[i], streamed[i]) for i in counts)
