@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -14,9 +15,10 @@ from dmae_fast.model.config import sigma_problem
 from dmae_fast.stats.settings import FUTILITY_MODES, SEQUENTIAL_TESTS
 
 if TYPE_CHECKING:
-    from dmae_fast.stats.procedure import Procedure
+    from dmae_fast.stats.procedure import Procedure, ProcedureSpec
 
 MAX_BATCH = 2**20  # noisy samples per forward pass; far beyond any device's memory at 224x224
+SETTING_OF_SPEC = {"test": "sequential_test"}  # a ProcedureSpec field -> the setting that gives it, where they differ
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,7 @@ class CertifyConfig:
     looks: tuple[int, ...] | None = None
     futility: str | None = None  # None: the sequential test's own default (exact: upper; bonferroni: deterministic)
     sequential_test: str = "exact"
+    procedure_name: str | None = None  # a registered procedure's key; None: the one predict / sequential name
     split: str = "test"
     labels: str | None = None
     image_size: int | None = None
@@ -70,15 +73,35 @@ class CertifyConfig:
                            profile=self.profile is not None, noise=self.noise, cpu_runtime=self.cpu_runtime,
                            reason=self.body_reason or "")
 
-    def procedure(self) -> Procedure:
-        """The procedure this run asks for (``sigma`` resolved)."""
-        from dmae_fast.stats.procedure import CERTIFY, PREDICT, Procedure, ProcedureSpec
+    def recorded(self) -> dict:
+        """The settings as the run record writes them (``procedure_name`` only when one is named)."""
+        settings = dataclasses.asdict(self)
+        if self.procedure_name is None:
+            del settings["procedure_name"]
+        return settings
+
+    def procedure_spec(self) -> ProcedureSpec:
+        """What this run asks for (``sigma`` as resolved so far)."""
+        from dmae_fast.stats.procedure import CERTIFY, PREDICT, ProcedureSpec
         from dmae_fast.stats.settings import PAPER_RADII
 
         if self.predict:
-            return Procedure(ProcedureSpec(PREDICT, self.n, self.alpha, self.sigma))
-        return Procedure(ProcedureSpec(CERTIFY, self.n, self.alpha, self.sigma, self.n0, self.sequential,
-                                       self.radii or PAPER_RADII, self.looks, self.futility, self.sequential_test))
+            return ProcedureSpec(PREDICT, self.n, self.alpha, self.sigma, name=self.procedure_name)
+        return ProcedureSpec(CERTIFY, self.n, self.alpha, self.sigma, self.n0, self.sequential,
+                             self.radii or PAPER_RADII, self.looks, self.futility, self.sequential_test,
+                             self.procedure_name)
+
+    def procedure(self) -> Procedure:
+        """The procedure this run asks for (``sigma`` resolved)."""
+        from dmae_fast.stats.procedure import Procedure
+
+        return Procedure(self.procedure_spec())
+
+    def procedure_settings(self) -> tuple[str, ...]:
+        """The settings of this run that its procedure's results depend on beyond n, n0, alpha and sigma."""
+        from dmae_fast.stats.procedure import registered
+
+        return tuple(SETTING_OF_SPEC.get(field, field) for field in registered(self.procedure_spec().key).reads)
 
     def validate(self) -> None:
         checks = [
@@ -108,3 +131,10 @@ class CertifyConfig:
             if not ok:
                 raise UserError(message)
         self.body_options.validate()
+        if self.procedure_name is not None:  # a procedure registered by its module (no command option names one)
+            from dmae_fast.stats.procedure import registered
+
+            named = registered(self.procedure_name)
+            if self.sequential or named.kind != self.procedure_spec().kind:
+                raise UserError(f"procedure_name {named.key} is a {named.kind.upper()} procedure: it needs "
+                                f"predict={named.kind != 'certify'} and sequential=False")

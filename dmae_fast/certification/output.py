@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 # Settings that change the results: a resumed run must agree on all of them.
 RESULT_FIELDS = ("engine", "data", "split", "labels", "image_size", "input_size", "normalize",
                  "sigma", "n0", "n", "alpha", "seed", "predict", "skip", "max_images", "precision",
-                 "sequential", "looks", "futility", "sequential_test")
+                 "sequential", "looks", "futility", "sequential_test", "procedure_name")
 
 
 def check_out_directory(out: Path) -> None:
@@ -89,7 +89,7 @@ def _check_resumable(config: CertifyConfig) -> None:
     except (OSError, ValueError, KeyError):
         raise UserError(f"--resume needs the run record {sidecar} written beside {config.out}") from None
     current = dataclasses.asdict(config)
-    fields = RESULT_FIELDS + (("radii",) if config.sequential else ())
+    fields = RESULT_FIELDS + tuple(f for f in config.procedure_settings() if f not in RESULT_FIELDS)
     differing = [k for k in fields if _as_recorded(recorded.get(k)) != _as_recorded(current.get(k))]
     if differing:
         raise UserError(f"--resume: {', '.join(differing)} differ from the run recorded in {sidecar}")

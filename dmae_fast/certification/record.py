@@ -3,7 +3,6 @@ bar, and the result of the call."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import platform
 import sys
@@ -45,7 +44,7 @@ class RunRecord:
         resolved = ResolvedBody(self.body, opened.config.body_options)
         body = resolved.current  # a body that failed mid-run was replaced
         record = {
-            "config": dataclasses.asdict(opened.config),
+            "config": opened.config.recorded(),
             "procedure": procedure.name,
             "max_radius": procedure.max_radius(),  # what the summary tables stop at
             "plan": {"phases": [p.name for p in procedure.plan.phases], "sizes": procedure.plan.sizes,

@@ -35,7 +35,7 @@ from dmae_fast.cli.common import Parser, run_reporting_errors
 # Only light modules here: --help and option errors answer without importing torch.
 from dmae_fast.demo_files import DEMO, DEMO_CHECKPOINT
 from dmae_fast.errors import AlreadyReported, Interrupted, UserError, starting
-from dmae_fast.stats.settings import FUTILITY_MODES, PAPER_RADII, SEQUENTIAL_TESTS
+from dmae_fast.stats.settings import FUTILITY_MODES, SEQUENTIAL_TESTS
 
 if TYPE_CHECKING:
     from dmae_fast.certification.config import CertifyConfig
@@ -171,11 +171,9 @@ def _print_summary(result: RunResult) -> None:
     warning = rounding_warning(table)  # rows of an older run that this one resumed
     if warning:
         print(f"{PROG}: warning: {warning}", file=sys.stderr)
-    radii = config.radii or ((0.0,) + PAPER_RADII if config.sequential else DEFAULT_RADII)
-    if config.sequential:
-        radii = tuple(sorted({0.0, *radii}))
-    cap = config.procedure().max_radius() if table.kind == "certify" else None
-    radii, note = reachable_radii(radii, cap)
+    procedure = config.procedure()
+    cap = procedure.max_radius() if table.kind == "certify" else None
+    radii, note = reachable_radii(procedure.summary_radii(config.radii, DEFAULT_RADII), cap)
     print(format_table([table], radii))
     if note:
         print(note)

@@ -3,7 +3,8 @@
 Two shapes of request (docs/serving.md):
 
 * ``Content-Type: application/json``: ``{"image": IMAGE}`` or ``{"images": [IMAGE, ...]}`` and the
-  parameters (``n``, ``alpha``; ``n0``, ``sequential`` for CERTIFY). An IMAGE is a base64 string
+  parameters (``n``, ``alpha``; ``n0`` for CERTIFY; the field that asks for another of its procedures,
+  e.g. ``sequential``). An IMAGE is a base64 string
   of a PNG, JPEG or ``.npy`` file, or ``{"array": [[[...]]]}`` (nested numbers, [C, H, W] in [0, 1]);
 * a raw PNG, JPEG or ``.npy`` body (``image/png``, ``image/jpeg``, ``application/x-npy``,
   ``application/octet-stream``), the parameters in the query string. A 4-D ``.npy`` array
@@ -35,12 +36,12 @@ from PIL import Image
 from dmae_fast.data import decoded_image_tensor
 from dmae_fast.errors import UserError
 from dmae_fast.serve.config import Defaults, Limits
-from dmae_fast.stats.procedure import CERTIFY, PREDICT, ProcedureSpec
+from dmae_fast.stats.procedure import CERTIFY, PREDICT, ProcedureSpec, flagged
 
 JSON_TYPES = ("application/json",)
 RAW_TYPES = ("image/png", "image/jpeg", "application/x-npy", "application/octet-stream")
 PNG_MAGIC, JPEG_MAGIC, NPY_MAGIC = b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"\x93NUMPY"
-FIELDS = {PREDICT: ("image", "images", "n", "alpha"), CERTIFY: ("image", "images", "n", "n0", "alpha", "sequential")}
+FIELDS = {PREDICT: ("image", "images", "n", "alpha"), CERTIFY: ("image", "images", "n", "n0", "alpha")}
 _DIGITS = re.compile(r"[0-9]{1,19}")
 _DECIMAL = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")  # float() would also take 1_0, inf, nan
 NPY_DTYPES = ("float16", "float32", "float64", "uint8")
@@ -64,23 +65,24 @@ def parse_request(kind: str, content_type: str | None, body: bytes, query: list[
                   shape: tuple[int, ...], limits: Limits, defaults: Defaults, sigma: float) -> ParsedRequest:
     """Validate one request to /v1/predict (``kind`` PREDICT) or /v1/certify (CERTIFY)."""
     media = (content_type or "").split(";")[0].strip().lower()
+    allowed = FIELDS[kind] + tuple(flagged(kind))  # and the fields that ask for one of the kind's procedures
     if media in JSON_TYPES:
         if query:
             raise PayloadError(400, "with a JSON body the parameters go in the JSON object, not the query string")
         document = _json_object(body)
-        unknown = sorted(set(document) - set(FIELDS[kind]))
+        unknown = sorted(set(document) - set(allowed))
         if unknown:
-            raise PayloadError(400, f"unknown field {unknown[0]!r} for /v1/{kind} (allowed: {', '.join(FIELDS[kind])})")
+            raise PayloadError(400, f"unknown field {unknown[0]!r} for /v1/{kind} (allowed: {', '.join(allowed)})")
         spec = _spec(kind, document, defaults, limits, sigma, from_query=False)
         images = _json_images(document, shape, limits)
     elif media in RAW_TYPES:
         fields = dict(query)
         if len(fields) != len(query):
             raise PayloadError(400, "a query parameter is given twice")
-        unknown = sorted(set(fields) - set(FIELDS[kind]) | set(fields) & {"image", "images"})
+        unknown = sorted(set(fields) - set(allowed) | set(fields) & {"image", "images"})
         if unknown:
             raise PayloadError(400, f"unknown query parameter {unknown[0]!r} for /v1/{kind} "
-                               f"(allowed: {', '.join(f for f in FIELDS[kind] if not f.startswith('image'))})")
+                               f"(allowed: {', '.join(f for f in allowed if not f.startswith('image'))})")
         spec = _spec(kind, fields, defaults, limits, sigma, from_query=True)
         images = decode_image(body, "the body", shape, limits)
     elif not media:
@@ -130,11 +132,11 @@ def _spec(kind: str, fields: Mapping, defaults: Defaults, limits: Limits, sigma:
           from_query: bool) -> ProcedureSpec:
     n = _integer(fields, "n", defaults.n, 1, limits.max_n, from_query)
     alpha = _alpha(fields, defaults.alpha, limits, from_query)
-    if kind == PREDICT:
-        return ProcedureSpec(PREDICT, n, alpha, sigma)
-    n0 = _integer(fields, "n0", defaults.n0, 1, limits.max_n0, from_query)
-    sequential = _boolean(fields, "sequential", from_query)
-    return ProcedureSpec(CERTIFY, n, alpha, sigma, n0, sequential)
+    n0 = _integer(fields, "n0", defaults.n0, 1, limits.max_n0, from_query) if kind == CERTIFY else None
+    asked = {field: key for field, key in flagged(kind).items() if _boolean(fields, field, from_query)}
+    if len(asked) > 1:
+        raise PayloadError(400, f"{' and '.join(asked)} each ask for another procedure; give at most one")
+    return ProcedureSpec(kind, n, alpha, sigma, n0, name=next(iter(asked.values()), None))
 
 
 def _integer(fields: Mapping, name: str, default: int, low: int, high: int, from_query: bool) -> int:

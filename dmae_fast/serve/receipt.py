@@ -29,14 +29,10 @@ from dmae_fast.errors import UserError
 from dmae_fast.integrity import file_sha256, is_sha256
 from dmae_fast.model.config import sigma_problem
 from dmae_fast.serve.service import input_sha256, json_result
-from dmae_fast.stats.decisions import FIXED_N
-from dmae_fast.stats.group_sequential import PROCEDURE as EXACT_NAME
 from dmae_fast.stats.plan import Phase
-from dmae_fast.stats.procedure import CERTIFY, PREDICT, Procedure, ProcedureSpec
-from dmae_fast.stats.sequential import BONFERRONI_NAME
+from dmae_fast.stats.procedure import PREDICT, Procedure, ProcedureSpec, given_names, of_receipt, registered
 
 ANSWER_FIELDS = ("procedure", "results", "receipt")
-NAMES = f"{PREDICT}, {FIXED_N}, {EXACT_NAME}-K..., {BONFERRONI_NAME}-K..."
 
 
 @dataclass(frozen=True)
@@ -112,26 +108,19 @@ def plan_of(receipt: dict) -> SamplingPlan:
     return SamplingPlan(tuple(Phase[name] for name in names), tuple(sizes), tuple(looks))
 
 
-def _named(name: object) -> tuple[str, bool, str]:
-    """(kind, sequential, sequential test) of a procedure name."""
-    if name in (PREDICT, FIXED_N):
-        return (PREDICT if name == PREDICT else CERTIFY), False, "exact"
-    for prefix, test in ((EXACT_NAME, "exact"), (BONFERRONI_NAME, "bonferroni")):
-        if isinstance(name, str) and name.startswith(f"{prefix}-K"):
-            return CERTIFY, True, test
-    raise UserError(f"the receipt's procedure must be one dmae-serve runs ({NAMES}), got {_text(name)}")
-
-
 def _read_receipt(receipt: object) -> Receipt:
     """A receipt's fields, checked for type and range (UserError naming the first that is not)."""
     if not isinstance(receipt, dict):
         raise UserError("not a dmae-serve answer: it needs a 'receipt' object")
     name = _field(receipt, "procedure", "the receipt")
-    kind, named_sequential, test = _named(name)
     plan = plan_of(receipt)
     sequential = receipt.get("sequential")
     if sequential is not None and not isinstance(sequential, bool):
         raise UserError(f"the receipt's sequential must be true or false, got {_text(sequential)}")
+    procedure = of_receipt(name, sequential)  # receipts written before "sequential" say it with their name
+    if procedure is None:
+        raise UserError(f"the receipt's procedure must be one dmae-serve runs ({given_names()}), got {_text(name)}")
+    kind = procedure.kind
     n = _whole(_field(receipt, "n", "the receipt"), "the receipt's n", 1, 32)
     n0 = _field(receipt, "n0", "the receipt")
     if not (n0 is None and kind == PREDICT):
@@ -148,9 +137,8 @@ def _read_receipt(receipt: object) -> Receipt:
         raise UserError(f"the receipt's model_sha256 must be 64 hex digits or null, got {_text(model)}")
     indices = [_whole(i, "the receipt's indices", 0, 32) for i in _list(_field(receipt, "indices", "the receipt"),
                                                                          "the receipt's indices")]
-    spec = ProcedureSpec(kind, n, float(alpha), float(sigma), n0 if kind == CERTIFY else None,
-                         named_sequential if sequential is None else sequential, test=test)
-    return Receipt(name, plan, spec, n0, sequential, seed, model, tuple(indices))
+    spec = procedure.receipt_spec(str(name), n, float(alpha), float(sigma), None if kind == PREDICT else n0)
+    return Receipt(str(name), plan, spec, n0, sequential, seed, model, tuple(indices))
 
 
 def _counts(value: object, where: str, plan: SamplingPlan) -> np.ndarray:
@@ -201,10 +189,7 @@ def _describe(plan: SamplingPlan) -> str:
 
 def settings(spec: ProcedureSpec) -> str:
     """The settings a receipt records, in words ("CERTIFY with n0 20, n 100, alpha 0.001, sigma 0.25")."""
-    if spec.kind == PREDICT:
-        return f"PREDICT with n {spec.n:,}, alpha {spec.alpha}"
-    how = "sequential CERTIFY" if spec.sequential else "CERTIFY"
-    return f"{how} with n0 {spec.n0:,}, n {spec.n:,}, alpha {spec.alpha}, sigma {spec.sigma}"
+    return registered(spec.key).describe(spec)
 
 
 def _contradictions(receipt: Receipt, procedure: Procedure) -> list[str]:

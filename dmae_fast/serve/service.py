@@ -27,7 +27,7 @@ from dmae_fast.serve.config import ServeConfig
 from dmae_fast.serve.metrics import Metrics
 from dmae_fast.serve.payloads import ParsedRequest
 from dmae_fast.serve.scheduler import Scheduler, default_slots
-from dmae_fast.stats.decisions import ABSTAIN, Certificate
+from dmae_fast.stats.decisions import ABSTAIN
 from dmae_fast.stats.procedure import Procedure
 
 MAX_TOKEN_BYTES = 4096
@@ -147,16 +147,8 @@ class Service:
 
 def json_result(procedure: Procedure, counts: np.ndarray, class_names: tuple[str, ...] | None) -> dict:
     """One image's JSON answer: its counts per phase and its procedure's result, rendered."""
-    out = {"counts": {phase.name.lower(): row.tolist() for phase, row in zip(procedure.plan.phases, counts)}}
-    result = procedure.result(counts)
-    if isinstance(result, Certificate):
-        out.update(prediction=result.prediction, radius=result.radius, n0=result.n0, n=result.n, n_a=result.n_a,
-                   p_a_lower=result.p_a_lower)
-        if procedure.sequential is not None:
-            out["level"] = procedure.level
-    else:
-        out.update(prediction=result.prediction, n=result.n, count1=result.count1, count2=result.count2,
-                   pvalue=result.pvalue)
+    out = {"counts": {phase.name.lower(): row.tolist() for phase, row in zip(procedure.plan.phases, counts)},
+           **procedure.fields(procedure.result(counts))}
     out["abstain"] = out["prediction"] == ABSTAIN
     out["class_name"] = None if out["abstain"] or class_names is None else class_names[out["prediction"]]
     return out

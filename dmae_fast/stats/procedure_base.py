@@ -1,0 +1,173 @@
+"""What a procedure is, and the registry that finds one by name.
+
+A :class:`Procedure` is what a run (``dmae-certify``), a request (``dmae-serve``) or a replay asks
+for: its sampling plan (the noisy samples of every image, and the looks where it may stop), its
+stopping rule (``decide``), its decision from class counts (``result``), and what only it knows
+about that decision: the fields of an answer, the rules its result rows satisfy, its receipt and
+how a receipt rebuilds it, the request field that asks for it, its summary radii. Each procedure
+is a module that subclasses :class:`Procedure` and registers it (:func:`register`); drivers, the
+server and replay ask the procedure and name none. :mod:`dmae_fast.stats.procedure` registers the built-in
+ones (PREDICT, fixed-n CERTIFY, sequential CERTIFY).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
+
+import numpy as np
+
+from dmae_fast.errors import UserError
+from dmae_fast.stats.decisions import Certificate, Prediction
+from dmae_fast.stats.plan import Decide, SamplingPlan
+from dmae_fast.stats.rules import RowRules
+from dmae_fast.stats.settings import PAPER_RADII
+
+PREDICT, CERTIFY = "predict", "certify"  # the kinds: the endpoints, and the kinds of results files
+SEQUENTIAL = "sequential"  # the key of the procedure that ``ProcedureSpec(CERTIFY, ..., sequential=True)`` asks for
+
+
+@dataclass(frozen=True)
+class ProcedureSpec:
+    """What is asked: PREDICT with ``n`` samples, or CERTIFY with ``n0`` + ``n``; ``name``: the key of a
+    registered procedure (None: the kind's own, or sequential CERTIFY with ``sequential``, ``n`` its cap).
+    ``radii``, ``looks``, ``futility`` (None: the test's own default) and ``test`` matter only to the
+    procedures whose :attr:`Procedure.reads` name them."""
+
+    kind: str  # PREDICT or CERTIFY
+    n: int
+    alpha: float
+    sigma: float
+    n0: int | None = None  # CERTIFY only
+    sequential: bool = False
+    radii: tuple[float, ...] = PAPER_RADII
+    looks: tuple[int, ...] | None = None
+    futility: str | None = None
+    test: str = "exact"  # sequential CERTIFY's test: "exact" (group-sequential) or "bonferroni"
+    name: str | None = None
+
+    @property
+    def key(self) -> str:
+        """The key of the registered procedure this spec asks for."""
+        if self.name is not None:
+            return self.name
+        return SEQUENTIAL if self.sequential and self.kind == CERTIFY else self.kind
+
+
+class Procedure:
+    """A :class:`ProcedureSpec` made concrete: ``Procedure(spec)`` is the registered procedure of
+    ``spec.key``. A subclass sets the class attributes and, in ``__init__``, ``name`` (the
+    ``procedure`` column and answer field), ``level`` (the level of its bound: alpha, or alpha / K),
+    ``plan`` and ``decide``; it implements ``result`` and ``rules``."""
+
+    key: ClassVar[str]  # what ProcedureSpec.name names it by
+    kind: ClassVar[str]  # PREDICT or CERTIFY
+    names: ClassVar[tuple[str, ...]]  # the names it gives (a trailing "..." stands for any ending)
+    title: ClassVar[str]  # in words, for the settings a receipt records ("sequential CERTIFY")
+    sequential: ClassVar[bool] = False  # it may stop an image at the plan's looks (a receipt says so)
+    flag: ClassVar[str | None] = None  # the request's boolean field that asks for it (e.g. "sequential")
+    reads: ClassVar[tuple[str, ...]] = ()  # ProcedureSpec fields beyond n, n0, alpha and sigma it depends on
+
+    name: str
+    level: float
+    plan: SamplingPlan
+    decide: Decide | None = None
+
+    def __new__(cls, spec: ProcedureSpec) -> Procedure:
+        chosen = registered(spec.key) if cls is Procedure else cls
+        if chosen.kind != spec.kind:
+            raise UserError(f"the procedure {chosen.key} is a {chosen.kind.upper()} procedure, not "
+                            f"{spec.kind.upper()}")
+        return object.__new__(chosen)
+
+    def __init__(self, spec: ProcedureSpec) -> None:
+        self.spec = spec
+
+    def __getnewargs__(self) -> tuple[ProcedureSpec]:  # what copy and pickle pass to __new__
+        return (self.spec,)
+
+    def result(self, counts: np.ndarray) -> Certificate | Prediction:
+        """The decision from one image's class counts [len(plan.phases), classes]."""
+        raise NotImplementedError
+
+    def rules(self) -> RowRules:
+        """What result rows of this procedure satisfy (checked on the rows a --resume keeps)."""
+        raise NotImplementedError
+
+    def max_radius(self) -> float | None:
+        """The largest radius this procedure can certify; None: none (PREDICT) or not known."""
+        return None
+
+    def fields(self, result: Certificate | Prediction) -> dict[str, Any]:
+        """The decision fields of one image's answer."""
+        if isinstance(result, Certificate):
+            return {"prediction": result.prediction, "radius": result.radius, "n0": result.n0, "n": result.n,
+                    "n_a": result.n_a, "p_a_lower": result.p_a_lower}
+        return {"prediction": result.prediction, "n": result.n, "count1": result.count1, "count2": result.count2,
+                "pvalue": result.pvalue}
+
+    def receipt(self) -> dict[str, Any]:
+        """The sampling settings that, with the seed, an image's index and the classifier, give its counts
+        (``sequential`` said outright: a sequential plan of one look has no looks)."""
+        s, plan = self.spec, self.plan
+        return {"procedure": self.name, "phases": [phase.name for phase in plan.phases], "sizes": list(plan.sizes),
+                "looks": list(plan.looks), "n0": s.n0, "n": s.n, "alpha": s.alpha, "sigma": s.sigma,
+                "sequential": self.sequential}
+
+    def summary_radii(self, asked: tuple[float, ...] | None, default: tuple[float, ...]) -> tuple[float, ...]:
+        """The radii a summary table of its results shows (``asked``: the run's ``--radii``)."""
+        return asked or default
+
+    @classmethod
+    def describe(cls, spec: ProcedureSpec) -> str:
+        """The settings in words ("CERTIFY with n0 20, n 100, alpha 0.001, sigma 0.25")."""
+        if spec.n0 is None:
+            return f"{cls.title} with n {spec.n:,}, alpha {spec.alpha}"
+        return f"{cls.title} with n0 {spec.n0:,}, n {spec.n:,}, alpha {spec.alpha}, sigma {spec.sigma}"
+
+    @classmethod
+    def receipt_spec(cls, name: str, n: int, alpha: float, sigma: float, n0: int | None) -> ProcedureSpec:
+        """The spec a receipt of this procedure records (``name``: the receipt's procedure)."""
+        return ProcedureSpec(cls.kind, n, alpha, sigma, n0, name=cls.key)
+
+    @classmethod
+    def gives(cls, name: object) -> bool:
+        """Whether ``name`` is one of the names this procedure gives."""
+        return isinstance(name, str) and any(name == given or (given.endswith("...") and name.startswith(given[:-3]))
+                                             for given in cls.names)
+
+
+_REGISTERED: dict[str, type[Procedure]] = {}
+P = TypeVar("P", bound=type[Procedure])
+
+
+def register(procedure: P) -> P:
+    """Register a procedure class under its ``key`` (a class decorator; a later one of a key replaces it)."""
+    _REGISTERED[procedure.key] = procedure
+    return procedure
+
+
+def registered(key: str) -> type[Procedure]:
+    """The procedure registered under ``key`` (UserError naming the registered ones if none)."""
+    if key not in _REGISTERED:
+        raise UserError(f"no procedure named {key} is registered (registered: {', '.join(_REGISTERED)})")
+    return _REGISTERED[key]
+
+
+def of_receipt(name: object, sequential: bool | None) -> type[Procedure] | None:
+    """The procedure whose settings a receipt records: the one that gives its ``name``, or, where the
+    receipt's ``sequential`` says otherwise, the first of its kind that does (None: no name matches)."""
+    named = next((p for p in _REGISTERED.values() if p.gives(name)), None)
+    if named is None or sequential is None or sequential == named.sequential:
+        return named
+    return next((p for p in _REGISTERED.values() if p.kind == named.kind and p.sequential == sequential), named)
+
+
+def given_names() -> str:
+    """Every name the registered procedures give, in words."""
+    return ", ".join(name for p in _REGISTERED.values() for name in p.names)
+
+
+def flagged(kind: str) -> dict[str, str]:
+    """The request fields that ask for a procedure of ``kind``: field -> the procedure's key."""
+    return {p.flag: p.key for p in _REGISTERED.values() if p.kind == kind and p.flag is not None}

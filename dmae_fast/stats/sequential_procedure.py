@@ -1,0 +1,90 @@
+"""Sequential CERTIFY (opt-in, the same guarantee at ``alpha``): ``n0`` selection samples, then
+estimation samples up to the cap ``n`` with pre-planned looks where an image may stop. Its test is
+:class:`~.group_sequential.GroupSequentialCertifier` (``test="exact"``, the default: grid radii) or
+:class:`~.sequential.SequentialCertifier` (``test="bonferroni"``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+
+import numpy as np
+
+from dmae_fast.stats.bounds import max_radius
+from dmae_fast.stats.decisions import Certificate, Prediction
+from dmae_fast.stats.group_sequential import PROCEDURE as EXACT_NAME
+from dmae_fast.stats.group_sequential import GroupSequentialCertifier, GroupSequentialConfig
+from dmae_fast.stats.plan import SamplingPlan
+from dmae_fast.stats.procedure_base import CERTIFY, SEQUENTIAL, Procedure, ProcedureSpec, register
+from dmae_fast.stats.rules import RowRules
+from dmae_fast.stats.sequential import BONFERRONI_NAME, SequentialCertifier, SequentialConfig
+from dmae_fast.stats.settings import PAPER_RADII
+
+Test = GroupSequentialCertifier | SequentialCertifier
+
+
+@functools.lru_cache(maxsize=64)
+def sequential_certifier(n0: int, n: int, alpha: float, sigma: float, radii: tuple[float, ...] = PAPER_RADII,
+                         looks: tuple[int, ...] | None = None, futility: str | None = None,
+                         test: str = "exact") -> Test:
+    """The sequential certifier of these settings; cached (its tables take up to a second to build)."""
+    if test == "exact":
+        exact = GroupSequentialConfig(n0, n, alpha, sigma, radii, looks)
+        return GroupSequentialCertifier(exact if futility is None else dataclasses.replace(exact, futility=futility))
+    bonferroni = SequentialConfig(n0, n, alpha, sigma, radii, looks)
+    return SequentialCertifier(bonferroni if futility is None else dataclasses.replace(bonferroni, futility=futility))
+
+
+@register
+class SequentialCertify(Procedure):
+    key, kind = SEQUENTIAL, CERTIFY
+    names = (f"{EXACT_NAME}-K...", f"{BONFERRONI_NAME}-K...")
+    title = "sequential CERTIFY"
+    sequential = True
+    flag = "sequential"
+    reads = ("radii", "looks", "futility", "test")
+
+    def __init__(self, spec: ProcedureSpec) -> None:
+        super().__init__(spec)
+        assert spec.n0 is not None, "a CERTIFY spec has n0"
+        self.certifier = sequential_certifier(spec.n0, spec.n, spec.alpha, spec.sigma, spec.radii, spec.looks,
+                                              spec.futility, spec.test)
+        self.name, self.level = self.certifier.procedure, self.certifier.level
+        self.plan = SamplingPlan.sequential(spec.n0, self.certifier.looks)
+        self.decide = self.certifier.decide
+
+    def result(self, counts: np.ndarray) -> Certificate:
+        return self.certifier.certify(counts[0], int(counts[1, np.argmax(counts[0])]), int(counts[1].sum()))
+
+    def fields(self, result: Certificate | Prediction) -> dict[str, object]:
+        return {**super().fields(result), "level": self.level}
+
+    def max_radius(self) -> float:
+        """Every sample of the cap voting for the top class: the top grid radius reachable (exact test),
+        or the bound's at its level."""
+        if isinstance(self.certifier, GroupSequentialCertifier):
+            return self.certifier.target_radius
+        return max_radius(self.spec.n, self.level, self.spec.sigma)
+
+    def rules(self) -> RowRules:
+        n0 = self.spec.n0
+        assert n0 is not None, "a CERTIFY spec has n0"
+        certificate: Callable[[int, int], Certificate] | None = None
+        if isinstance(self.certifier, GroupSequentialCertifier):
+            # grid radii and Phi(r / sigma), not a Clopper-Pearson bound at the level
+            grid = self.certifier
+
+            def certificate(n_a: int, n: int) -> Certificate:
+                return grid.certify(np.ones(1), n_a, n)
+        sizes = tuple(end - n0 for end in self.plan.stage_ends) if self.plan.looks else (self.spec.n,)
+        return RowRules(CERTIFY, n0, sizes, self.level, self.spec.sigma, self.name, certificate)
+
+    def summary_radii(self, asked: tuple[float, ...] | None, default: tuple[float, ...]) -> tuple[float, ...]:
+        """Radius 0 ("certified at all") and the radii of interest: the levels it tests."""
+        return tuple(sorted({0.0, *self.spec.radii}))
+
+    @classmethod
+    def receipt_spec(cls, name: str, n: int, alpha: float, sigma: float, n0: int | None) -> ProcedureSpec:
+        test = "bonferroni" if name.startswith(BONFERRONI_NAME) else "exact"
+        return dataclasses.replace(super().receipt_spec(name, n, alpha, sigma, n0), test=test)
