@@ -229,6 +229,8 @@ def test_model_health_and_metrics(server):
     status, _, health = server.request("GET", "/healthz", token=None)
     assert status == 200 and health["status"] == "ok" and health["next_index"] >= FIRST_INDEX
     assert any(f"consecutive image indices from {FIRST_INDEX}: clients can predict" in line for line in server.stderr)
+    assert model["body"] == {"name": "plain", "reason": "DMAE_FAST_BODY=plain"}  # the suite's default
+    assert any("(plain body: DMAE_FAST_BODY=plain)" in line for line in server.stderr)  # the start line says it too
     status, _, metrics = server.request("GET", "/metrics")
     assert status == 200
     for name in ("dmae_serve_requests_total", "dmae_serve_queue_images", "dmae_serve_batch_fill_ratio_bucket",

@@ -175,8 +175,9 @@ def serve(config: ServeConfig, announce=lambda line: print(line, file=sys.stderr
         server = _Server(uv_config, service)
         indices = "" if config.first_index is None else \
             f" (consecutive image indices from {config.first_index}: clients can predict their noise)"
-        announce(f"{PROG}: {service.body.description}, sigma {service.sigma}, seed {service.seed}{indices}, batch "
-                 f"{config.batch}, max wait {config.max_wait_ms:g} ms; listening on {address}")
+        announce(f"{PROG}: {service.body.description} ({service.resolved}), sigma {service.sigma}, seed "
+                 f"{service.seed}{indices}, batch {config.batch}, max wait {config.max_wait_ms:g} ms; "
+                 f"listening on {address}")
         server.run(sockets=[sock])
     finally:
         sock.close()
