@@ -6,11 +6,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from dmae_fast.certification.config import MAX_BATCH
 from dmae_fast.demo_files import DEMO, DEMO_CHECKPOINT
 from dmae_fast.errors import UserError
 from dmae_fast.export.config import device_problem
 from dmae_fast.model.config import ENCODER_PRESETS, ClassifierSpec, EncoderConfig
+from dmae_fast.run.config import MAX_BATCH
 
 PROG = "dmae-bench"
 MODEL_SPECS = {  # random weights: speed does not depend on them

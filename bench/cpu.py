@@ -39,22 +39,22 @@ import torch
 from tqdm import tqdm
 
 from dmae_fast import __version__
+from dmae_fast.batching.bodies import BodyOptions, batch_body
+from dmae_fast.batching.fast_stream import FastBatches, FastPath
+from dmae_fast.batching.stream import SamplingPlan, StreamingCertifier
 from dmae_fast.bench.commands import N0, PROGRAMS, N, time_commands
 from dmae_fast.bench.flops import vit_forward_flops
 from dmae_fast.bench.peak import matmul_peak
 from dmae_fast.bench.reference_loops import COHEN, DMAE, ReferenceLoop
 from dmae_fast.bench.report import result_stem
 from dmae_fast.bench.throughput import build_model
-from dmae_fast.certification.bodies import BodyOptions, batch_body
-from dmae_fast.certification.fast_stream import FastBatches, FastPath
-from dmae_fast.certification.host import device_name
-from dmae_fast.certification.stream import SamplingPlan, StreamingCertifier
 from dmae_fast.data.sources import DEMO_TEST_SIZE
 from dmae_fast.engines import TorchEngine
 from dmae_fast.errors import UserError
 from dmae_fast.fast_noise import NoiseSource
 from dmae_fast.memory import keep_freed_memory
 from dmae_fast.noise import gaussian_noise, gaussian_rows, key_words
+from dmae_fast.run.host import device_name
 
 SIGMA, SEED = 0.25, 0
 CPU = torch.device("cpu")

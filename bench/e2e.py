@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 import torch
 
+from dmae_fast.batching.fast_stream import FastBatches, FastPath
+from dmae_fast.batching.stream import SamplingPlan, StreamingCertifier
 from dmae_fast.bench.config import PAPER_IMAGES
 from dmae_fast.bench.reference_loops import ReferenceLoop
-from dmae_fast.certification.fast_stream import FastBatches, FastPath
-from dmae_fast.certification.stream import SamplingPlan, StreamingCertifier
 from dmae_fast.engines import TorchEngine
 from dmae_fast.model import SmoothingClassifier
 from dmae_fast.stats.procedure import Procedure

@@ -1,6 +1,6 @@
 """``dmae-bench serve``: the server against the offline streamer, over loopback, in one run.
 
-1. Offline: the library's :class:`~dmae_fast.certification.stream.StreamingCertifier` runs PREDICT
+1. Offline: the library's :class:`~dmae_fast.batching.stream.StreamingCertifier` runs PREDICT
    (n samples per image) over demo digits in this process; its samples/s is the reference. It is
    measured before and after the server runs and the mean is used.
 2. For each ``--max-wait-ms`` value a ``dmae-serve`` process is started on 127.0.0.1 (same
@@ -41,13 +41,13 @@ import numpy as np
 import torch
 
 from dmae_fast import __version__
+from dmae_fast.batching.bodies import BodyOptions, batch_body
+from dmae_fast.batching.stream import SamplingPlan, StreamingCertifier
 from dmae_fast.bench.config import ServeBenchConfig
-from dmae_fast.certification.bodies import BodyOptions, batch_body
-from dmae_fast.certification.host import device_name
-from dmae_fast.certification.stream import SamplingPlan, StreamingCertifier
 from dmae_fast.data import demo_digits
 from dmae_fast.engines import EngineOptions, open_engine, resolve_device
 from dmae_fast.errors import UserError
+from dmae_fast.run.host import device_name
 
 SEED = 0
 

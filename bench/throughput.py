@@ -14,11 +14,11 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from dmae_fast.batching.fast_stream import FastBatches, FastPath
+from dmae_fast.batching.stream import ImageBatches
 from dmae_fast.bench.config import MODEL_SPECS
 from dmae_fast.bench.flops import vit_forward_flops
 from dmae_fast.bench.reference_loops import ReferenceLoop
-from dmae_fast.certification.fast_stream import FastBatches, FastPath
-from dmae_fast.certification.stream import ImageBatches
 from dmae_fast.checkpoints import load_classifier
 from dmae_fast.demo_files import DEMO_CHECKPOINT
 from dmae_fast.engines import Engine, TorchEngine

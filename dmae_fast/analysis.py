@@ -13,8 +13,8 @@ import numpy as np
 from dmae_fast.errors import UserError
 from dmae_fast.files import read_regular_file
 from dmae_fast.model.config import MAX_SIGMA
-from dmae_fast.results import RADIUS_DECIMALS, ResultsTable
-from dmae_fast.resume import BELOW_ONE, COUNT_COLUMNS, row_problems
+from dmae_fast.run.results import RADIUS_DECIMALS, ResultsTable
+from dmae_fast.run.resume import BELOW_ONE, COUNT_COLUMNS, row_problems
 from dmae_fast.stats.bounds import radius as certified_radius
 from dmae_fast.stats.decisions import ABSTAIN
 from dmae_fast.stats.rules import RowRules
@@ -79,7 +79,7 @@ def recorded_rules(table: ResultsTable, record: dict) -> tuple[RowRules | None, 
     """The rules of the rows of the run a record describes, rebuilt from its settings as ``--resume``
     builds them; None, and why, when they cannot be rebuilt or the record names another procedure
     than the rows (e.g. another version's digest of the exact test)."""
-    from dmae_fast.certification.config import CertifyConfig
+    from dmae_fast.run.config import CertifyConfig
 
     path = f"{table.path}.json"
     try:
@@ -100,7 +100,7 @@ def check_rows(table: ResultsTable) -> str | None:
     one-line warning when the rows could only be checked without their run record, else None.
 
     Rows with counts (dmae-certify's) are checked as ``--resume`` checks them
-    (:func:`dmae_fast.resume.row_problems`) under the procedure rebuilt from the run record
+    (:func:`dmae_fast.run.resume.row_problems`) under the procedure rebuilt from the run record
     ``<file>.json``; without a usable record, by what they prove at every alpha
     (:meth:`RowRules.unknown`). Rows without counts (Cohen et al.'s) get the range checks of every
     summary: consistent ``correct``, abstains at radius 0, radii at most :data:`RADIUS_CEILING`.

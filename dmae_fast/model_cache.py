@@ -10,7 +10,7 @@ rebuilt and replaced, never trusted. Writes go to a temporary file in the folder
 place, so that no reader sees half an entry. A folder that cannot be written runs uncached. An
 entry whose digest holds can still be wrong (edited, digest recomputed): the entries a build read
 are listed (``reads``), so that a body built from them that fails is named, dropped
-(:func:`drop_entries`) and rebuilt (:mod:`dmae_fast.certification.fallback`).
+(:func:`drop_entries`) and rebuilt (:mod:`dmae_fast.batching.fallback`).
 """
 
 from __future__ import annotations

@@ -13,14 +13,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dmae_fast import results
 from dmae_fast.analysis import DEFAULT_RADII, RADIUS_CEILING, format_table, reachable_radii, recorded_cap
-from dmae_fast.certification.config import CertifyConfig
-from dmae_fast.certification.record import result_row
-from dmae_fast.certification.stream import ImageCounts
+from dmae_fast.batching.stream import ImageCounts
 from dmae_fast.cli.analyze import main as analyze_main
-from dmae_fast.results import read_results
-from dmae_fast.results_writer import ResultsWriter
+from dmae_fast.run import results
+from dmae_fast.run.config import CertifyConfig
+from dmae_fast.run.record import result_row
+from dmae_fast.run.results import read_results
+from dmae_fast.run.results_writer import ResultsWriter
 
 CLASSES = 10
 # (idx, label, class selected, its votes, samples used; the other votes go to the next class).

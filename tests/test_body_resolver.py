@@ -9,9 +9,9 @@ import types
 
 import pytest
 
-from dmae_fast.certification.bodies import ResolvedBody
-from dmae_fast.certification.body_options import BodyOptions
-from dmae_fast.certification.stream import ImageBatches
+from dmae_fast.batching.bodies import ResolvedBody
+from dmae_fast.batching.body_options import BodyOptions
+from dmae_fast.batching.stream import ImageBatches
 from dmae_fast.cli import serve, serve_replay
 from dmae_fast.cli.body_args import body_options
 from dmae_fast.cli.certify import main as certify_main

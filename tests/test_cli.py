@@ -22,7 +22,7 @@ import pytest
 import torch
 from scipy.stats import beta, norm
 
-from dmae_fast.certification.stream import SamplingPlan, StreamingCertifier
+from dmae_fast.batching.stream import SamplingPlan, StreamingCertifier
 from dmae_fast.checkpoints import load_classifier, save_classifier
 from dmae_fast.cli.certify import main
 from dmae_fast.data import demo_digits

@@ -2,7 +2,7 @@
 
 * statistics vs SciPy (Clopper-Pearson bound, Phi^-1, binomial test p-values),
 * the noise contract: uint32 stream bit for bit, Gaussians vs dmae_fast.noise,
-* results-file number formats vs dmae_fast.results,
+* results-file number formats vs dmae_fast.run.results,
 * ``dmae-smooth certify|predict`` on demo images through the demo AOTInductor package
   (written by dmae-export's pipeline): the same rows (counts, classes, radii) as
   ``dmae-certify --engine`` with the same seed,
@@ -33,8 +33,8 @@ from dmae_fast.demo import DEMO_CHECKPOINT
 from dmae_fast.engines.sidecar import BatchRange
 from dmae_fast.export import ExportConfig, export_engines
 from dmae_fast.noise import gaussian_noise, uint32_stream
-from dmae_fast.results import read_results
-from dmae_fast.results_writer import ceil_significant, floor_decimals
+from dmae_fast.run.results import read_results
+from dmae_fast.run.results_writer import ceil_significant, floor_decimals
 
 SOURCE = Path(__file__).resolve().parents[1] / "examples" / "cpp"
 SEED = 2**40 + 12345  # a seed whose high word matters

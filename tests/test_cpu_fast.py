@@ -17,14 +17,14 @@ import numpy as np
 import pytest
 import torch
 
-from dmae_fast.certification.bodies import BodyOptions, batch_body
-from dmae_fast.certification.cpu_batches import (
+from dmae_fast.batching.bodies import BodyOptions, batch_body
+from dmae_fast.batching.cpu_batches import (
     ChunkedCpuBatches,
     chunk_rows,
     chunk_sizes,
     even_parts,
 )
-from dmae_fast.certification.stream import (
+from dmae_fast.batching.stream import (
     ImageBatches,
     SamplingPlan,
     StreamingCertifier,
@@ -470,8 +470,8 @@ def test_a_signal_after_an_openvino_body_is_freed_reaches_its_handler():
     after the body is gone runs its handler instead of crashing the process (SIGSEGV)."""
     script = textwrap.dedent("""
         import gc, signal, torch
-        from dmae_fast.certification.bodies import BodyOptions, batch_body
-        from dmae_fast.certification.stream import SamplingPlan, StreamingCertifier
+        from dmae_fast.batching.bodies import BodyOptions, batch_body
+        from dmae_fast.batching.stream import SamplingPlan, StreamingCertifier
         from dmae_fast.engines import TorchEngine
         from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier
         spec = ClassifierSpec(EncoderConfig(32, 2, 2, patch_size=4, img_size=16), num_classes=10, input_size=16)

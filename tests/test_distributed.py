@@ -20,12 +20,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from dmae_fast.certification.parts import merge_parts, part_path, parts_dir, start_parts
-from dmae_fast.certification.run import CertifyConfig, certify_dataset
-from dmae_fast.certification.sample_shards import share
 from dmae_fast.data import open_dataset
 from dmae_fast.demo import DEMO_CHECKPOINT
 from dmae_fast.errors import UserError
+from dmae_fast.run.driver import CertifyConfig, certify_dataset
+from dmae_fast.run.parts import merge_parts, part_path, parts_dir, start_parts
+from dmae_fast.run.sample_shards import share
 
 pytestmark = pytest.mark.slow
 DMAE_CERTIFY = str(Path(sys.executable).with_name("dmae-certify"))
@@ -345,7 +345,7 @@ elif os.environ.get("RANK") == "1":  # killed at its third sum of counts
 
     class ProfileSums:
         def find_spec(self, name, path=None, target=None):
-            if name == "dmae_fast.certification.sample_shards":
+            if name == "dmae_fast.run.sample_shards":
                 sys.setprofile(die_at_the_third_sum)
             return None
 

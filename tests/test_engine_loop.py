@@ -11,17 +11,17 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from dmae_fast.certification.engine_loop import BatchFailed, EngineLoop, LoopStats
-from dmae_fast.certification.ranks import Ranks
-from dmae_fast.certification.sample_shards import SampleShardedCertifier
-from dmae_fast.certification.scheduler import PHASES, Job
-from dmae_fast.certification.stream import ImageBatches, StreamingCertifier
+from dmae_fast.batching.engine_loop import BatchFailed, EngineLoop, LoopStats
+from dmae_fast.batching.scheduler import PHASES, Job
+from dmae_fast.batching.stream import ImageBatches, StreamingCertifier
+from dmae_fast.run.ranks import Ranks
+from dmae_fast.run.sample_shards import SampleShardedCertifier
 from dmae_fast.stats.plan import SamplingPlan
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "dmae_fast"
-SCHEDULER = PACKAGE / "certification" / "scheduler.py"
-DRIVER = PACKAGE / "certification" / "engine_loop.py"
+SCHEDULER = PACKAGE / "batching" / "scheduler.py"
+DRIVER = PACKAGE / "batching" / "engine_loop.py"
 SIGMA, SEED, SHAPE = 0.5, 21, (3, 8, 8)
 
 

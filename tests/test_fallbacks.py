@@ -24,9 +24,9 @@ import json  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from dmae_fast.certification.bodies import BodyOptions, batch_body  # noqa: E402
-from dmae_fast.certification.fast_stream import FastBatches  # noqa: E402
-from dmae_fast.certification.stream import (  # noqa: E402
+from dmae_fast.batching.bodies import BodyOptions, batch_body  # noqa: E402
+from dmae_fast.batching.fast_stream import FastBatches  # noqa: E402
+from dmae_fast.batching.stream import (  # noqa: E402
     ImageBatches,
     SamplingPlan,
     StreamingCertifier,
@@ -274,7 +274,7 @@ def _rows(path):
 def _fail_in_a_runtime_mid_run(monkeypatch, batch, message):
     """The CPU runtimes raise ``message`` on the last chunk of the ``batch``-th batch that a CPU fast
     body runs (its trial batch is the first): the batch's other chunks were classified."""
-    from dmae_fast.certification.cpu_batches import ChunkedCpuBatches, even_parts
+    from dmae_fast.batching.cpu_batches import ChunkedCpuBatches, even_parts
 
     batches = itertools.count(1)
     state = {"batch": 0}  # the parity check's logits come first

@@ -11,8 +11,8 @@ if not torch.cuda.is_available():  # the fused kernel runs in Triton's interpret
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from dmae_fast.certification.fast_stream import STAGES, FastBatches, FastPath, StageTimer  # noqa: E402
-from dmae_fast.certification.stream import SamplingPlan, StreamingCertifier  # noqa: E402
+from dmae_fast.batching.fast_stream import STAGES, FastBatches, FastPath, StageTimer  # noqa: E402
+from dmae_fast.batching.stream import SamplingPlan, StreamingCertifier  # noqa: E402
 from dmae_fast.checkpoints import save_classifier  # noqa: E402
 from dmae_fast.cli.certify import main  # noqa: E402
 from dmae_fast.engines import Engine, EngineOptions, TorchEngine, open_engine  # noqa: E402

@@ -5,8 +5,8 @@ import pytest
 import torch
 from torch import nn
 
-from dmae_fast.certification.fast_stream import FastBatches, FastPath
-from dmae_fast.certification.stream import SamplingPlan, StreamingCertifier
+from dmae_fast.batching.fast_stream import FastBatches, FastPath
+from dmae_fast.batching.stream import SamplingPlan, StreamingCertifier
 from dmae_fast.checkpoints import save_classifier
 from dmae_fast.cli.certify import main
 from dmae_fast.engines import EngineOptions, TorchEngine, open_engine

@@ -59,9 +59,9 @@ def cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_the_import_graph_has_no_cycle():
     known = modules()
-    assert "dmae_fast.certification.run" in known and "dmae_fast.bench.cpu" in known
+    assert "dmae_fast.run.driver" in known and "dmae_fast.bench.cpu" in known
     graph = {name: imported(name, path, known) for name, path in known.items()}
-    assert graph["dmae_fast.certification.run"] >= {"dmae_fast.certification.shards"}
+    assert graph["dmae_fast.run.driver"] >= {"dmae_fast.run.shards"}
     assert cycle(graph) is None, " -> ".join(cycle(graph))
 
 
@@ -84,7 +84,7 @@ def test_the_certifier_and_the_server_use_no_export_tool():
     known = modules()
     graph = {name: imported(name, path, known) for name, path in known.items()}
     for name in known:
-        if name.startswith(("dmae_fast.certification", "dmae_fast.serve", "dmae_fast.engines")):
+        if name.startswith(("dmae_fast.batching", "dmae_fast.run", "dmae_fast.serve", "dmae_fast.engines")):
             paths = reach(graph, name)
             reached = sorted(m for m in paths if m.startswith("dmae_fast.export"))
             assert not reached, " -> ".join(paths[reached[0]])
@@ -96,13 +96,13 @@ def test_the_certifier_and_the_server_use_no_export_tool():
 # The layers, low to high: a package imports (lazily included) only packages of its own layer or below.
 LAYERS = (
     ("dmae_fast", "dmae_fast.errors", "dmae_fast.lazy", "dmae_fast.files", "dmae_fast.integrity",
-     "dmae_fast.locking", "dmae_fast.memory", "dmae_fast.model_cache", "dmae_fast.results", "dmae_fast.results_writer",
-     "dmae_fast.demo_files"),
+     "dmae_fast.locking", "dmae_fast.memory", "dmae_fast.model_cache", "dmae_fast.demo_files"),
     ("dmae_fast.stats",),
     ("dmae_fast.noise", "dmae_fast.patch_layout", "dmae_fast.fast_noise", "dmae_fast.kernels", "dmae_fast.model",
-     "dmae_fast.checkpoints", "dmae_fast.data", "dmae_fast.resume"),
+     "dmae_fast.checkpoints", "dmae_fast.data"),
     ("dmae_fast.engines",),
-    ("dmae_fast.certification",),
+    ("dmae_fast.batching",),
+    ("dmae_fast.run",),
     ("dmae_fast.export", "dmae_fast.serve", "dmae_fast.train", "dmae_fast.analysis"),
     ("dmae_fast.cli", "dmae_fast.bench", "dmae_fast.demo"),
 )
@@ -146,7 +146,8 @@ def upward(graph: dict[str, set[str]], layers: tuple[tuple[str, ...], ...]) -> l
 
 def test_no_cycle_between_packages():
     graph = packages()
-    assert {"dmae_fast.engines", "dmae_fast.export", "dmae_fast.certification", "dmae_fast.errors"} <= graph.keys()
+    assert {"dmae_fast.engines", "dmae_fast.export", "dmae_fast.batching", "dmae_fast.run",
+            "dmae_fast.errors"} <= graph.keys()
     assert "dmae_fast.export" in graph["dmae_fast.cli"]
     assert cycle(graph) is None, " -> ".join(cycle(graph))
 

@@ -18,7 +18,7 @@ def test_wheel_layout(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     top_level = {name.split("/")[0] for name in names}
     assert top_level <= {"dmae_fast", wheel.name.split("-")[0] + "-" + wheel.name.split("-")[1] + ".dist-info"}
-    for folder in ("kernels", "export", "train", "bench", "model", "certification", "engines", "cli", "serve"):
+    for folder in ("kernels", "export", "train", "bench", "model", "batching", "run", "engines", "cli", "serve"):
         assert f"dmae_fast/{folder}/__init__.py" in names
     assert "dmae_fast/assets/demo-digits-vit.safetensors" in names
     entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()

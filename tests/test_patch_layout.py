@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from dmae_fast.certification.bodies import BodyOptions, batch_body
-from dmae_fast.certification.stream import (
+from dmae_fast.batching.bodies import BodyOptions, batch_body
+from dmae_fast.batching.stream import (
     ImageBatches,
     SamplingPlan,
     StreamingCertifier,

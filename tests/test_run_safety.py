@@ -251,7 +251,7 @@ def test_rows_survive_sigkill_and_fsync_is_bounded(tmp_path, monkeypatch):
     out = tmp_path / "killed.tsv"
     child = subprocess.Popen([sys.executable, "-c", f"""
 import sys, time
-from dmae_fast.results_writer import CertifyRow, ResultsWriter
+from dmae_fast.run.results_writer import CertifyRow, ResultsWriter
 writer = ResultsWriter({str(out)!r})
 for i in range(50):
     writer.write(CertifyRow(i, 1, 1, 0.5, 1, 0.01, 100, 1000, 990, 0.98, 0.25, "cohen-fixed-n"))
@@ -261,11 +261,11 @@ time.sleep(60)
     assert child.stdout.readline().strip() == "written"
     child.kill()
     child.wait(timeout=300)
-    from dmae_fast.results import read_results
+    from dmae_fast.run.results import read_results
 
     assert read_results(out).idx.tolist() == list(range(50))
 
-    import dmae_fast.results_writer as results
+    import dmae_fast.run.results_writer as results
 
     calls = []
     real = os.fsync

@@ -31,12 +31,12 @@ import pytest
 import torch
 from PIL import Image
 
-from dmae_fast.certification.record import result_row
-from dmae_fast.certification.stream import ImageCounts, StreamingCertifier
+from dmae_fast.batching.stream import ImageCounts, StreamingCertifier
 from dmae_fast.cli import serve as serve_cli
 from dmae_fast.data import demo_digits
 from dmae_fast.demo import DEMO_CHECKPOINT
 from dmae_fast.engines import EngineOptions, open_engine
+from dmae_fast.run.record import result_row
 from dmae_fast.serve.config import Limits
 from dmae_fast.serve.payloads import decode_image
 from dmae_fast.serve.receipt import plan_of, procedure_of, replay_answer

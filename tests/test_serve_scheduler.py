@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from dmae_fast.certification.bodies import BodyOptions, batch_body
-from dmae_fast.certification.scheduler import Job
-from dmae_fast.certification.stream import SamplingPlan, StreamingCertifier
+from dmae_fast.batching.bodies import BodyOptions, batch_body
+from dmae_fast.batching.scheduler import Job
+from dmae_fast.batching.stream import SamplingPlan, StreamingCertifier
 from dmae_fast.serve.scheduler import IndicesExhausted, QueueFull, Scheduler
 from dmae_fast.stats.procedure import sequential_certifier
 

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from dmae_fast.certification.core import Smooth
-from dmae_fast.certification.stream import ImageBatches, SamplingPlan, StreamingCertifier
+from dmae_fast.batching.core import Smooth
+from dmae_fast.batching.stream import ImageBatches, SamplingPlan, StreamingCertifier
 from dmae_fast.engines import TorchEngine
 from dmae_fast.errors import UserError
 from dmae_fast.fast_noise import COMPILED, REFERENCE, NoiseSource

@@ -7,7 +7,7 @@ Inductor kernels that remain after fusion):
 1. the StageTimer breakdown (front end, body, counting; each stage synchronized), and
 2. torch.profiler's CUDA kernels, grouped into matrix products, attention, normalization,
    elementwise/activation, the noise/front-end kernel, counting and other.
-Writes DIR/profile-<model>.txt and .json. Public API only (dmae_fast.bench, dmae_fast.certification).
+Writes DIR/profile-<model>.txt and .json. Public API only (dmae_fast.bench, dmae_fast.batching).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from dmae_fast.batching.fast_stream import STAGES, FastBatches, FastPath, StageTimer
 from dmae_fast.bench.throughput import build_model
-from dmae_fast.certification.fast_stream import STAGES, FastBatches, FastPath, StageTimer
 from dmae_fast.engines import TorchEngine
 
 GROUPS = [  # (group, pattern on the kernel name), first match wins

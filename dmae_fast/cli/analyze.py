@@ -17,7 +17,7 @@ from dmae_fast.analysis import (
 )
 from dmae_fast.cli.common import Parser, run_reporting_errors
 from dmae_fast.errors import UserError
-from dmae_fast.results import read_results
+from dmae_fast.run.results import read_results
 
 PROG = "dmae-certify analyze"
 

@@ -7,8 +7,8 @@ import argparse
 from collections.abc import Mapping
 from dataclasses import replace
 
-from dmae_fast.certification.body_options import BodyOptions
-from dmae_fast.certification.choices import BODY_CHOICES, BODY_ENV, CPU_RUNTIMES, NOISE_CHOICES
+from dmae_fast.batching.body_options import BodyOptions
+from dmae_fast.batching.choices import BODY_CHOICES, BODY_ENV, CPU_RUNTIMES, NOISE_CHOICES
 from dmae_fast.errors import UserError
 
 REASONS = {"fast": "the default (--body plain runs the plain reference body)",

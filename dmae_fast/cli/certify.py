@@ -4,7 +4,7 @@
     dmae-certify --ckpt model.safetensors --data /imagenet/val --sigma 0.5 --skip 50
     dmae-certify analyze results.tsv --plot curve.png
 
-A parser over :func:`dmae_fast.certification.run.certify_dataset`; rows are written as
+A parser over :func:`dmae_fast.run.driver.certify_dataset`; rows are written as
 images finish and ``<out>.json`` beside the results records the run.
 """
 
@@ -18,28 +18,28 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dmae_fast.certification.choices import (
+from dmae_fast.batching.choices import (
     PRECISION_CHOICES,
     PROG,
     SHARD_CHOICES,
 )
-from dmae_fast.certification.launch import (
-    in_launched_rank,
-    launch_local,
-    leave_to_launcher,
-)
-from dmae_fast.certification.torchrun_env import world_size
 from dmae_fast.cli.body_args import add_body_arguments, body_options
 from dmae_fast.cli.common import Parser, run_reporting_errors
 
 # Only light modules here: --help and option errors answer without importing torch.
 from dmae_fast.demo_files import DEMO, DEMO_CHECKPOINT
 from dmae_fast.errors import AlreadyReported, Interrupted, UserError, starting
+from dmae_fast.run.launch import (
+    in_launched_rank,
+    launch_local,
+    leave_to_launcher,
+)
+from dmae_fast.run.torchrun_env import world_size
 from dmae_fast.stats.settings import FUTILITY_MODES, SEQUENTIAL_TESTS
 
 if TYPE_CHECKING:
-    from dmae_fast.certification.config import CertifyConfig
-    from dmae_fast.certification.record import RunResult
+    from dmae_fast.run.config import CertifyConfig
+    from dmae_fast.run.record import RunResult
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -119,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _config_from_args(args: argparse.Namespace) -> CertifyConfig:
-    from dmae_fast.certification.config import CertifyConfig
+    from dmae_fast.run.config import CertifyConfig
 
     engine = args.engine or args.ckpt or (str(DEMO_CHECKPOINT) if args.data == DEMO else None)
     if engine is None:
@@ -139,7 +139,7 @@ def _config_from_args(args: argparse.Namespace) -> CertifyConfig:
 def certify(config: CertifyConfig) -> int:
     """Run the certification, then print the summary table (rank 0 only under torchrun); returns the exit status."""
     with starting(_starting_prog()):  # torch, the engines: seconds of imports before anything is written
-        from dmae_fast.certification.run import Run
+        from dmae_fast.run.driver import Run
     result = Run(config).certify()  # config: validated by _run, before the slow imports
     if result.primary:
         _print_summary(result)
@@ -156,7 +156,7 @@ def _print_summary(result: RunResult) -> None:
         reachable_radii,
         rounding_warning,
     )
-    from dmae_fast.results import read_results
+    from dmae_fast.run.results import read_results
 
     config = result.config
     ranks = f" by {result.world_size} processes" if result.world_size > 1 else ""
@@ -200,7 +200,7 @@ def _run(argv: list[str]) -> int:
             config = _config_from_args(args)
             config.validate()
             if world_size() == 1:  # the ranks of a multi-process run check in step (rank 0 says it)
-                from dmae_fast.certification.output import check_out_before_loading
+                from dmae_fast.run.output import check_out_before_loading
 
                 check_out_before_loading(config)  # before torch: an --out this run must not write is refused at once
         if args.nproc_per_node is not None and world_size() == 1 and not in_launched_rank():

@@ -14,7 +14,7 @@ import os
 import sys
 
 # Only light modules here: --help and option errors answer without importing torch or uvicorn.
-from dmae_fast.certification.choices import PRECISION_CHOICES
+from dmae_fast.batching.choices import PRECISION_CHOICES
 from dmae_fast.cli.body_args import add_body_arguments, body_options
 from dmae_fast.cli.common import Parser, import_torch_while_starting, run_reporting_errors
 from dmae_fast.demo_files import DEMO, DEMO_CHECKPOINT

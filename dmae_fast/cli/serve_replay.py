@@ -15,13 +15,13 @@ import json
 import os
 import sys
 
-from dmae_fast.certification.choices import PRECISION_CHOICES
-from dmae_fast.certification.config import MAX_BATCH
+from dmae_fast.batching.choices import PRECISION_CHOICES
 from dmae_fast.cli.body_args import add_body_arguments, body_options
 from dmae_fast.cli.common import Parser, import_torch_while_starting, run_reporting_errors
 from dmae_fast.demo_files import DEMO, DEMO_CHECKPOINT
 from dmae_fast.errors import UserError
 from dmae_fast.files import read_regular_file
+from dmae_fast.run.config import MAX_BATCH
 from dmae_fast.serve.config import Limits
 
 PROG = "dmae-serve replay"
@@ -54,7 +54,7 @@ def replay(args: argparse.Namespace) -> int:
     options = body_options(args, os.environ, default="plain")
     options.validate()
     import_torch_while_starting(PROG)
-    from dmae_fast.certification.smoother import open_smoother
+    from dmae_fast.batching.smoother import open_smoother
     from dmae_fast.serve.payloads import PayloadError, decode_image
     from dmae_fast.serve.receipt import read_answer, replay_answer, settings
 

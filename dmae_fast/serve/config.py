@@ -6,10 +6,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from dmae_fast.certification.body_options import BodyOptions
-from dmae_fast.certification.config import MAX_BATCH
+from dmae_fast.batching.body_options import BodyOptions
 from dmae_fast.errors import UserError
 from dmae_fast.model.config import sigma_problem
+from dmae_fast.run.config import MAX_BATCH
 from dmae_fast.stats.settings import SMALLEST_SEQUENTIAL_ALPHA
 
 PROG = "dmae-serve"

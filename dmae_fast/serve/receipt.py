@@ -5,7 +5,7 @@ whether it is sequential), the plan they give (phases, sizes, looks), the seed a
 the model file; each result records its image index (the noise key), the SHA-256 of the tensor
 that was smoothed, its class counts and its decision fields. :func:`replay_answer` rebuilds the
 procedure from the settings and checks that it is the one recorded, re-runs every image with the
-offline :class:`~dmae_fast.certification.stream.StreamingCertifier` (the noise is a pure function
+offline :class:`~dmae_fast.batching.stream.StreamingCertifier` (the noise is a pure function
 of (seed, index, phase, sample): the same classifier gives the same counts whatever the batch
 size), recomputes every decision field from the served counts, and names each field that differs.
 An answer with a missing, mistyped or out-of-range field is a UserError (:func:`read_answer`).
@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dmae_fast.certification.bodies import resolve_body
-from dmae_fast.certification.body_options import BodyOptions
-from dmae_fast.certification.stream import SamplingPlan, StreamingCertifier
+from dmae_fast.batching.bodies import resolve_body
+from dmae_fast.batching.body_options import BodyOptions
+from dmae_fast.batching.stream import SamplingPlan, StreamingCertifier
 from dmae_fast.engines.base import Engine
 from dmae_fast.errors import UserError
 from dmae_fast.integrity import file_sha256, is_sha256

@@ -1,9 +1,9 @@
 """Continuous batching: the server's device thread is a loop over the one engine loop's steps.
 
-:class:`~dmae_fast.certification.engine_loop.EngineLoop` packs the rows of every in-flight image
+:class:`~dmae_fast.batching.engine_loop.EngineLoop` packs the rows of every in-flight image
 into full batches, as for the offline streamer; this thread adds what a server needs around it:
 
-* **admission**: each request's images are :class:`~dmae_fast.certification.scheduler.Job` objects
+* **admission**: each request's images are :class:`~dmae_fast.batching.scheduler.Job` objects
   with their own plan (PREDICT and CERTIFY images share batches), a bounded queue, and an
   image index per image (the noise key; see :meth:`Scheduler.submit`); the server's own record of
   each (where its answer goes) stays here, beside the job;
@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 import torch
 
-from dmae_fast.certification.engine_loop import BatchFailed, EngineLoop, Finished
-from dmae_fast.certification.scheduler import BatchBody, Job
+from dmae_fast.batching.engine_loop import BatchFailed, EngineLoop, Finished
+from dmae_fast.batching.scheduler import BatchBody, Job
 from dmae_fast.noise import MASK32
 
 Done = Callable[[object], None]  # called once with the image's counts [phases, classes] or an exception

@@ -12,7 +12,7 @@ the same images (CERTIFY, n0 100) three times after a warm-up and reports the me
 The defaults' process gets ``MALLOC_ARENA_MAX`` set to glibc's own default (8 arenas a core on a
 64-bit system): glibc's behaviour is unchanged, and ``dmae_fast.memory.keep_freed_memory`` leaves
 the allocator alone when the user set that variable (public behaviour; the recorded run instead
-replaced the function in ``dmae_fast.certification.bodies``). The other process gets none of the
+replaced the function in ``dmae_fast.batching.bodies``). The other process gets none of the
 variables. Since the fifth session keeping freed memory also means one arena for every thread, so
 a re-run measures that setting, not the fourth session's thresholds alone.
 """
@@ -27,7 +27,7 @@ from dmae_fast.memory import USER_SETTINGS
 CHILD = r'''
 import statistics, sys, time
 mode, method, threads, name = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-from dmae_fast.certification.bodies import BodyOptions, batch_body
+from dmae_fast.batching.bodies import BodyOptions, batch_body
 from dmae_fast.memory import keep_freed_memory
 allocator = keep_freed_memory()  # "as set by MALLOC_ARENA_MAX" (nothing changed) in the defaults' process
 assert ("as set by" in allocator) == (mode == "default"), allocator
@@ -35,7 +35,7 @@ import torch
 from dmae_fast.bench.cpu import WORKLOADS
 from dmae_fast.bench.reference_loops import COHEN
 from dmae_fast.bench.throughput import build_model
-from dmae_fast.certification.stream import SamplingPlan, StreamingCertifier
+from dmae_fast.batching.stream import SamplingPlan, StreamingCertifier
 from dmae_fast.data import demo_digits
 from dmae_fast.engines import TorchEngine
 torch.set_num_threads(threads)

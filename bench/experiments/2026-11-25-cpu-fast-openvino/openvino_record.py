@@ -26,8 +26,8 @@ import openvino as ov
 import torch
 import torch.nn.functional as F
 
-from dmae_fast.certification.bodies import BodyOptions, batch_body
-from dmae_fast.certification.stream import SamplingPlan, StreamingCertifier
+from dmae_fast.batching.bodies import BodyOptions, batch_body
+from dmae_fast.batching.stream import SamplingPlan, StreamingCertifier
 from dmae_fast.checkpoints import load_classifier
 from dmae_fast.data import demo_digits
 from dmae_fast.demo import DEMO_CHECKPOINT

@@ -29,10 +29,10 @@ import numpy as np
 import openvino as ov
 import torch
 
+from dmae_fast.batching.bodies import BodyOptions, batch_body
 from dmae_fast.bench.cpu import CPU, Workload, ours_run, reference_run, timed
 from dmae_fast.bench.reference_loops import COHEN
 from dmae_fast.bench.throughput import build_model
-from dmae_fast.certification.bodies import BodyOptions, batch_body
 from dmae_fast.engines import TorchEngine
 from dmae_fast.engines.cpu_graphs import onnx_bytes
 from dmae_fast.fast_noise import NoiseSource

@@ -35,9 +35,9 @@ def main(mode: str, name: str) -> None:
         os.execve(sys.executable, [sys.executable, __file__, mode, name], env)
     import torch
 
+    from dmae_fast.batching.bodies import BodyOptions, batch_body
+    from dmae_fast.batching.stream import SamplingPlan, StreamingCertifier
     from dmae_fast.bench.throughput import build_model
-    from dmae_fast.certification.bodies import BodyOptions, batch_body
-    from dmae_fast.certification.stream import SamplingPlan, StreamingCertifier
     from dmae_fast.engines import TorchEngine
     from dmae_fast.memory import keep_freed_memory
 

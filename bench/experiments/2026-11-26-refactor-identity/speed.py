@@ -11,10 +11,10 @@ import sys
 
 import torch
 
+from dmae_fast.batching.bodies import BodyOptions, batch_body
 from dmae_fast.bench.cpu import SEED, SIGMA, WORKLOADS, Workload, ours_run, reference_run, timed
 from dmae_fast.bench.reference_loops import COHEN
 from dmae_fast.bench.throughput import build_model
-from dmae_fast.certification.bodies import BodyOptions, batch_body
 from dmae_fast.data import demo_digits
 from dmae_fast.engines import TorchEngine
 

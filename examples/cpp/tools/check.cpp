@@ -1,5 +1,5 @@
 // dmae-smooth-check: the library's functions on queries from stdin, one result line per
-// query line, for tests that compare them with SciPy, dmae_fast.noise and dmae_fast.results.
+// query line, for tests that compare them with SciPy, dmae_fast.noise and dmae_fast.run.results.
 //
 //   ppf P                 -> Phi^-1(P)                         (%.17g)
 //   betainc A B X         -> I_X(A, B)

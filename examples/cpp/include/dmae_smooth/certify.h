@@ -1,5 +1,5 @@
 // CERTIFY and PREDICT with exactly Cohen, Rosenfeld & Kolter's (2019) semantics, as in
-// dmae_fast/certification/core.py: decisions are pure functions of class counts, and the
+// dmae_fast/batching/core.py: decisions are pure functions of class counts, and the
 // counts come from a Sampler (noise + classifier + counting, on the host or a device).
 #pragma once
 

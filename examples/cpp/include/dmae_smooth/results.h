@@ -1,4 +1,4 @@
-// Results files exactly as dmae_fast/results.py writes them: tab-separated, Cohen et al.'s
+// Results files exactly as dmae_fast/run/results.py writes them: tab-separated, Cohen et al.'s
 // columns first (idx label predict radius correct time), then ours; one row per image.
 #pragma once
 
@@ -16,7 +16,7 @@ inline constexpr const char* kPredictHeader =
     "idx\tlabel\tpredict\tcorrect\ttime\tn\tcount1\tcount2\tpvalue\tsigma";
 inline constexpr const char* kFixedNProcedure = "cohen-fixed-n";  // the `procedure` column
 
-// Numbers that carry a guarantee are never rounded in its favour (dmae_fast/results.py):
+// Numbers that carry a guarantee are never rounded in its favour (dmae_fast/run/results.py):
 // radius and pA_lower: the exact value rounded DOWN to `decimals` places ("0.799640");
 std::string format_floor(double value, int decimals);
 // p-values: the exact value rounded UP to `digits` significant digits ("1.00005e-03").

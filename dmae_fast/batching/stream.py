@@ -1,13 +1,13 @@
 """The streaming certifier: the images of a dataset through the one scheduler, in full batches.
 
 :class:`StreamingCertifier` is a loop over the steps of an
-:class:`~dmae_fast.certification.engine_loop.EngineLoop` fed from an iterable of images, each with the
+:class:`~dmae_fast.batching.engine_loop.EngineLoop` fed from an iterable of images, each with the
 run's :class:`~dmae_fast.stats.plan.SamplingPlan`; it yields each image's class counts as soon as
 they are on the host. :class:`ImageBatches` is the
 plain batch body (noise, classify, count on the device). Because the noise does not depend on how
 rows are packed, the counts are identical for any batch size (and equal to
-:class:`dmae_fast.certification.core.Smooth`'s), and a body that fails mid-run can be replaced by
-the next one its chain offers (:mod:`dmae_fast.certification.fallback`): the images not yet
+:class:`dmae_fast.batching.core.Smooth`'s), and a body that fails mid-run can be replaced by
+the next one its chain offers (:mod:`dmae_fast.batching.fallback`): the images not yet
 yielded start again on the new body, so no count of the failed batch, nor of a batch before it,
 is mixed into the new body's.
 """
@@ -22,9 +22,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from dmae_fast.certification.core import zero_counts
-from dmae_fast.certification.engine_loop import BatchFailed, EngineLoop
-from dmae_fast.certification.scheduler import BatchBody, Job
+from dmae_fast.batching.core import zero_counts
+from dmae_fast.batching.engine_loop import BatchFailed, EngineLoop
+from dmae_fast.batching.scheduler import BatchBody, Job
 from dmae_fast.data import check_finite
 from dmae_fast.engines.base import Engine
 from dmae_fast.errors import UserError, raise_if_interrupted
@@ -47,8 +47,8 @@ class ImageBatches:
 
     Works with any :class:`Engine`. The noise comes from ``noise`` (default: the contract
     compiled into one kernel, :class:`~dmae_fast.fast_noise.NoiseSource`). The fast bodies
-    live in :mod:`dmae_fast.certification.fast_stream` (GPU) and
-    :mod:`dmae_fast.certification.cpu_batches` (CPU) and keep this interface.
+    live in :mod:`dmae_fast.batching.fast_stream` (GPU) and
+    :mod:`dmae_fast.batching.cpu_batches` (CPU) and keep this interface.
     """
 
     def __init__(self, engine: Engine, sigma: float, seed: int, batch_size: int,

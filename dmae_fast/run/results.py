@@ -3,7 +3,7 @@
 Certification files have the columns of :data:`CERTIFY_COLUMNS`, prediction files those
 of :data:`PREDICT_COLUMNS`. Their leading columns are exactly those of Cohen et al.'s
 reference ``certify.py`` / ``predict.py`` (same order), so tools written for the reference
-files read ours, and :func:`read_results` reads both. :mod:`dmae_fast.results_writer` writes
+files read ours, and :func:`read_results` reads both. :mod:`dmae_fast.run.results_writer` writes
 them.
 """
 

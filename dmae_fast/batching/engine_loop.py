@@ -1,8 +1,8 @@
 """The engine loop: jobs in, ``step()`` until done; the one surface every driver of the scheduler uses.
 
-nano-vllm's shape: :class:`EngineLoop` owns a :class:`~dmae_fast.certification.scheduler.SlotScheduler`
+nano-vllm's shape: :class:`EngineLoop` owns a :class:`~dmae_fast.batching.scheduler.SlotScheduler`
 (whose state is private to the two) and each :meth:`EngineLoop.step` runs at most one batch and
-returns the jobs that ended. The dataset run (:class:`~dmae_fast.certification.stream.StreamingCertifier`)
+returns the jobs that ended. The dataset run (:class:`~dmae_fast.batching.stream.StreamingCertifier`)
 and the server's device thread (:class:`~dmae_fast.serve.scheduler.Scheduler`) are each a short
 loop over ``step()``. A batch whose body raises ends every job on the device with
 :class:`BatchFailed` (counts zeroed, slots freed) and leaves the queued ones queued: the dataset
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from dmae_fast.certification.scheduler import BatchBody, Job, SlotScheduler
+from dmae_fast.batching.scheduler import BatchBody, Job, SlotScheduler
 from dmae_fast.stats.plan import Phase
 
 Finished = tuple[Job, object]  # (job, its counts [plan phases, classes] | the exception that ended it)

@@ -11,16 +11,16 @@ from dataclasses import dataclass
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from dmae_fast.certification.bodies import ResolvedBody, resolve_body
-from dmae_fast.certification.choices import PROG
-from dmae_fast.certification.config import CertifyConfig
-from dmae_fast.certification.fast_stream import StageTimer
-from dmae_fast.certification.scheduler import BatchBody
-from dmae_fast.certification.smoother import open_smoother
-from dmae_fast.certification.stream import StreamingCertifier
+from dmae_fast.batching.bodies import ResolvedBody, resolve_body
+from dmae_fast.batching.choices import PROG
+from dmae_fast.batching.fast_stream import StageTimer
+from dmae_fast.batching.scheduler import BatchBody
+from dmae_fast.batching.smoother import open_smoother
+from dmae_fast.batching.stream import StreamingCertifier
 from dmae_fast.data import TensorImageDataset, open_dataset, subset_indices
 from dmae_fast.engines import Engine
 from dmae_fast.errors import UserError
+from dmae_fast.run.config import CertifyConfig
 from dmae_fast.stats.procedure import Procedure
 
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from dmae_fast.errors import UserError, starting
 
 if TYPE_CHECKING:
-    from dmae_fast.certification.config import CertifyConfig
+    from dmae_fast.run.config import CertifyConfig
 
 LAUNCHER = "DMAE_CERTIFY_LAUNCHER"  # environment of the ranks: the launcher's pid
 KEPT = "DMAE_CERTIFY_KEPT"  # ... and the file where rank 0 leaves what an interrupted run kept
@@ -51,7 +51,7 @@ def launch_local(argv: list[str], config: CertifyConfig, nproc: int, max_restart
     The ranks see torchrun's environment (``WORLD_SIZE`` > 1), so the same ``argv`` runs one rank
     each. CPU ranks get an equal share of the cores (``OMP_NUM_THREADS``, unless set).
     """
-    from dmae_fast.certification.choices import PROG
+    from dmae_fast.batching.choices import PROG
 
     if nproc < 1 or max_restarts < 0:
         raise UserError(f"--nproc-per-node must be >= 1 and --max-restarts >= 0, got {nproc} and {max_restarts}")
@@ -107,8 +107,8 @@ def _end_for_rank_0(config: CertifyConfig, status: str, why: str) -> None:
     """What rank 0 does on its way out, for a rank 0 that could not (``kill -9``): a run record it left
     ``running`` says ``status`` and why, and its lock file goes. Under the lock, so that a run started
     on the same output since is left alone; an --overwrite run's record (the old run's) is not touched."""
-    from dmae_fast.certification.output import record_path
     from dmae_fast.locking import OutputLock
+    from dmae_fast.run.output import record_path
 
     try:
         with OutputLock(config.out, "results file"):

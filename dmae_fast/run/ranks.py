@@ -1,6 +1,6 @@
 """The processes of a run as one of them sees them: a world of one (:class:`World`), or one rank of a
 multi-process run (:class:`Ranks`: ``torch.distributed`` as set up by ``torchrun``); :func:`join` gives this
-process's. The run driver (:mod:`dmae_fast.certification.run`) is the same code for both.
+process's. The run driver (:mod:`dmae_fast.run.driver`) is the same code for both.
 
 ``torchrun`` (or SLURM, or anything that sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
 ``MASTER_ADDR`` and ``MASTER_PORT``) starts the processes; :meth:`Ranks.join` joins its
@@ -24,9 +24,9 @@ from typing import TypeVar
 import torch
 import torch.distributed as dist
 
-from dmae_fast.certification.launch import in_launched_rank
-from dmae_fast.certification.torchrun_env import restart_count, world_size
 from dmae_fast.errors import AlreadyReported, Interrupted, UserError
+from dmae_fast.run.launch import in_launched_rank
+from dmae_fast.run.torchrun_env import restart_count, world_size
 
 T = TypeVar("T")
 START_TIMEOUT = timedelta(minutes=30)  # ranks must all reach start-up within this (loading a large engine)

@@ -1,12 +1,12 @@
 """What a run's batch body is asked to be: :class:`BodyOptions`, the one set of body options that
 dmae-certify, dmae-serve and its replay take (no torch here: the commands check them before loading
-anything). :func:`dmae_fast.certification.bodies.resolve_body` builds the body they ask for."""
+anything). :func:`dmae_fast.batching.bodies.resolve_body` builds the body they ask for."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dmae_fast.certification.choices import CPU_RUNTIMES, NOISE_CHOICES
+from dmae_fast.batching.choices import CPU_RUNTIMES, NOISE_CHOICES
 from dmae_fast.errors import UserError
 
 

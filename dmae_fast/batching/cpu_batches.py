@@ -27,8 +27,8 @@ from pathlib import Path
 
 import torch
 
-from dmae_fast.certification.core import zero_counts
-from dmae_fast.certification.stream import count
+from dmae_fast.batching.core import zero_counts
+from dmae_fast.batching.stream import count
 from dmae_fast.engines.cpu_runtimes import ChunkClassifier
 from dmae_fast.fast_noise import NoiseSource
 
@@ -78,7 +78,7 @@ def chunk_sizes(rows: int, chunk: int, workers: int) -> set[int]:
 
 
 class ChunkedCpuBatches:
-    """A batch body (see :class:`~dmae_fast.certification.stream.BatchBody`) for CPUs."""
+    """A batch body (see :class:`~dmae_fast.batching.stream.BatchBody`) for CPUs."""
 
     def __init__(self, classifier: ChunkClassifier, spec, sigma: float, seed: int, batch_size: int,
                  workers: int, chunk: int, noise: NoiseSource) -> None:

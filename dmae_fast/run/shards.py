@@ -1,12 +1,12 @@
-"""How the processes of a run share its images and write its rows (:mod:`dmae_fast.certification.run`
+"""How the processes of a run share its images and write its rows (:mod:`dmae_fast.run.driver`
 drives them; a single process is a world of one).
 
 ``--shard images`` (:class:`ImageShards`, also a world of one): each process claims the next image
 whenever its stream has room (from the store under torchrun, so faster ranks take more; in turn in a
 world of one) and writes its rows: a world of one to ``--out`` itself, a rank to its own part file
-(:mod:`dmae_fast.certification.parts`), merged by rank 0 at the end sorted by ``idx``.
+(:mod:`dmae_fast.run.parts`), merged by rank 0 at the end sorted by ``idx``.
 ``--shard samples`` (:class:`SampleShards`, torchrun only): rank 0 reads each image and every rank
-counts a share of its samples (:mod:`dmae_fast.certification.sample_shards`), rank 0 writing the rows.
+counts a share of its samples (:mod:`dmae_fast.run.sample_shards`), rank 0 writing the rows.
 """
 
 from __future__ import annotations
@@ -16,16 +16,16 @@ import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from dmae_fast.certification.opened import OpenedRun
-from dmae_fast.certification.output import kept_after_interrupt, rows_file
-from dmae_fast.certification.parts import clear_parts, merge_parts, part_path
-from dmae_fast.certification.ranks import Ranks, World
-from dmae_fast.certification.record import RowWriter, progress_bar, show_progress
-from dmae_fast.certification.sample_shards import SampleShardedCertifier
-from dmae_fast.certification.scheduler import BatchBody
-from dmae_fast.certification.stream import ImageCounts
-from dmae_fast.results import Mode
-from dmae_fast.results_writer import ResultsWriter, Row
+from dmae_fast.batching.scheduler import BatchBody
+from dmae_fast.batching.stream import ImageCounts
+from dmae_fast.run.opened import OpenedRun
+from dmae_fast.run.output import kept_after_interrupt, rows_file
+from dmae_fast.run.parts import clear_parts, merge_parts, part_path
+from dmae_fast.run.ranks import Ranks, World
+from dmae_fast.run.record import RowWriter, progress_bar, show_progress
+from dmae_fast.run.results import Mode
+from dmae_fast.run.results_writer import ResultsWriter, Row
+from dmae_fast.run.sample_shards import SampleShardedCertifier
 
 
 @dataclasses.dataclass

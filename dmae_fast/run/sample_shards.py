@@ -17,9 +17,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from dmae_fast.certification.ranks import Ranks
-from dmae_fast.certification.scheduler import BatchBody, Job, batch_rows, phase_ids
-from dmae_fast.certification.stream import ImageCounts, checked_image
+from dmae_fast.batching.scheduler import BatchBody, Job, batch_rows, phase_ids
+from dmae_fast.batching.stream import ImageCounts, checked_image
+from dmae_fast.run.ranks import Ranks
 from dmae_fast.stats.plan import Decide, SamplingPlan
 
 

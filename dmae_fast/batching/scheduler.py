@@ -16,8 +16,8 @@ stopped early or is cancelled frees its slot for the next image.
 
 Because the noise does not depend on how rows are packed, an image's counts are the same whatever
 batch size or other images shared its batches. :class:`SlotScheduler` is driven only through
-:class:`~dmae_fast.certification.engine_loop.EngineLoop`, by the offline streamer
-(:class:`~dmae_fast.certification.stream.StreamingCertifier`, images from a dataset) and by the
+:class:`~dmae_fast.batching.engine_loop.EngineLoop`, by the offline streamer
+(:class:`~dmae_fast.batching.stream.StreamingCertifier`, images from a dataset) and by the
 server's device thread (:class:`~dmae_fast.serve.scheduler.Scheduler`, images from requests, with a
 clock for partial batches).
 """
@@ -129,7 +129,7 @@ def counts_to_host(counts: torch.Tensor, slots: list[int]) -> tuple[torch.Tensor
 
 class SlotScheduler:
     """Slots, packing, snapshots and decisions (see the module doc). Its state is private: only
-    :class:`~dmae_fast.certification.engine_loop.EngineLoop` drives it. Jobs come from :meth:`add`,
+    :class:`~dmae_fast.batching.engine_loop.EngineLoop` drives it. Jobs come from :meth:`add`,
     then from ``source`` (called only when a slot is free and no image has rows left, so a dataset
     is read no further ahead than the device needs; None from it means it has no more)."""
 

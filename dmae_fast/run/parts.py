@@ -20,7 +20,7 @@ import shutil
 from pathlib import Path
 
 from dmae_fast.errors import UserError
-from dmae_fast.results import Kind, columns_of, read_row_lines
+from dmae_fast.run.results import Kind, columns_of, read_row_lines
 
 REPLACES_OUT = "REPLACES_OUT"  # marker: these parts belong to an --overwrite run, not to --out's rows
 

@@ -10,22 +10,23 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dmae_fast.errors import UserError
+
 # Light modules only (no torch): the command checks --out before its slow imports.
-from dmae_fast.certification.config import CertifyConfig
-from dmae_fast.certification.parts import (
+from dmae_fast.run.config import CertifyConfig
+from dmae_fast.run.parts import (
     clear_parts,
     has_parts,
     merge_parts,
     parts_dir,
     replaces_out,
 )
-from dmae_fast.certification.torchrun_env import restart_count
-from dmae_fast.errors import UserError
-from dmae_fast.results import Mode, read_kept_rows
-from dmae_fast.resume import check_kept_rows, dataset_labels
+from dmae_fast.run.results import Mode, read_kept_rows
+from dmae_fast.run.resume import check_kept_rows, dataset_labels
+from dmae_fast.run.torchrun_env import restart_count
 
 if TYPE_CHECKING:
-    from dmae_fast.certification.opened import OpenedRun
+    from dmae_fast.run.opened import OpenedRun
 
 # Settings that change the results: a resumed run must agree on all of them.
 RESULT_FIELDS = ("engine", "data", "split", "labels", "image_size", "input_size", "normalize",

@@ -1,17 +1,17 @@
 """Which batch body runs a certification: the one place that maps :class:`BodyOptions` and device
 to a body (:func:`resolve_body`, which returns the body built and why, :class:`ResolvedBody`).
 
-* plain (default): :class:`~dmae_fast.certification.stream.ImageBatches`, any engine;
-* ``--fast`` on a CPU: :class:`~dmae_fast.certification.cpu_batches.ChunkedCpuBatches`
+* plain (default): :class:`~dmae_fast.batching.stream.ImageBatches`, any engine;
+* ``--fast`` on a CPU: :class:`~dmae_fast.batching.cpu_batches.ChunkedCpuBatches`
   (compiled noise, one worker per core on cache-sized chunks; OpenVINO, ONNX Runtime or PyTorch body);
 * ``--fast`` on CUDA, or any of ``--fused/--compile/--cuda-graphs/--profile``:
-  :class:`~dmae_fast.certification.fast_stream.FastBatches`.
+  :class:`~dmae_fast.batching.fast_stream.FastBatches`.
 
 A body on the CPU makes the process keep freed memory (:mod:`dmae_fast.memory`). A fast body
 is used only after it has built, run and agreed with the plain body on a trial batch; where a
 stage fails (Triton, torch.compile, CUDA-graph capture, a runtime session, the agreement), or
 it fails mid-run, the run says so in one line and continues on the next simpler body
-(:mod:`dmae_fast.certification.fallback`).
+(:mod:`dmae_fast.batching.fallback`).
 
 Every body gives the same counts up to the classifier's floating-point rounding.
 """
@@ -24,17 +24,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from dmae_fast.certification.body_options import BodyOptions
-from dmae_fast.certification.cpu_batches import (
+from dmae_fast.batching.body_options import BodyOptions
+from dmae_fast.batching.cpu_batches import (
     ChunkedCpuBatches,
     chunk_rows,
     chunk_sizes,
     cpu_workers,
 )
-from dmae_fast.certification.fallback import BodyChain, Candidate
-from dmae_fast.certification.fast_stream import FastBatches, FastPath, StageTimer
-from dmae_fast.certification.scheduler import BatchBody
-from dmae_fast.certification.stream import ImageBatches
+from dmae_fast.batching.fallback import BodyChain, Candidate
+from dmae_fast.batching.fast_stream import FastBatches, FastPath, StageTimer
+from dmae_fast.batching.scheduler import BatchBody
+from dmae_fast.batching.stream import ImageBatches
 from dmae_fast.engines.base import Engine
 from dmae_fast.engines.cpu_runtimes import cpu_classifier
 from dmae_fast.fast_noise import NoiseSource
@@ -86,7 +86,7 @@ def resolve_body(engine: Engine, sigma: float, seed: int, batch: int, options: B
                  timer: StageTimer | None = None) -> ResolvedBody:
     """The batch body for ``engine`` and ``options`` (see the module doc), and why: the fastest one
     asked for that builds, runs and agrees with the plain body on a trial batch, else the next simpler
-    one (:mod:`dmae_fast.certification.fallback`). ``body.fallbacks`` lists the one-line notices of
+    one (:mod:`dmae_fast.batching.fallback`). ``body.fallbacks`` lists the one-line notices of
     the bodies that were passed over (also printed); ``body.chain`` gives the next body if this one
     fails mid-run. A ``timer`` (a per-stage profile) times the fast path's stages."""
     options = replace(options, profile=options.profile or timer is not None)

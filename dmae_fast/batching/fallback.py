@@ -1,6 +1,6 @@
 """A fast body is used only once it has run and agreed with the plain body: the fallback chain.
 
-:func:`~dmae_fast.certification.bodies.batch_body` lists the bodies that could run a
+:func:`~dmae_fast.batching.bodies.batch_body` lists the bodies that could run a
 certification, fastest first (e.g. fused + compiled + CUDA graphs, then without the graphs,
 without the compile, unfused), and a :class:`BodyChain` builds each in turn and runs it on a
 trial batch: ``TRIAL_ROWS`` rows, each a different random image (a slot of its own), so every
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from dmae_fast.certification.scheduler import BatchBody
+from dmae_fast.batching.scheduler import BatchBody
 from dmae_fast.engines.base import Engine
 from dmae_fast.errors import UserError
 from dmae_fast.model_cache import drop_entries

@@ -1,6 +1,6 @@
 """One certification run as a library call: what ``dmae-certify`` does, without the parser.
 
-    from dmae_fast.certification.run import CertifyConfig, certify_dataset
+    from dmae_fast.run.driver import CertifyConfig, certify_dataset
     result = certify_dataset(CertifyConfig(engine="model.safetensors", data="/imagenet/val", out="r.tsv",
                                            sigma=0.5, skip=50), on_row=print)
 
@@ -32,21 +32,21 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from dmae_fast.certification.choices import PROG
-from dmae_fast.certification.config import CertifyConfig
-from dmae_fast.certification.fallback import one_line
-from dmae_fast.certification.fast_stream import StageTimer
-from dmae_fast.certification.host import device_name
-from dmae_fast.certification.opened import OpenedRun, open_run
-from dmae_fast.certification.output import check_out_before_loading, images_to_do, output_mode
-from dmae_fast.certification.parts import has_parts, start_parts
-from dmae_fast.certification.ranks import join
-from dmae_fast.certification.record import RunRecord, RunResult
-from dmae_fast.certification.shards import ImageShards, SampleShards
+from dmae_fast.batching.choices import PROG
+from dmae_fast.batching.fallback import one_line
+from dmae_fast.batching.fast_stream import StageTimer
 from dmae_fast.errors import AlreadyReported, Interrupted, UserError
 from dmae_fast.locking import OutputLock
-from dmae_fast.results import Mode
-from dmae_fast.results_writer import Row
+from dmae_fast.run.config import CertifyConfig
+from dmae_fast.run.host import device_name
+from dmae_fast.run.opened import OpenedRun, open_run
+from dmae_fast.run.output import check_out_before_loading, images_to_do, output_mode
+from dmae_fast.run.parts import has_parts, start_parts
+from dmae_fast.run.ranks import join
+from dmae_fast.run.record import RunRecord, RunResult
+from dmae_fast.run.results import Mode
+from dmae_fast.run.results_writer import Row
+from dmae_fast.run.shards import ImageShards, SampleShards
 
 
 def certify_dataset(config: CertifyConfig, on_row: Callable[[Row], None] | None = None) -> RunResult:
@@ -67,7 +67,7 @@ def certify_dataset(config: CertifyConfig, on_row: Callable[[Row], None] | None 
 
 
 class Run:
-    """One run in this process: its config, world (:func:`dmae_fast.certification.ranks.join`), opened
+    """One run in this process: its config, world (:func:`dmae_fast.run.ranks.join`), opened
     classifier, data and procedure, output and record. ``config`` is validated by the caller
     (:func:`certify_dataset`, or the command before it loads anything)."""
 

@@ -8,8 +8,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from dmae_fast.certification.body_options import BodyOptions
-from dmae_fast.certification.choices import SHARD_CHOICES
+from dmae_fast.batching.body_options import BodyOptions
+from dmae_fast.batching.choices import SHARD_CHOICES
 from dmae_fast.errors import UserError
 from dmae_fast.model.config import sigma_problem
 from dmae_fast.stats.settings import FUTILITY_MODES, SEQUENTIAL_TESTS

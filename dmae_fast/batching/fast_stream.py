@@ -1,6 +1,6 @@
 """The fast batch body of the streaming certifier: fused front end, compiled body, CUDA graphs.
 
-The scheduler (:class:`~dmae_fast.certification.stream.StreamingCertifier`) is the same
+The scheduler (:class:`~dmae_fast.batching.stream.StreamingCertifier`) is the same
 for every body; this one differs only in how a batch's rows become counts:
 
 * front end: with ``fused``, the Triton kernel turns rows straight into ViT tokens from
@@ -37,8 +37,8 @@ from dataclasses import dataclass
 import torch
 from torch.profiler import record_function
 
-from dmae_fast.certification.core import zero_counts
-from dmae_fast.certification.stream import count
+from dmae_fast.batching.core import zero_counts
+from dmae_fast.batching.stream import count
 from dmae_fast.engines.base import Engine, TokenBody, predicted_classes
 from dmae_fast.engines.torch_engine import PRECISIONS
 from dmae_fast.errors import UserError
@@ -133,7 +133,7 @@ def _front_and_body(engine: Engine) -> tuple[SmoothingClassifier, TokenBody | No
 
 
 class FastBatches:
-    """A batch body (see :class:`~dmae_fast.certification.stream.BatchBody`) for PyTorch
+    """A batch body (see :class:`~dmae_fast.batching.stream.BatchBody`) for PyTorch
     classifiers and for exported token engines."""
 
     def __init__(self, engine: Engine, sigma: float, seed: int, batch_size: int, options: FastPath = FastPath(),
