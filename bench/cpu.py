@@ -10,7 +10,10 @@ the median is kept: other jobs on a shared machine slow all methods alike instea
 * ours: plain body with the torch-op reference noise (the previous default), plain body with
   compiled noise (the default), ``--fast`` (its default runtime: OpenVINO where installed),
   ``--fast --cpu-runtime onnxruntime``, a torch.compile'd body, and ``--fast --precision bf16``
-  where the CPU has bf16 instructions (opt-in).
+  where the CPU has bf16 instructions (opt-in);
+* ``--sound`` (docs/sound.md) on the plain body and on ``--fast``: the exact rounded Gaussian on the
+  images' grid (the demo digits' 1/16, 1/255 for the other models' 8-bit images), to compare with the
+  same body's default noise.
 
 The fp32 methods of ours must give counts identical to the plain body (checked and
 recorded). MFU is samples/s x the model's forward FLOPs over the fp32 matmul peak measured at
@@ -40,6 +43,7 @@ from tqdm import tqdm
 
 from dmae_fast import __version__
 from dmae_fast.batching.bodies import BodyOptions, batch_body
+from dmae_fast.batching.body_options import BYTE_GRID, DEMO_GRID, Sound
 from dmae_fast.batching.fast_stream import FastBatches, FastPath
 from dmae_fast.batching.stream import SamplingPlan, StreamingCertifier
 from dmae_fast.bench.commands import N0, PROGRAMS, N, time_commands
@@ -77,6 +81,7 @@ WORKLOADS = {
     "small-224": Workload("small-224", 1, 100, 1_000, 1000),  # plain body: 600 MB of 224x224 noise a batch
 }
 NOISE_SHAPES = ((3, 8, 8), (3, 32, 32), (3, 224, 224))
+SOUND_NOISE = "compiled --sound ((X + Z) / 255)"  # the noise table's --sound candidate
 
 
 @dataclass(frozen=True)
@@ -138,12 +143,12 @@ def reference_run(loop: ReferenceLoop, model, images, load: Workload) -> Callabl
     return run
 
 
-def ours_run(engine: TorchEngine, body, images, load: Workload) -> Callable[[], np.ndarray]:
+def ours_run(engine: TorchEngine, body, images, load: Workload, sound: Sound | None = None) -> Callable[[], np.ndarray]:
     items = [(i, image, 0) for i, image in enumerate(images)]
 
     def run() -> np.ndarray:
         plan = SamplingPlan.certify(load.n0, load.n)
-        done = StreamingCertifier(engine, plan, SIGMA, SEED, load.batch, body).run(items)
+        done = StreamingCertifier(engine, plan, SIGMA, SEED, load.batch, body, sound).run(items)
         return np.stack([d.counts for d in done])
     return run
 
@@ -157,6 +162,9 @@ def _methods(model, images, load: Workload, threads: int) -> dict[str, tuple[Cal
     fast_ort = batch_body(engine, SIGMA, SEED, batch,
                           BodyOptions(fast=True, workers=threads, cpu_runtime="onnxruntime"))
     compiled = FastBatches(engine, SIGMA, SEED, batch, FastPath(compile=True, compile_mode="default"))
+    sound = Sound(DEMO_GRID if load.model == "demo" else BYTE_GRID)
+    plain_sound = batch_body(engine, SIGMA, SEED, batch, BodyOptions(sound=sound))
+    fast_sound = batch_body(engine, SIGMA, SEED, batch, BodyOptions(fast=True, workers=threads, sound=sound))
     methods = {
         "reference: Cohen et al. (fp32, batch 400)": (reference_run(COHEN, model, images, load), COHEN.name, False),
         "reference: DMAE (fp32 on CPU, batch 1000)": (
@@ -169,6 +177,8 @@ def _methods(model, images, load: Workload, threads: int) -> dict[str, tuple[Cal
         "ours: --fast --cpu-runtime onnxruntime": (
             ours_run(engine, fast_ort, images, load), fast_ort.description, True),
         "ours: compiled body": (ours_run(engine, compiled, images, load), compiled.description, True),
+        "ours: plain --sound": (ours_run(engine, plain_sound, images, load, sound), plain_sound.description, False),
+        "ours: --fast --sound": (ours_run(engine, fast_sound, images, load, sound), fast_sound.description, False),
     }
     if bf16_supported():
         bf16 = batch_body(TorchEngine(model, CPU, "bf16"), SIGMA, SEED, batch, BodyOptions(fast=True, workers=threads))
@@ -187,7 +197,8 @@ def measure_model(load: Workload, threads: int, rounds: int, progress: tqdm, pea
     torch.set_num_threads(threads)
     model = build_model(load.model, CPU)
     generator = torch.Generator().manual_seed(1)
-    images = [torch.rand(model.spec.input_shape, generator=generator) for _ in range(load.images)]
+    # 8-bit images, on --sound's grid
+    images = [torch.randint(0, 256, model.spec.input_shape, generator=generator) / 255 for _ in range(load.images)]
     if load.model == "demo":  # real digits: the counts comparison means something
         from dmae_fast.data import demo_digits
 
@@ -225,10 +236,10 @@ def measure_noise(shape: tuple[int, ...], threads: int, seconds: float) -> Noise
     (gather and x + sigma * eta included); the torch-op reference."""
     torch.set_num_threads(threads)
     rows = max(1, 2**22 // math.prod(shape))
-    clean = torch.rand((4, *shape))
+    clean = torch.randint(0, 256, (4, *shape)) / 255
     slot, index = torch.arange(rows) % 4, torch.arange(rows) % 7
     phase, sample = torch.ones(rows, dtype=torch.int64), torch.arange(rows)
-    compiled = NoiseSource(CPU)
+    compiled, sound = NoiseSource(CPU), NoiseSource(CPU, grid=BYTE_GRID)
     for column in (index, phase, sample):
         torch._dynamo.mark_dynamic(column, 0)
     key = torch.tensor(key_words(SEED))
@@ -237,6 +248,7 @@ def measure_noise(shape: tuple[int, ...], threads: int, seconds: float) -> Noise
         "torch.randn": lambda: torch.randn((rows, *shape)),
         "compiled eta": generator,
         "compiled (x + sigma * eta)": lambda: compiled(clean, slot, SIGMA, SEED, index, phase, sample),
+        SOUND_NOISE: lambda: sound(clean, slot, SIGMA, SEED, index, phase, sample),
         "torch-op reference": lambda: gaussian_noise(SEED, index, phase, sample, shape),
     }
     out = NoiseRow(threads, shape)
@@ -263,7 +275,7 @@ def run_cpu_bench(config: CpuBenchConfig) -> tuple[dict, list[Path]]:
     rows: list[MethodRow] = []
     noise: list[NoiseRow] = []
     peaks: dict[int, float] = {}
-    steps = len(config.threads) * len(loads) * config.rounds * (8 if bf16_supported() else 7)
+    steps = len(config.threads) * len(loads) * config.rounds * (10 if bf16_supported() else 9)  # _methods
     steps += len(config.commands) * len(PROGRAMS) * (config.rounds + 1)
     try:
         with tqdm(total=steps, desc="dmae-bench cpu", unit="run") as progress:
@@ -323,14 +335,14 @@ def markdown(record: dict) -> str:
         lines.append(f"| {row['threads']} | {row['model']} | {row['method']} | {row['samples_per_s']:,.0f} | "
                      f"{row['vs_cohen']:.2f}x | {row['vs_dmae']:.2f}x | {row['mfu']:.0%} | {same} |")
     lines += ["", "Noise: Gaussians per second (M/s) at the same thread count", "",
-              "| threads | image | torch.randn | compiled eta | compiled (x + sigma * eta) | torch-op reference "
-              "| compiled eta / randn |",
-              "| --- | --- | --- | --- | --- | --- | --- |"]
+              "| threads | image | torch.randn | compiled eta | compiled (x + sigma * eta) | compiled --sound "
+              "| torch-op reference | compiled eta / randn |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for row in record["noise"]:
         rates = row["gaussians_per_s"]
         lines.append(f"| {row['threads']} | {'x'.join(map(str, row['shape']))} | {rates['torch.randn'] / 1e6:,.0f} | "
                      f"{rates['compiled eta'] / 1e6:,.0f} | {rates['compiled (x + sigma * eta)'] / 1e6:,.0f} | "
-                     f"{rates['torch-op reference'] / 1e6:,.1f} | "
+                     f"{rates[SOUND_NOISE] / 1e6:,.0f} | {rates['torch-op reference'] / 1e6:,.1f} | "
                      f"{rates['compiled eta'] / rates['torch.randn']:.2f}x |")
     if record.get("commands"):
         lines += ["", f"Whole commands on the first N demo test digits (CERTIFY n0 {N0}, n {N:,}; each a new process, "

@@ -21,12 +21,14 @@
 # Further GPU steps (in the default list on a GPU, not in smoke mode): gpu-aoti (the .pt2 GPU
 # test, last and alone: see AOTI_TEST), fp8 (top-1 agreement of fp8
 # with fp16, bench/experiments/fp8_agreement.py, and the demo certified in fp16 and fp8 with
-# --fast, 100 digits, n 10,000 -> fp8/), profile (per-stage time and top CUDA kernels of a ViT-B
+# --fast, 100 digits, n 10,000 -> fp8/), sound (--sound against the default noise on the same
+# body, bench/experiments/2026-11-27-sound/sound_speed.py with SOUND_ARGS -> sound/), profile
+# (per-stage time and top CUDA kernels of a ViT-B
 # batch, bench/experiments/gpu_profile.py with PROFILE_ARGS -> profile/), serve
 # (dmae-bench serve on CUDA, SERVE_ARGS -> serve/), scaling (dmae-bench scaling, 1 and 2
 # processes sharing GPU 0, then --shard samples with 2 processes: the NCCL all-reduce -> scaling/).
-# Environment: STEPS (default all: "versions install gpu-tests tests demo train bench fp8 profile
-# serve scaling gpu-aoti"; e.g. one device call for the checks and one for the bench), SESSION_SECONDS
+# Environment: STEPS (default all: "versions install gpu-tests tests demo train bench fp8 sound
+# profile serve scaling gpu-aoti"; e.g. one device call for the checks and one for the bench), SESSION_SECONDS
 # (default 550: the whole script), PYTHON (default python3), WHEELS (a folder of wheels that
 # the machine lacks, installed with --no-deps into SCRATCH/site on PYTHONPATH, e.g. .whl),
 # BENCH_ARGS (default below), SCRATCH (default a temporary folder: exported engines, which
@@ -100,7 +102,7 @@ run_step() {
 left() { local cap=$(($1 * SCALE)) rest=$((TOTAL - SECONDS - ${2:-0} * SCALE)); echo $((rest < cap ? rest : cap)); }
 
 # STEPS: the steps to run (all by default); one device call cannot hold all of them at full size.
-ALL_STEPS="versions install gpu-tests tests demo train bench fp8 profile serve scaling gpu-aoti"
+ALL_STEPS="versions install gpu-tests tests demo train bench fp8 sound profile serve scaling gpu-aoti"
 SMOKE_STEPS="versions install gpu-tests tests demo train bench"  # the GPU-only measurements left out
 if [ "$SMOKE" = 1 ]; then STEPS=${STEPS:-$SMOKE_STEPS}; else STEPS=${STEPS:-$ALL_STEPS}; fi
 for step in $STEPS; do
@@ -108,8 +110,8 @@ for step in $STEPS; do
 done
 wanted() { case " $STEPS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 # kept STEP...: the seconds an earlier step leaves for these later steps, those wanted
-declare -A SHARE=([tests]=100 [demo]=45 [train]=35 [bench]=150 [fp8]=60 [profile]=35 [serve]=45 [scaling]=45
-                  [gpu-aoti]=60)
+declare -A SHARE=([tests]=100 [demo]=45 [train]=35 [bench]=150 [fp8]=60 [sound]=45 [profile]=35 [serve]=45
+                  [scaling]=45 [gpu-aoti]=60)
 kept() { local sum=0 step; for step in "$@"; do wanted "$step" && sum=$((sum + SHARE[$step])); done; echo $sum; }
 
 versions() {
@@ -211,24 +213,24 @@ fi
 # The test files that hold GPU tests (tests/test_bench.py checks that none is missing). The .pt2
 # test runs last, in its own step: loading an AOTInductor package crashed the process on an H200
 # (segmentation fault, torch 2.11), which took the GPU tests after it down too.
-GPU_TEST_FILES=(tests/test_stream.py tests/test_fast_stream.py tests/test_fp8.py)
+GPU_TEST_FILES=(tests/test_stream.py tests/test_fast_stream.py tests/test_fp8.py tests/test_sound_kernel.py)
 AOTI_TEST=tests/test_fast_stream.py::test_fused_front_end_feeds_a_cuda_pt2_token_engine_under_a_cuda_graph
 if [ "$SMOKE" = 1 ]; then  # one quick module: its GPU test is collected and skipped
     wanted gpu-tests && pytest_step gpu-tests "$(left 60)" -m gpu tests/test_stream.py
 else
-    wanted gpu-tests && pytest_step gpu-tests "$(left 200 "$(kept tests demo train bench fp8 profile serve scaling gpu-aoti)")" \
+    wanted gpu-tests && pytest_step gpu-tests "$(left 200 "$(kept tests demo train bench fp8 sound profile serve scaling gpu-aoti)")" \
         -m gpu --deselect "$AOTI_TEST" "${GPU_TEST_FILES[@]}"
-    wanted tests && pytest_step tests "$(left 150 "$(kept demo train bench fp8 profile serve scaling gpu-aoti)")" -m "not gpu" tests/test_kernels.py \
+    wanted tests && pytest_step tests "$(left 150 "$(kept demo train bench fp8 sound profile serve scaling gpu-aoti)")" -m "not gpu" tests/test_kernels.py \
         tests/test_stream.py tests/test_fast_stream.py tests/test_engines.py tests/test_export.py
 fi
-wanted demo && run_step demo "$(left 90 "$(kept train bench fp8 profile serve scaling gpu-aoti)")" demo_check  # three processes, each compiling
+wanted demo && run_step demo "$(left 90 "$(kept train bench fp8 sound profile serve scaling gpu-aoti)")" demo_check  # three processes, each compiling
 
 if [ "$SMOKE" = 1 ]; then
     TRAIN=(--preset demo-pretrain --batch 16 --seconds 0.5 --device cpu)
 else
     TRAIN=(--preset dmae-vitb-pretrain --batch 256 --precision bf16 --seconds 20)
 fi
-wanted train && run_step train "$(left 75 "$(kept bench fp8 profile serve scaling gpu-aoti)")" "$PY" -m dmae_fast.bench.train_throughput "${TRAIN[@]}" \
+wanted train && run_step train "$(left 75 "$(kept bench fp8 sound profile serve scaling gpu-aoti)")" "$PY" -m dmae_fast.bench.train_throughput "${TRAIN[@]}" \
     --out "$OUT/train"
 
 if [ "$SMOKE" = 1 ]; then
@@ -237,7 +239,7 @@ else
     read -r -a BENCH <<< "${BENCH_ARGS:---all --models vit-b16 --export-models demo vit-b16 --batches 256 1024 --seconds 2 --reference-budget 8 --images 10}"
 fi
 if wanted bench; then
-    BENCH_LIMIT=$(left 900 $((15 + $(kept fp8 profile serve scaling gpu-aoti))))
+    BENCH_LIMIT=$(left 900 $((15 + $(kept fp8 sound profile serve scaling gpu-aoti))))
     BUDGET=$((BENCH_LIMIT - 25 > 30 ? BENCH_LIMIT - 25 : 30))  # margin for a row or export that overruns
     [ "$SMOKE" = 1 ] && BUDGET=120  # the bench's own budget: it stops early, it does not fail
     ENGINE_DIR=(--engine-dir "$SCRATCH")  # exported engines stay behind (too large to bring back)
@@ -247,7 +249,11 @@ if wanted bench; then
     find "$SCRATCH" -maxdepth 2 -name '*.json' -path '*-engines/*' -exec cp {} "$OUT/bench/engines/" \; 2>/dev/null
 fi
 
-wanted fp8 && run_step fp8 "$(left 120 "$(kept profile serve scaling gpu-aoti)")" fp8_check
+wanted fp8 && run_step fp8 "$(left 120 "$(kept sound profile serve scaling gpu-aoti)")" fp8_check
+# --sound against the default noise on the same body (issue 37): ViT-B/16 fp16, fast and plain bodies
+read -r -a SOUND <<< "${SOUND_ARGS:---models vit-b16 --images 4 --n 2000 --rounds 2}"
+wanted sound && run_step sound "$(left 120 "$(kept profile serve scaling gpu-aoti)")" "$PY" \
+    bench/experiments/2026-11-27-sound/sound_speed.py --device cuda "${SOUND[@]}" --out "$OUT/sound"
 read -r -a PROFILE <<< "${PROFILE_ARGS:---model vit-b16 --batch 1024}"
 wanted profile && run_step profile "$(left 120 "$(kept serve scaling gpu-aoti)")" "$PY" bench/experiments/gpu_profile.py \
     "${PROFILE[@]}" --out "$OUT/profile"

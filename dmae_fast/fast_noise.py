@@ -14,6 +14,11 @@ rows' noise at once, one core each, instead of waiting on one multi-threaded cal
 For the CPU fast path's patch-input classifiers, :func:`noisy_patches` writes the same noise
 values in a :class:`~dmae_fast.patch_layout.PatchLayout`, normalized.
 
+With a ``grid`` (``--sound``) the noise is :mod:`dmae_fast.sound_noise`'s exact rounded Gaussian and the
+inputs are the grid points ``(X + Z) / L`` (:func:`sound_images`, :func:`sound_patches`); on a GPU the
+Triton kernel :mod:`dmae_fast.kernels.sound_noise` draws them. Every implementation draws the same
+integers, checked on the first batch as above.
+
 Where compiling is impossible (no C++ compiler, no Triton) or the compiled kernel does not
 reproduce the reference on a check batch, :class:`NoiseSource` says so in one line (to its
 ``notice``, which the batch bodies also keep in the run record) and runs the reference instead.
@@ -21,6 +26,7 @@ reproduce the reference on a check batch, :class:`NoiseSource` says so in one li
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import sys
@@ -38,8 +44,10 @@ from dmae_fast.noise import (
     philox4x32,
 )
 from dmae_fast.patch_layout import PatchLayout
+from dmae_fast.sound_noise import count_at_most, signed_uniform, sound_rows
+from dmae_fast.stats.rounded_gaussian import sound_table
 
-COMPILED, REFERENCE = "compiled", "torch ops"
+COMPILED, REFERENCE, KERNEL = "compiled", "torch ops", "Triton kernel"
 # The compiled Gaussians differ from the reference by a few float32 ulps (|eta| < 6).
 CHECK_TOLERANCE = 1e-5
 # Inductor options of a kernel that runs on its caller's thread alone and frees the GIL meanwhile.
@@ -70,15 +78,62 @@ def noisy_patches(clean: torch.Tensor, slot: torch.Tensor, sigma: torch.Tensor, 
     return (clean[slot] + sigma * eta - mean) / std
 
 
+def sound_images(clean: torch.Tensor, slot: torch.Tensor, thresholds: torch.Tensor, key: torch.Tensor,
+                 image: torch.Tensor, phase: torch.Tensor, sample: torch.Tensor, *, grid: int,
+                 fused: bool = True) -> torch.Tensor:
+    """``(X + Z) / L`` [B, *shape]: :func:`~dmae_fast.sound_noise.sound_rows` with K read from the
+    thresholds (2K of them), as :class:`NoiseSource` compiles it (``fused``: the compiler's lookup)."""
+    return sound_rows(clean, slot, grid, thresholds, thresholds.shape[0] // 2, key, image, phase, sample, fused)
+
+
+def sound_patches(clean: torch.Tensor, slot: torch.Tensor, thresholds: torch.Tensor, key: torch.Tensor,
+                  image: torch.Tensor, phase: torch.Tensor, sample: torch.Tensor, counters: torch.Tensor,
+                  mean: torch.Tensor, std: torch.Tensor, *, grid: int, fused: bool = True) -> torch.Tensor:
+    """``((X + Z) / L - mean) / std`` [B, L, C*p*p]: the sound inputs of B rows in a patch layout, whose
+    ``counters`` (flat pixel index // 4 of each group of four) are passed; ``clean`` [S, L, C*p*p] holds the
+    arranged clean images. Pixels 4c, 4c+1 take Philox counter 2c and pixels 4c+2, 4c+3 counter 2c+1 (the
+    contract's e // 2), so the integers are :func:`~dmae_fast.sound_noise.rounded_gaussian_rows`'."""
+    column = lambda v: v.view(-1, 1, 1)  # noqa: E731
+    rest = (column(sample), column(image), column(phase))
+    words = philox4x32((2 * counters, *rest), (key[0], key[1])) + \
+        philox4x32((2 * counters + 1, *rest), (key[0], key[1]))
+    uniforms = [signed_uniform(words[i], words[i + 1]) for i in range(0, 8, 2)]
+    pairs = torch.stack(torch.broadcast_tensors(*uniforms), dim=-1).reshape(len(slot), -1)
+    count = count_at_most(thresholds, pairs) if fused else torch.searchsorted(thresholds, pairs, right=True)
+    noise = count.view(len(slot), *clean.shape[1:]) - len(thresholds) // 2
+    total = torch.round(clean[slot] * grid).to(torch.int64) + noise
+    return (total.to(torch.float32) / grid - mean) / std
+
+
 def _reference(clean: torch.Tensor, sigma: float, seed: int, rows: tuple[torch.Tensor, ...],
-               layout: PatchLayout | None) -> torch.Tensor:
-    """:func:`noisy_rows` (or :func:`noisy_patches` with a layout) with the torch-op reference noise."""
+               layout: PatchLayout | None, grid: int | None = None) -> torch.Tensor:
+    """:func:`noisy_rows` (or :func:`noisy_patches` with a layout; the sound ones with a grid) with the
+    torch-op reference noise."""
     slot, image, phase, sample = rows
+    if grid is not None:
+        thresholds = torch.tensor(sound_table(sigma, grid).thresholds, device=clean.device)
+        key = torch.tensor(key_words(seed), dtype=torch.int64, device=clean.device)
+        if layout is None:
+            return sound_images(clean, slot, thresholds, key, image, phase, sample, grid=grid, fused=False)
+        counters, mean, std = layout.counters.to(clean.device), *(t.to(clean.device) for t in layout.normalization)
+        return sound_patches(clean, slot, thresholds, key, image, phase, sample, counters, mean, std, grid=grid,
+                             fused=False)
     if layout is None:
         return clean[slot] + sigma * gaussian_noise(seed, image, phase, sample, tuple(clean.shape[1:]))
     eta = layout.arrange(gaussian_noise(seed, image, phase, sample, (layout.channels, layout.size, layout.size)))
     mean, std = layout.normalization
     return (clean[slot] + sigma * eta - mean) / std
+
+
+def _sound_kernel(device: torch.device) -> Callable[..., torch.Tensor] | None:
+    """The Triton kernel's ``sound_rows`` on a GPU (None elsewhere, or without triton)."""
+    if device.type != "cuda":
+        return None
+    try:
+        from dmae_fast.kernels.sound_noise import sound_rows as kernel
+    except ImportError:
+        return None
+    return kernel
 
 
 def _print_notice(message: str) -> None:
@@ -109,15 +164,24 @@ class NoiseSource:
     ``layout``: make a :class:`~dmae_fast.patch_layout.PatchLayout`'s normalized patch rows
     (:func:`noisy_patches`) from clean images stored arranged, instead of noisy images.
     ``notice``: where the one-line fallback notice goes (default: stderr).
+    ``grid``: ``--sound``'s inputs on the 1/``grid`` grid and its exact rounded Gaussian (None: the
+    Gaussian noise contract); on a GPU its images come from the Triton kernel.
     """
 
     def __init__(self, device: torch.device, compiled: bool = True, serial: bool = False,
-                 layout: PatchLayout | None = None, notice: Callable[[str], None] | None = None) -> None:
-        self.device, self.layout = device, layout
+                 layout: PatchLayout | None = None, notice: Callable[[str], None] | None = None,
+                 grid: int | None = None) -> None:
+        self.device, self.layout, self.grid = device, layout, grid
         self._notice = notice or _print_notice
         self.implementation = COMPILED if compiled else REFERENCE
         options = SERIAL_OPTIONS if serial else None
-        function = noisy_rows if layout is None else noisy_patches
+        if grid is None:
+            function = noisy_rows if layout is None else noisy_patches
+        else:
+            function = functools.partial(sound_images if layout is None else sound_patches, grid=grid)
+        self._kernel = _sound_kernel(device) if compiled and grid is not None and layout is None else None
+        if self._kernel is not None:
+            self.implementation, compiled = KERNEL, False
         self._compiled = torch.compile(function, dynamic=None, options=options) if compiled else None
         self._layout_tensors = () if layout is None else (layout.counters.to(device),
                                                          *(t.to(device) for t in layout.normalization))
@@ -125,12 +189,19 @@ class NoiseSource:
         self._key: tuple[int, torch.Tensor] | None = None
         self._sigma: tuple[float, torch.Tensor] | None = None
 
+    @property
+    def description(self) -> str:
+        """What makes the noise, e.g. "compiled noise" or "Triton kernel sound noise (1/255 grid)"."""
+        return f"{self.implementation} noise" if self.grid is None else \
+            f"{self.implementation} sound noise (1/{self.grid} grid)"
+
     def __call__(self, clean: torch.Tensor, slot: torch.Tensor, sigma: float, seed: int, image: torch.Tensor,
                  phase: torch.Tensor, sample: torch.Tensor) -> torch.Tensor:
         rows = (slot, image, phase, sample)
-        if self._compiled is not None:
+        if self._kernel is not None or self._compiled is not None:
             try:
-                noisy = self._run_compiled(clean, sigma, seed, rows)
+                noisy = self._run_kernel(clean, sigma, seed, rows) if self._kernel is not None else \
+                    self._run_compiled(clean, sigma, seed, rows)
             except Exception as error:  # noqa: BLE001 (a missing compiler fails in many ways)
                 if self._checked:
                     raise
@@ -139,7 +210,13 @@ class NoiseSource:
             else:
                 if self._checked or self._agrees(noisy, clean, sigma, seed, rows):
                     return noisy
-        return _reference(clean, sigma, seed, rows, self.layout)
+        return _reference(clean, sigma, seed, rows, self.layout, self.grid)
+
+    def _run_kernel(self, clean: torch.Tensor, sigma: float, seed: int, rows: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        thresholds = self._parameter(sigma)
+        slot, image, phase, sample = rows
+        return self._kernel(clean, slot, self.grid, thresholds, len(thresholds) // 2, key_words(seed), image, phase,
+                            sample)
 
     def _run_compiled(self, clean: torch.Tensor, sigma: float, seed: int,
                       rows: tuple[torch.Tensor, ...]) -> torch.Tensor:
@@ -157,7 +234,7 @@ class NoiseSource:
         slot, image, phase, sample = rows
         quiet = _quiet_compiler() if not self._checked else nullcontext()  # only the first call compiles
         with quiet:
-            noisy = self._compiled(clean, slot, self._sigma_tensor(sigma), self._key_tensor(seed), image, phase, sample,
+            noisy = self._compiled(clean, slot, self._parameter(sigma), self._key_tensor(seed), image, phase, sample,
                                    *self._layout_tensors)
         return noisy[:count]
 
@@ -166,10 +243,12 @@ class NoiseSource:
         """After the first compiled batch: do its first rows match the reference? If not, fall
         back with a one-line notice (a miscompiled kernel must not certify anything)."""
         self._checked = True
-        want = _reference(clean, sigma, seed, tuple(r[:4] for r in rows), self.layout)
+        want = _reference(clean, sigma, seed, tuple(r[:4] for r in rows), self.layout, self.grid)
         # sigma * (a few ulps of eta), plus the rounding of x + sigma * eta (pixels are at most a few units),
-        # over the std where the inputs are normalized
-        tolerance = (CHECK_TOLERANCE * sigma + 1e-6) / (1.0 if self.layout is None else min(self.layout.std))
+        # over the std where the inputs are normalized; sound inputs: a quarter step of the grid (any other
+        # integer is a step off, the float rounding of (X + Z) / L far below it)
+        error = CHECK_TOLERANCE * sigma + 1e-6 if self.grid is None else 0.25 / self.grid
+        tolerance = error / (1.0 if self.layout is None else min(self.layout.std))
         if torch.allclose(noisy[: len(want)], want, rtol=0, atol=tolerance):
             return True
         self._fall_back("the compiled kernel does not reproduce the reference")
@@ -181,12 +260,17 @@ class NoiseSource:
             self._key = seed, torch.tensor(key_words(seed), dtype=torch.int64, device=self.device)
         return self._key[1]
 
-    def _sigma_tensor(self, sigma: float) -> torch.Tensor:
+    def _parameter(self, sigma: float) -> torch.Tensor:
+        """What the noise function takes for ``sigma``: sigma as a 0-d tensor, or with a grid the sound
+        table's thresholds (int64) on the device."""
         if self._sigma is None or self._sigma[0] != sigma:
-            self._sigma = sigma, torch.tensor(sigma, dtype=torch.float32, device=self.device)
+            value = torch.tensor(sigma, dtype=torch.float32) if self.grid is None else \
+                torch.tensor(sound_table(sigma, self.grid).thresholds)
+            self._sigma = sigma, value.to(self.device)
         return self._sigma[1]
 
     def _fall_back(self, why: str) -> None:
-        self._notice(f"compiled noise unavailable ({why}); using the torch-op reference (slower, same noise)")
-        self._compiled = None
+        self._notice(f"{self.implementation} noise unavailable ({why}); using the torch-op reference (slower, "
+                     "same noise)")
+        self._compiled = self._kernel = None
         self.implementation = REFERENCE

@@ -6,7 +6,10 @@
 * ``dmae-smooth certify|predict`` on demo images through the demo AOTInductor package
   (written by dmae-export's pipeline): the same rows (counts, classes, radii) as
   ``dmae-certify --engine`` with the same seed,
-* bad input: one line on stderr, non-zero exit, the user's files untouched.
+* bad input: one line on stderr, non-zero exit, the user's files untouched,
+* ``--sound``: the noise integers bit for bit as dmae_fast.sound_noise's (tables written by
+  ``dmae-sound-table``), the counts of the inputs (X + Z) / L, and one-line refusals of a bad
+  table, a sigma that is not the table's and an image off the table's grid.
 
 Skipped when cmake or a C++ compiler is missing. On 2 cores the build takes 25-40 s and
 the demo export 15-20 s, concurrently; the whole file about a minute.
@@ -28,13 +31,19 @@ import torch
 from scipy.stats import beta, binomtest, norm
 
 from dmae_fast.cli.certify import main as certify_main
+from dmae_fast.cli.sound_table import main as sound_table_main
 from dmae_fast.data import demo_digits
 from dmae_fast.demo import DEMO_CHECKPOINT
+from dmae_fast.engines.opening import open_engine
 from dmae_fast.engines.sidecar import BatchRange
 from dmae_fast.export import ExportConfig, export_engines
-from dmae_fast.noise import gaussian_noise, uint32_stream
+from dmae_fast.noise import gaussian_noise, key_words, uint32_stream
 from dmae_fast.run.results import read_results
 from dmae_fast.run.results_writer import ceil_significant, floor_decimals
+from dmae_fast.sound_noise import rounded_gaussian_noise, sound_rows
+from dmae_fast.stats.plan import Phase
+from dmae_fast.stats.rounded_gaussian import sound_table
+from dmae_fast.stats.sound_table_file import TAG
 
 SOURCE = Path(__file__).resolve().parents[1] / "examples" / "cpp"
 SEED = 2**40 + 12345  # a seed whose high word matters
@@ -295,3 +304,176 @@ def test_overwrite_replaces_the_file_only_when_the_run_completes(build, engine_f
     assert out.read_text() == "old\n"
     assert smooth(build, *args, "--labels", str(labels)).returncode == 0
     assert read_results(out).idx.tolist() == [0, 1] and not Path(f"{out}.partial").exists()
+
+
+# --------------------------------------------------------------------------- sound noise (--sound)
+
+SOUND_TABLES = [(0.25, 255), (0.25, 16), (0.5, 16)]  # (0.5, 16): the demo digits' grid, counts spread
+SOUND_CASES = [(SEED, 0, 0, 0, 7), (SEED, 9, 1, 199, 192), (0, 3, 2, 5, 3 * 32 * 32 + 1),
+               (2**64 - 1, 2**32 - 1, 1, 2**32 - 1, 6), (123, 500, 0, 12345, 64)]
+
+
+def write_table(sigma: float, grid: int, out: Path, *flags: str) -> tuple[int, str, str]:
+    """dmae-sound-table in-process: exit status, stdout, stderr."""
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        status = sound_table_main(["--sigma", str(sigma), "--grid", str(grid), "--out", str(out), *flags])
+    return status, stdout.getvalue(), stderr.getvalue()
+
+
+@pytest.fixture(scope="module")
+def sound_tables(tmp_path_factory) -> dict[tuple[float, int], Path]:
+    directory = tmp_path_factory.mktemp("sound-tables")
+    paths = {(sigma, grid): directory / f"sound-{sigma}-{grid}.npy" for sigma, grid in SOUND_TABLES}
+    for (sigma, grid), path in paths.items():
+        assert write_table(sigma, grid, path)[0] == 0
+    return paths
+
+
+def test_sound_table_command_writes_the_documented_layout_and_keeps_files(tmp_path):
+    out = tmp_path / "table.npy"
+    status, printed, _ = write_table(0.25, 16, out)
+    table = sound_table(0.25, 16)
+    assert status == 0 and f"K = {table.K}" in printed and repr(table.tv_per_element) in printed
+    words = np.load(out)
+    assert words.dtype == np.dtype("<i8") and words.shape == (5 + 2 * table.K,)
+    assert words[:3].tolist() == [TAG, 16, table.K] and TAG.to_bytes(8, "little") == b"dmaesnd1"
+    assert words[3:5].view(np.float64).tolist() == [0.25, table.tv_per_element]
+    assert np.array_equal(words[5:], table.thresholds)
+    before = out.read_bytes()
+    status, _, error = write_table(0.5, 16, out)
+    assert status == 2 and error == f"dmae-sound-table: error: {out} exists; pass --overwrite to replace it\n"
+    assert out.read_bytes() == before
+    assert write_table(0.5, 16, out, "--overwrite")[0] == 0
+    assert np.load(out)[3:4].view(np.float64)[0] == 0.5 and [p.name for p in tmp_path.iterdir()] == ["table.npy"]
+    status, _, error = write_table(0.0, 16, tmp_path / "zero.npy")
+    assert status == 2 and error.count("\n") == 1 and "sigma" in error and not (tmp_path / "zero.npy").exists()
+
+
+def test_sound_noise_is_bit_identical(build, sound_tables):
+    """The C++ integers Z equal dmae_fast.sound_noise's: each table, seeds whose high word matters, the three
+    phases, the largest indices, an odd numel (the last element alone in its counter)."""
+    for (sigma, grid), path in sound_tables.items():
+        table = sound_table(sigma, grid)
+        fields = ask(build, [f"table {path}"])[0].split()
+        assert [int(fields[0]), int(fields[1]), float(fields[2]), float(fields[3])] == \
+            [grid, table.K, sigma, table.tv_per_element]
+        answers = ask(build, [f"sound {path} {s} {i} {p} {k} {n}" for s, i, p, k, n in SOUND_CASES])
+        for (seed, image, phase, sample, numel), got in zip(SOUND_CASES, answers):
+            want = rounded_gaussian_noise(seed, table, torch.tensor([image]), phase, torch.tensor([sample]), (numel,))
+            assert [int(z) for z in got.split()] == want[0].tolist(), (sigma, grid, seed, image, phase, sample)
+
+
+def test_sound_inputs_are_bit_identical(build, sound_tables):
+    """float32(X + Z) / L in C++ equals dmae_fast.sound_noise.sound_rows bit for bit (a division, not a
+    multiplication by 1/L: they differ on the 1/255 grid), on an image of every level X_e = e mod (L + 1)."""
+    for (sigma, grid), path in sound_tables.items():
+        table = sound_table(sigma, grid)
+        answers = ask(build, [f"sound-input {path} {s} {i} {p} {k} {n}" for s, i, p, k, n in SOUND_CASES])
+        for (seed, image, phase, sample, numel), got in zip(SOUND_CASES, answers):
+            clean = (torch.arange(numel) % (grid + 1)).to(torch.float32) / grid
+            want = sound_rows(clean[None], torch.tensor([0]), grid, torch.tensor(table.thresholds), table.K,
+                              torch.tensor(key_words(seed)), torch.tensor([image]), torch.tensor([phase]),
+                              torch.tensor([sample]))[0]
+            assert np.array_equal(_gaussians(got).view(np.uint32), want.numpy().view(np.uint32)), (sigma, grid, seed)
+
+
+def _sound_counts(engine_file: Path, image: torch.Tensor, index: int, table_key: tuple[float, int],
+                  phases: list[Phase], sizes: list[int]) -> list[np.ndarray]:
+    """Class counts per phase of the inputs dmae_fast.sound_noise makes, in one batch (as dmae-smooth's)."""
+    table = sound_table(*table_key)
+    engine = open_engine(engine_file)
+    phase = torch.cat([torch.full((size,), int(p)) for p, size in zip(phases, sizes)])
+    sample = torch.cat([torch.arange(size) for size in sizes])
+    inputs = sound_rows(image[None], torch.zeros_like(sample), table.grid, torch.tensor(table.thresholds), table.K,
+                        torch.tensor(key_words(SEED)), torch.full_like(sample, index), phase, sample)
+    classes = engine.classify(inputs).numpy()
+    k = engine.spec.num_classes
+    return [np.bincount(classes[phase.numpy() == int(p)], minlength=k) for p in phases]
+
+
+@pytest.mark.parametrize("command", ["certify", "predict"])
+def test_sound_rows_count_the_exact_grid_inputs(build, engine_file, demo_files, sound_tables, tmp_path, command):
+    """dmae-smooth --sound classifies float32(X + Z) / 16 of the demo digits: the counts of every image equal
+    those of dmae_fast.sound_noise's inputs through the same package and batches; sigma is the table's and
+    certify rows say the procedure with " sound"."""
+    images, labels = demo_files
+    batch = N if command == "predict" else N0 + N
+    out = tmp_path / f"{command}.tsv"
+    done = smooth(build, command, "--engine", str(engine_file), "--images", str(images), "--labels", str(labels),
+                  "--sound", str(sound_tables[0.5, 16]), "--n0", str(N0), "--n", str(N), "--seed", str(SEED),
+                  "--batch", str(batch), "--skip", "3", "--max", "4", "--out", str(out), "--quiet")
+    assert done.returncode == 0, done.stderr
+    assert "sound noise on the 1/16 grid" in done.stderr
+    table = read_results(out)
+    assert table.idx.tolist() == INDICES and set(table.extra["sigma"].tolist()) == {0.5}
+    pixels = torch.from_numpy(np.load(images))
+    for row, i in enumerate(INDICES):
+        if command == "predict":
+            (counts,) = _sound_counts(engine_file, pixels[i], i, (0.5, 16), [Phase.PREDICTION], [N])
+            top2 = sorted(counts.tolist())[-2:]
+            assert [table.extra["count1"][row], table.extra["count2"][row]] == top2[::-1]
+        else:
+            selection, estimation = _sound_counts(engine_file, pixels[i], i, (0.5, 16),
+                                                  [Phase.SELECTION, Phase.ESTIMATION], [N0, N])
+            assert table.extra["nA"][row] == estimation[int(np.argmax(selection))]
+            assert table.extra["procedure"][row] == "cohen-fixed-n sound"
+    if command == "certify":
+        assert table.extra["nA"].max() < N and (table.predict >= 0).sum() >= 2  # real comparisons, real certificates
+
+
+def test_sound_refusals_are_one_line(build, engine_file, demo_files, sound_tables, tmp_path):
+    """A truncated, altered or foreign table, a --sigma that is not the table's, images off its grid: one
+    line naming the problem, and no results file."""
+    images, labels = demo_files
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return smooth(build, "certify", "--engine", str(engine_file), "--images", str(images), "--labels",
+                      str(labels), "--n0", "5", "--n", "20", "--max", "2", "--quiet", *args, cwd=tmp_path)
+
+    good = sound_tables[0.25, 16]
+    words, bad = np.load(good), tmp_path / "bad.npy"
+    K = int(words[2])
+    np.save(bad, words[:-1])
+    _one_line_error(run("--sound", str(bad)), "bad.npy", "truncated")
+    bad.write_bytes(good.read_bytes()[:-8])
+    _one_line_error(run("--sound", str(bad)), "bad.npy", "data bytes")
+    np.save(bad, np.load(labels))
+    _one_line_error(run("--sound", str(bad)), "bad.npy", "not a sound-noise table")
+    np.save(bad, words.astype(np.float64))
+    _one_line_error(run("--sound", str(bad)), "bad.npy", "dtype")
+    altered = words.copy()
+    altered[5 + K] += 2**20  # S_0 moved, still ascending
+    np.save(bad, altered)
+    _one_line_error(run("--sound", str(bad)), "bad.npy", "not symmetric")
+    altered = words.copy()
+    altered[[5 + K - 1, 5 + K]] = altered[[5 + K, 5 + K - 1]]
+    np.save(bad, altered)
+    _one_line_error(run("--sound", str(bad)), "bad.npy", "ascending")
+    _one_line_error(run("--sound", str(good), "--sigma", "0.5"), "--sigma 0.5", "0.25")
+    _one_line_error(run("--sound", str(sound_tables[0.25, 255])), "image 0", "1/255 grid")
+    assert not [p for p in tmp_path.iterdir() if p.suffix == ".tsv"]
+
+
+# --------------------------------------------------------------------------- --sound through the commands
+
+
+@pytest.mark.parametrize("command", ["certify", "predict"])
+def test_sound_rows_equal_dmae_certify_sound(engine_file, build, demo_files, sound_tables, tmp_path, command):
+    """dmae-smooth --sound (the table of sigma 0.5 on the demo's 1/16 grid) and dmae-certify --engine --sound
+    --sigma 0.5 on the same digits, seed, settings and batches: the same rows."""
+    images, labels = demo_files
+    batch = str(N if command == "predict" else N0 + N)
+    common = ["--engine", str(engine_file), "--n0", str(N0), "--n", str(N), "--alpha", str(ALPHA),
+              "--seed", str(SEED), "--batch", batch, "--skip", "3", "--max", "4", "--quiet"]
+    cpp, python = tmp_path / f"{command}-cpp.tsv", tmp_path / f"{command}-python.tsv"
+    done = smooth(build, command, "--images", str(images), "--labels", str(labels), "--out", str(cpp),
+                  "--sound", str(sound_tables[0.5, 16]), *common)
+    assert done.returncode == 0, done.stderr
+    predict = ["--predict"] if command == "predict" else []
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert certify_main(["--data", "demo", "--device", "cpu", "--out", str(python), "--sound", "--sigma", "0.5",
+                             *predict, *common]) == 0
+    assert _rows_without_time(cpp) == _rows_without_time(python)
+    if command == "certify":
+        assert set(read_results(python).extra["procedure"].tolist()) == {"cohen-fixed-n sound"}

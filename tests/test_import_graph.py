@@ -98,8 +98,8 @@ LAYERS = (
     ("dmae_fast", "dmae_fast.errors", "dmae_fast.lazy", "dmae_fast.files", "dmae_fast.integrity",
      "dmae_fast.locking", "dmae_fast.memory", "dmae_fast.model_cache", "dmae_fast.demo_files"),
     ("dmae_fast.stats",),
-    ("dmae_fast.noise", "dmae_fast.patch_layout", "dmae_fast.fast_noise", "dmae_fast.kernels", "dmae_fast.model",
-     "dmae_fast.checkpoints", "dmae_fast.data"),
+    ("dmae_fast.noise", "dmae_fast.sound_noise", "dmae_fast.patch_layout", "dmae_fast.fast_noise", "dmae_fast.kernels",
+     "dmae_fast.model", "dmae_fast.checkpoints", "dmae_fast.data"),
     ("dmae_fast.engines",),
     ("dmae_fast.batching",),
     ("dmae_fast.run",),
@@ -180,11 +180,11 @@ def stats_modules(known: dict[str, Path]) -> list[str]:
 
 def test_the_statistics_import_nothing_above_them():
     """``dmae_fast.stats`` imports (lazily included) nothing of the package but itself and ``errors``,
-    and of other packages only the standard library, numpy and scipy."""
+    and of other packages only the standard library, numpy, scipy and mpmath."""
     known = modules()
     inside = stats_modules(known)
     assert {"dmae_fast.stats.bounds", "dmae_fast.stats.procedure"} <= set(inside)
-    allowed = {*sys.stdlib_module_names, "__future__", "numpy", "scipy"}
+    allowed = {*sys.stdlib_module_names, "__future__", "numpy", "scipy", "mpmath"}
     for name in inside:
         names = imported(name, known[name])
         above = {m for m in names & known.keys() if m not in inside and m not in ("dmae_fast", "dmae_fast.errors")}

@@ -91,15 +91,13 @@ def test_resizing_classifiers_are_not_fused():
 # Compiles both kernels as the GPU path launches them (tokens_launch / noise_launch), for Hopper
 # (sm_90), with Triton's bundled ptxas: catches what the interpreter accepts and the compiler
 # refuses (non-constexpr globals, libdevice names, tl.dot operand types) without a GPU.
-HOPPER_COMPILE = r"""
+# HOPPER_COMPILER: compile_for_hopper(kernel, args, options), for this file's and test_sound_kernel.py's scripts.
+HOPPER_COMPILER = r"""
 import sys
 import torch
 import triton
 from triton.backends.compiler import GPUTarget
-from dmae_fast.kernels import fused_frontend as ff
-from dmae_fast.kernels.frontend_reference import FrontEnd
 
-assert not ff.INTERPRETED, "the kernels must be compiled, not interpreted"
 POINTER = {torch.float32: "*fp32", torch.float16: "*fp16", torch.bfloat16: "*bf16", torch.int64: "*i64"}
 
 
@@ -121,8 +119,12 @@ def compile_for_hopper(kernel, args, options):
     compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=launch)
     assert len(compiled.asm["cubin"]) > 0
     return compiled
+"""
+HOPPER_COMPILE = HOPPER_COMPILER + r"""
+from dmae_fast.kernels import fused_frontend as ff
+from dmae_fast.kernels.frontend_reference import FrontEnd
 
-
+assert not ff.INTERPRETED, "the kernels must be compiled, not interpreted"
 rows = torch.arange(3)
 SEEDS = (0, 1, 2**32, 2**63 + 2**40 + 12345)  # key words 0, 1 (a constant unless told) and above 2**31
 for seed in SEEDS:

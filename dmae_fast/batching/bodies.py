@@ -90,20 +90,22 @@ def resolve_body(engine: Engine, sigma: float, seed: int, batch: int, options: B
     the bodies that were passed over (also printed); ``body.chain`` gives the next body if this one
     fails mid-run. A ``timer`` (a per-stage profile) times the fast path's stages."""
     options = replace(options, profile=options.profile or timer is not None)
-    compiled = options.noise == "compiled"
+    grid = None if options.sound is None else options.sound.grid
+    noise = functools.partial(NoiseSource, engine.device, options.noise == "compiled", grid=grid)
     if engine.device.type == "cpu":
         keep_freed_memory()
     chain = BodyChain(engine, _notice)
     path = _fast_path(options, engine.device.type)
     if options.fast and engine.device.type == "cpu" and not options.profile and engine.input == "image":
-        candidates = _cpu_candidates(engine, sigma, seed, batch, options, compiled, chain.notice)
+        candidates = _cpu_candidates(engine, sigma, seed, batch, options, noise, chain.notice)
     elif path is not None or engine.input == "tokens":
-        candidates = _fast_candidates(engine, sigma, seed, batch, path or FastPath(), timer, compiled, chain.notice)
+        candidates = _fast_candidates(engine, sigma, seed, batch, path or FastPath(), timer, noise, chain.notice)
     else:
         candidates = []
     # the trial's reference: the torch-op noise
-    reference = _plain(engine, sigma, seed, batch, None, False, chain.notice) if candidates else None
-    body = chain.choose(candidates, functools.partial(_plain, engine, sigma, seed, batch, timer, compiled,
+    reference_noise = functools.partial(NoiseSource, engine.device, False, grid=grid)
+    reference = _plain(engine, sigma, seed, batch, None, reference_noise, chain.notice) if candidates else None
+    body = chain.choose(candidates, functools.partial(_plain, engine, sigma, seed, batch, timer, noise,
                                                       chain.notice), reference)
     if timer is not None:
         timer.reset()  # the trial batches are not part of the profile
@@ -126,16 +128,16 @@ def _fast_path(options: BodyOptions, device_type: str) -> FastPath | None:
 
 
 def _plain(engine: Engine, sigma: float, seed: int, batch: int, timer: StageTimer | None,
-           compiled: bool, notice: Callable[[str], None]) -> BatchBody:
-    """The plain body; for a token engine, which no plain body runs, the eager unfused fast body."""
-    noise = NoiseSource(engine.device, compiled, notice=notice)
+           noise: Callable[..., NoiseSource], notice: Callable[[str], None]) -> BatchBody:
+    """The plain body; for a token engine, which no plain body runs, the eager unfused fast body.
+    ``noise`` makes the body's :class:`NoiseSource` (its device, compiled or not, grid given)."""
     if engine.input == "tokens":
-        return FastBatches(engine, sigma, seed, batch, FastPath(), timer, noise)
-    return ImageBatches(engine, sigma, seed, batch, noise)
+        return FastBatches(engine, sigma, seed, batch, FastPath(), timer, noise(notice=notice))
+    return ImageBatches(engine, sigma, seed, batch, noise(notice=notice))
 
 
-def _fast_candidates(engine: Engine, sigma: float, seed: int, batch: int, path: FastPath,
-                     timer: StageTimer | None, compiled: bool, notice: Callable[[str], None]) -> list[Candidate]:
+def _fast_candidates(engine: Engine, sigma: float, seed: int, batch: int, path: FastPath, timer: StageTimer | None,
+                     noise: Callable[..., NoiseSource], notice: Callable[[str], None]) -> list[Candidate]:
     """``path``, then the same without CUDA graphs, without compiling, unfused (those that differ)."""
     chain = [path]
     for part in ("cuda_graphs", "compile", "fused"):
@@ -143,14 +145,13 @@ def _fast_candidates(engine: Engine, sigma: float, seed: int, batch: int, path: 
             chain.append(replace(chain[-1], **{part: False}))
 
     def build(option: FastPath) -> FastBatches:
-        return FastBatches(engine, sigma, seed, batch, option, timer, NoiseSource(engine.device, compiled,
-                                                                                   notice=notice))
+        return FastBatches(engine, sigma, seed, batch, option, timer, noise(notice=notice))
 
     return [Candidate(f"the fast body ({option.describe()})", functools.partial(build, option)) for option in chain]
 
 
 def _cpu_candidates(engine: Engine, sigma: float, seed: int, batch: int, options: BodyOptions,
-                    compiled: bool, notice: Callable[[str], None]) -> list[Candidate]:
+                    noise: Callable[..., NoiseSource], notice: Callable[[str], None]) -> list[Candidate]:
     """The CPU fast body on the runtime asked for (auto: the fastest installed), then, for an fp32
     checkpoint, on PyTorch."""
     ignored = [flag for flag, on in (("--fused", options.fused), ("--compile", options.compile),
@@ -165,8 +166,8 @@ def _cpu_candidates(engine: Engine, sigma: float, seed: int, batch: int, options
         classifier = cpu_classifier(engine, engine.precision, sigma, _notice, workers, runtime,
                                     chunk_sizes(batch, chunk, workers), options.patch_input, cache_reads)
         # made by each worker for its own chunks, as the classifier takes them
-        noise = NoiseSource(engine.device, compiled, serial=True, layout=classifier.layout, notice=notice)
-        return ChunkedCpuBatches(classifier, engine.spec, sigma, seed, batch, workers, chunk, noise)
+        return ChunkedCpuBatches(classifier, engine.spec, sigma, seed, batch, workers, chunk,
+                                 noise(serial=True, layout=classifier.layout, notice=notice))
 
     reads: list[Path] = []
     candidates = [Candidate("the CPU fast body", functools.partial(build, options.cpu_runtime, reads), reads)]

@@ -9,6 +9,26 @@ from dataclasses import dataclass
 from dmae_fast.batching.choices import CPU_RUNTIMES, NOISE_CHOICES
 from dmae_fast.errors import UserError
 
+BYTE_GRID, DEMO_GRID = 255, 16  # --sound's grids: 8-bit images; the demo digits' 17 grey levels k/16
+
+
+def data_grid(data: str) -> int:
+    """The grid ``--sound`` puts a dataset's images on: the demo digits' own 1/16, else 8 bits (1/255)."""
+    return DEMO_GRID if data == "demo" else BYTE_GRID
+
+
+@dataclass(frozen=True)
+class Sound:
+    """``--sound``: inputs on the 1/``grid`` grid and the rounded Gaussian drawn exactly on it
+    (docs/sound.md); ``quantize``: round inputs that are on no grid onto it (the certificate is then the
+    rounded image's) instead of refusing them."""
+
+    grid: int = BYTE_GRID
+    quantize: bool = False
+
+    def record(self) -> dict:
+        return {"grid": self.grid, "quantize": self.quantize}
+
 
 @dataclass(frozen=True)
 class BodyOptions:
@@ -32,6 +52,7 @@ class BodyOptions:
     chunk: int | None = None  # CPU fast path: rows per chunk (default: fits the L2 cache)
     patch_input: bool = True  # CPU fast path: feed an exported checkpoint patch rows where it allows (else images)
     reason: str = ""  # why these options ("" where a caller named them in code)
+    sound: Sound | None = None  # --sound: the exact rounded Gaussian on the inputs' grid (None: Gaussian noise)
 
     @property
     def parts(self) -> tuple[str, ...]:
@@ -51,6 +72,8 @@ class BodyOptions:
             (self.cpu_runtime in CPU_RUNTIMES,
              f"--cpu-runtime must be one of {', '.join(CPU_RUNTIMES)}, got {self.cpu_runtime!r}"),
             (self.cpu_runtime == "auto" or self.fast, "--cpu-runtime applies to --fast (on a CPU); add --fast"),
+            (self.sound is None or (isinstance(self.sound.grid, int) and 1 <= self.sound.grid <= 2**16),
+             f"the --sound grid must be a whole number in [1, 65536], got {self.sound and self.sound.grid!r}"),
         ]
         for ok, message in checks:
             if not ok:

@@ -95,7 +95,7 @@ class ChunkedCpuBatches:
     @property
     def description(self) -> str:
         return (f"{self.classifier.description} on cpu, {self.workers} worker(s) x 1 thread, chunks of {self.chunk}, "
-                f"{self.noise.implementation} noise")
+                f"{self.noise.description}")
 
     def allocate(self, num_slots: int, phase_ids: torch.Tensor) -> torch.Tensor:
         layout = self.classifier.layout

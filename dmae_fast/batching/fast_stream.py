@@ -170,12 +170,15 @@ class FastBatches:
 
     @property
     def description(self) -> str:
-        return self._description if self.options.fused else f"{self._description}, {self.noise.implementation} noise"
+        return self._description if self.options.fused else f"{self._description}, {self.noise.description}"
 
     def _available(self, options: FastPath) -> FastPath:
         """Drop what this classifier, engine or machine cannot do, saying so in one line each."""
         if options.fused:
             reason = fused_unsupported_reason(self.spec)
+            if reason is None and self.noise.grid is not None:
+                reason = ("--sound: its tokens E(x) + W eta are no function of the grid sum X + Z; the unfused "
+                          "front end embeds the noisy grid image itself")
             if reason is None:
                 try:
                     from dmae_fast.kernels import fused_frontend

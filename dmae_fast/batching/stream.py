@@ -22,10 +22,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from dmae_fast.batching.body_options import Sound
 from dmae_fast.batching.core import zero_counts
 from dmae_fast.batching.engine_loop import BatchFailed, EngineLoop
 from dmae_fast.batching.scheduler import BatchBody, Job
 from dmae_fast.data import check_finite
+from dmae_fast.data.grid import check_on_grid, quantize
 from dmae_fast.engines.base import Engine
 from dmae_fast.errors import UserError, raise_if_interrupted
 from dmae_fast.fast_noise import NoiseSource
@@ -60,7 +62,7 @@ class ImageBatches:
 
     @property
     def description(self) -> str:
-        return f"{self.engine.description}, {self.noise.implementation} noise"
+        return f"{self.engine.description}, {self.noise.description}"
 
     def allocate(self, num_slots: int, phase_ids: torch.Tensor) -> torch.Tensor:
         """Per-run buffers; returns the counts [slots, phases, classes] the scheduler reads."""
@@ -82,15 +84,21 @@ class ImageBatches:
         count(self._counts, slot, position, predicted, self._ones)
 
 
-def checked_image(index: int, image: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+def checked_image(index: int, image: torch.Tensor, shape: tuple[int, ...], sound: Sound | None = None,
+                  what: str = "the data") -> torch.Tensor:
     """``image`` if it can be certified as image ``index``: the classifier's shape, an index inside
-    the noise contract, finite pixels (checked on the host only: no device synchronisation)."""
+    the noise contract, finite pixels (checked on the host only: no device synchronisation); with
+    ``sound``, on its grid (or rounded onto it where ``sound.quantize``)."""
     if tuple(image.shape) != shape:
         raise UserError(f"image {index} has shape {tuple(image.shape)}, the classifier expects {shape}")
     if not 0 <= index <= MASK32:
         raise UserError(f"image index {index} outside the noise contract's range [0, 2**32)")
     if image.device.type == "cpu":
         check_finite(image, index)
+    if sound is not None and sound.quantize:
+        return quantize(image, sound.grid)
+    if sound is not None:
+        check_on_grid(image[None], sound.grid, what, first=index)
     return image
 
 
@@ -105,12 +113,13 @@ class StreamingCertifier:
     """Counts the classes of noisy samples for a stream of images, in full batches.
 
     ``body`` runs the batches (default :class:`ImageBatches`); the schedule, and so the
-    counts, do not depend on it beyond the classifier's floating-point rounding.
+    counts, do not depend on it beyond the classifier's floating-point rounding. With ``sound``
+    (``--sound``; the body's noise must be on the same grid) images off its grid are refused.
     """
 
     def __init__(self, engine: Engine, plan: SamplingPlan, sigma: float, seed: int, batch_size: int,
-                 body: BatchBody | None = None) -> None:
-        self.engine, self.plan = engine, plan
+                 body: BatchBody | None = None, sound: Sound | None = None) -> None:
+        self.engine, self.plan, self.sound = engine, plan, sound
         self.sigma, self.seed, self.batch_size = sigma, seed, batch_size
         self.body = body or ImageBatches(engine, sigma, seed, batch_size)
         self.device = engine.device
@@ -141,7 +150,8 @@ class StreamingCertifier:
             if item is None:
                 return None
             index, image, label = item
-            job = Job(checked_image(index, image, self.shape), self.plan, decide, index=index, label=int(label))
+            image = checked_image(index, image, self.shape, self.sound)
+            job = Job(image, self.plan, decide, index=index, label=int(label))
             unfinished[job] = None
             return job
 

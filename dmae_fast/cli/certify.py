@@ -81,6 +81,11 @@ def build_parser() -> argparse.ArgumentParser:
     smooth.add_argument("--alpha", type=float, default=0.001, help="failure probability (default 0.001)")
     smooth.add_argument("--predict", action="store_true", help="run PREDICT (n samples, binomial test) instead")
     smooth.add_argument("--seed", type=int, default=0, help="64-bit noise seed (results are a function of it)")
+    smooth.add_argument("--sound", action="store_true", help="certificates that hold in floating point: inputs on "
+                        "their grid (8-bit images: 1/255; the demo digits: 1/16), the Gaussian rounded onto it drawn "
+                        "exactly, the classifier on the exact grid sum (docs/sound.md); off-grid inputs are refused")
+    smooth.add_argument("--quantize", action="store_true", help="with --sound: round inputs that are on no grid "
+                        "(16-bit or float images) onto it; the certificate is then for the rounded image")
     run = parser.add_argument_group("run")
     run.add_argument("--batch", type=int, default=1000, help="noisy samples per forward pass (default 1000)")
     run.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")

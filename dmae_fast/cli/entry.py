@@ -44,5 +44,9 @@ def bench() -> int:
     return start("dmae-bench", "dmae_fast.cli.bench")
 
 
+def sound_table() -> int:
+    return start("dmae-sound-table", "dmae_fast.cli.sound_table")
+
+
 def serve() -> int:
     return start("dmae-serve", "dmae_fast.cli.serve")

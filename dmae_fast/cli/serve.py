@@ -12,8 +12,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import replace
 
 # Only light modules here: --help and option errors answer without importing torch or uvicorn.
+from dmae_fast.batching.body_options import BYTE_GRID, DEMO_GRID, BodyOptions, Sound
 from dmae_fast.batching.choices import PRECISION_CHOICES
 from dmae_fast.cli.body_args import add_body_arguments, body_options
 from dmae_fast.cli.common import Parser, import_torch_while_starting, run_reporting_errors
@@ -43,6 +45,13 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     model.add_argument("--precision", default="auto", choices=PRECISION_CHOICES)
     add_body_arguments(parser)
+    sound = parser.add_argument_group("--sound (docs/sound.md)")
+    sound.add_argument("--sound", action="store_true", help="answer every request with --sound's certificates: "
+                       "images on the grid, the exact rounded Gaussian, the classifier on the exact grid sum")
+    sound.add_argument("--sound-grid", type=int, help="the grid's levels L (images X / L; default 16 for the demo "
+                       "checkpoint, else 255: 8-bit images)")
+    sound.add_argument("--quantize", action="store_true", help="with --sound: round request images onto the grid "
+                       "instead of refusing those off it (the certificate is then for the rounded image)")
     http = parser.add_argument_group("server")
     http.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     http.add_argument("--port", type=int, default=8000, help="TCP port (default 8000; 0: a free port)")
@@ -94,10 +103,21 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
         engine=engine, host=args.host, port=args.port, batch=args.batch, max_wait_ms=args.max_wait_ms,
         max_queue=args.max_queue, slots=args.slots, token_file=args.token_file, seed=args.seed,
         first_index=args.first_index, sigma=args.sigma, device=args.device, precision=args.precision,
-        input_size=args.input_size, normalize=args.normalize, body=body_options(args, os.environ),
+        input_size=args.input_size, normalize=args.normalize, body=_with_sound(body_options(args, os.environ), args),
         max_connections=args.max_connections, keep_alive_s=args.keep_alive, read_timeout_s=args.read_timeout,
         access_log=args.access_log, limits=limits,
         defaults=Defaults(args.n0, args.n, args.alpha))
+
+
+def _with_sound(options: BodyOptions, args: argparse.Namespace) -> BodyOptions:
+    """The body options with the server's ``--sound`` (grid: ``--sound-grid``, else the demo's or 8 bits)."""
+    if not args.sound:
+        if args.sound_grid is not None or args.quantize:
+            raise UserError("--sound-grid and --quantize apply to --sound; add --sound")
+        return options
+    demo = (args.engine or args.ckpt) in (DEMO, str(DEMO_CHECKPOINT))
+    grid = args.sound_grid if args.sound_grid is not None else (DEMO_GRID if demo else BYTE_GRID)
+    return replace(options, sound=Sound(grid, args.quantize))
 
 
 def main(argv: list[str] | None = None) -> int:

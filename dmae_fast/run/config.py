@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from dmae_fast.batching.body_options import BodyOptions
+from dmae_fast.batching.body_options import BodyOptions, Sound, data_grid
 from dmae_fast.batching.choices import SHARD_CHOICES
 from dmae_fast.errors import UserError
 from dmae_fast.model.config import sigma_problem
@@ -66,12 +66,15 @@ class CertifyConfig:
     profile: str | None = None  # directory for a torch profiler trace + per-stage table
     # under torchrun: "images" (ranks claim images) or "samples" (ranks split each image's samples)
     shard: str = "images"
+    sound: bool = False  # inputs on the data's grid, the exact rounded Gaussian on it (docs/sound.md)
+    quantize: bool = False  # --sound: round inputs that are on no grid onto it instead of refusing them
 
     @property
     def body_options(self) -> BodyOptions:
         return BodyOptions(fast=self.fast, fused=self.fused, compile=self.compile, cuda_graphs=self.cuda_graphs,
                            profile=self.profile is not None, noise=self.noise, cpu_runtime=self.cpu_runtime,
-                           reason=self.body_reason or "")
+                           reason=self.body_reason or "",
+                           sound=Sound(data_grid(self.data), self.quantize) if self.sound else None)
 
     def recorded(self) -> dict:
         """The settings as the run record writes them (``procedure_name`` only when one is named)."""
@@ -86,10 +89,10 @@ class CertifyConfig:
         from dmae_fast.stats.settings import PAPER_RADII
 
         if self.predict:
-            return ProcedureSpec(PREDICT, self.n, self.alpha, self.sigma, name=self.procedure_name)
+            return ProcedureSpec(PREDICT, self.n, self.alpha, self.sigma, name=self.procedure_name, sound=self.sound)
         return ProcedureSpec(CERTIFY, self.n, self.alpha, self.sigma, self.n0, self.sequential,
                              self.radii or PAPER_RADII, self.looks, self.futility, self.sequential_test,
-                             self.procedure_name)
+                             self.procedure_name, self.sound)
 
     def procedure(self) -> Procedure:
         """The procedure this run asks for (``sigma`` resolved)."""
@@ -126,6 +129,7 @@ class CertifyConfig:
             (self.futility is None or self.futility in FUTILITY_MODES,
              f"--futility must be one of {', '.join(FUTILITY_MODES)}, got {self.futility!r}"),
             (self.shard in SHARD_CHOICES, f"--shard must be one of {', '.join(SHARD_CHOICES)}, got {self.shard!r}"),
+            (self.sound or not self.quantize, "--quantize applies to --sound; add --sound"),
         ]
         for ok, message in checks:
             if not ok:

@@ -95,7 +95,8 @@ class OpenedRun:
 
     def streamer(self, body: BatchBody) -> StreamingCertifier:
         c = self.config
-        return StreamingCertifier(self.engine, self.procedure.plan, c.sigma, c.seed, c.batch, body)
+        return StreamingCertifier(self.engine, self.procedure.plan, c.sigma, c.seed, c.batch, body,
+                                  c.body_options.sound)
 
     def announce(self, images: int, body: BatchBody, ranks: str = "") -> None:
         """The start line: what runs, on which body and why."""

@@ -4,6 +4,7 @@ bar, and the result of the call."""
 from __future__ import annotations
 
 import json
+import math
 import platform
 import sys
 import time
@@ -27,6 +28,7 @@ from dmae_fast.run.results import Mode
 from dmae_fast.run.results_writer import CertifyRow, PredictRow, ResultsWriter, Row
 from dmae_fast.stats.decisions import Certificate
 from dmae_fast.stats.procedure import Procedure
+from dmae_fast.stats.rounded_gaussian import guarantee, sound_table
 
 
 class RunRecord:
@@ -52,6 +54,7 @@ class RunRecord:
             "engine": body.description,
             "body": resolved.record(),  # the body that ran ("fast" or "plain") and why
             "body_fallbacks": getattr(body, "fallbacks", []),
+            "sound": sound_record(opened),  # --sound: the grid, the noise table's cost, the failure probability
             "model_sha256": self.model_sha256,
             "threads": {"torch_intra_op": torch.get_num_threads(), "dataloader_workers": opened.workers,
                         "body_workers": getattr(body, "workers", None)},
@@ -63,6 +66,16 @@ class RunRecord:
             **summary,
         }
         record_path(opened.config).write_text(json.dumps(record, indent=2, default=str) + "\n")
+
+def sound_record(opened: OpenedRun) -> dict | None:
+    """A ``--sound`` run's grid and guarantee (:func:`~dmae_fast.stats.rounded_gaussian.guarantee`); None without."""
+    sound, config = opened.config.body_options.sound, opened.config
+    if sound is None:
+        return None
+    table = sound_table(config.sigma, sound.grid)
+    return {**guarantee(table, opened.procedure.plan.total, math.prod(opened.engine.spec.input_shape), config.alpha),
+            "quantize": sound.quantize, "alpha": config.alpha}
+
 
 def progress_bar(config: CertifyConfig, total: int, enabled: bool = True) -> tqdm:
     return tqdm(total=total, unit="img", desc="certifying" if not config.predict else "predicting",

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from dmae_fast.batching.body_options import Sound
 from dmae_fast.batching.scheduler import BatchBody, Job, batch_rows, phase_ids
 from dmae_fast.batching.stream import ImageCounts, checked_image
 from dmae_fast.run.ranks import Ranks
@@ -36,8 +37,8 @@ class SampleShardedCertifier:
     buffer of every phase in slot 0), only each stage's rows are this rank's share."""
 
     def __init__(self, body: BatchBody, plan: SamplingPlan, batch_size: int, shape: tuple[int, ...],
-                 device: torch.device, ranks: Ranks) -> None:
-        self.body, self.plan, self.batch_size = body, plan, batch_size
+                 device: torch.device, ranks: Ranks, sound: Sound | None = None) -> None:
+        self.body, self.plan, self.batch_size, self.sound = body, plan, batch_size, sound
         self.shape, self.device, self.ranks = shape, device, ranks
         self.samples = 0  # samples this rank counted
 
@@ -48,7 +49,7 @@ class SampleShardedCertifier:
         counts = self.body.allocate(1, phase_ids(self.device))
         try:
             for index, image, label in images:
-                job = Job(checked_image(index, image, self.shape), self.plan, decide, index, int(label))
+                job = Job(checked_image(index, image, self.shape, self.sound), self.plan, decide, index, int(label))
                 job.slot = 0
                 self.body.load(0, job.image)
                 yield self._certify(job, counts)

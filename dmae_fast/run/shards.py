@@ -124,7 +124,8 @@ class SampleShards(_Shards):
             self.on_row = lambda row: None  # every rank has each row: rank 0 passes them on
         engine = self.opened.engine
         self.certifier = SampleShardedCertifier(self.body, self.opened.procedure.plan, self.opened.config.batch,
-                                                engine.spec.input_shape, engine.device, self.ranks)
+                                                engine.spec.input_shape, engine.device, self.ranks,
+                                                self.opened.config.body_options.sound)
 
     def run(self) -> None:
         ranks = self.ranks

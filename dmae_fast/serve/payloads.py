@@ -25,6 +25,7 @@ import io
 import json
 import math
 import re
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -33,7 +34,9 @@ import torch
 from PIL import Image
 
 # the file decoder's rules (bit depths, modes), shared
+from dmae_fast.batching.body_options import Sound
 from dmae_fast.data import decoded_image_tensor
+from dmae_fast.data.grid import check_on_grid, quantize
 from dmae_fast.errors import UserError
 from dmae_fast.serve.config import Defaults, Limits
 from dmae_fast.stats.procedure import CERTIFY, PREDICT, ProcedureSpec, flagged
@@ -41,10 +44,14 @@ from dmae_fast.stats.procedure import CERTIFY, PREDICT, ProcedureSpec, flagged
 JSON_TYPES = ("application/json",)
 RAW_TYPES = ("image/png", "image/jpeg", "application/x-npy", "application/octet-stream")
 PNG_MAGIC, JPEG_MAGIC, NPY_MAGIC = b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"\x93NUMPY"
-FIELDS = {PREDICT: ("image", "images", "n", "alpha"), CERTIFY: ("image", "images", "n", "n0", "alpha")}
+FIELDS = {PREDICT: ("image", "images", "n", "alpha", "sound"),
+          CERTIFY: ("image", "images", "n", "n0", "alpha", "sound")}
 _DIGITS = re.compile(r"[0-9]{1,19}")
 _DECIMAL = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")  # float() would also take 1_0, inf, nan
 NPY_DTYPES = ("float16", "float32", "float64", "uint8")
+# numpy parses a .npy header with ast.literal_eval, whose AST state CPython 3.11 shares between threads:
+# two requests parsed at once can fail with "AST constructor recursion depth mismatch" (python/cpython#106905)
+_HEADER_LOCK = threading.Lock()
 
 
 class PayloadError(Exception):
@@ -62,8 +69,10 @@ class ParsedRequest:
 
 
 def parse_request(kind: str, content_type: str | None, body: bytes, query: list[tuple[str, str]],
-                  shape: tuple[int, ...], limits: Limits, defaults: Defaults, sigma: float) -> ParsedRequest:
-    """Validate one request to /v1/predict (``kind`` PREDICT) or /v1/certify (CERTIFY)."""
+                  shape: tuple[int, ...], limits: Limits, defaults: Defaults, sigma: float,
+                  sound: Sound | None = None) -> ParsedRequest:
+    """Validate one request to /v1/predict (``kind`` PREDICT) or /v1/certify (CERTIFY); ``sound``: the
+    server's ``--sound`` (its requests' images must be on the grid; a request's ``sound`` must match)."""
     media = (content_type or "").split(";")[0].strip().lower()
     allowed = FIELDS[kind] + tuple(flagged(kind))  # and the fields that ask for one of the kind's procedures
     if media in JSON_TYPES:
@@ -73,7 +82,7 @@ def parse_request(kind: str, content_type: str | None, body: bytes, query: list[
         unknown = sorted(set(document) - set(allowed))
         if unknown:
             raise PayloadError(400, f"unknown field {unknown[0]!r} for /v1/{kind} (allowed: {', '.join(allowed)})")
-        spec = _spec(kind, document, defaults, limits, sigma, from_query=False)
+        spec = _spec(kind, document, defaults, limits, sigma, sound, from_query=False)
         images = _json_images(document, shape, limits)
     elif media in RAW_TYPES:
         fields = dict(query)
@@ -83,7 +92,7 @@ def parse_request(kind: str, content_type: str | None, body: bytes, query: list[
         if unknown:
             raise PayloadError(400, f"unknown query parameter {unknown[0]!r} for /v1/{kind} "
                                f"(allowed: {', '.join(f for f in allowed if not f.startswith('image'))})")
-        spec = _spec(kind, fields, defaults, limits, sigma, from_query=True)
+        spec = _spec(kind, fields, defaults, limits, sigma, sound, from_query=True)
         images = decode_image(body, "the body", shape, limits)
     elif not media:
         raise PayloadError(415, "missing Content-Type: send application/json, image/png, image/jpeg or "
@@ -97,7 +106,20 @@ def parse_request(kind: str, content_type: str | None, body: bytes, query: list[
     if samples > limits.max_request_samples:
         raise PayloadError(413, f"the request needs {samples:,} noisy samples; the limit is "
                            f"{limits.max_request_samples:,} per request (fewer images or a smaller n)")
-    return ParsedRequest(spec, images)
+    return ParsedRequest(spec, [_on_grid(image, i, sound) for i, image in enumerate(images)])
+
+
+def _on_grid(image: torch.Tensor, number: int, sound: Sound | None) -> torch.Tensor:
+    """A ``--sound`` server's image on its grid: rounded onto it (``--quantize``) or refused (422)."""
+    if sound is None:
+        return image
+    if sound.quantize:
+        return quantize(image, sound.grid)
+    try:
+        check_on_grid(image[None], sound.grid, "the request", first=number)
+    except UserError as error:
+        raise PayloadError(422, str(error).replace("pass --quantize", "start dmae-serve with --quantize")) from None
+    return image
 
 
 # --------------------------------------------------------------------------- parameters
@@ -128,7 +150,7 @@ def _json_object(body: bytes) -> dict:
     return document
 
 
-def _spec(kind: str, fields: Mapping, defaults: Defaults, limits: Limits, sigma: float,
+def _spec(kind: str, fields: Mapping, defaults: Defaults, limits: Limits, sigma: float, sound: Sound | None,
           from_query: bool) -> ProcedureSpec:
     n = _integer(fields, "n", defaults.n, 1, limits.max_n, from_query)
     alpha = _alpha(fields, defaults.alpha, limits, from_query)
@@ -136,7 +158,10 @@ def _spec(kind: str, fields: Mapping, defaults: Defaults, limits: Limits, sigma:
     asked = {field: key for field, key in flagged(kind).items() if _boolean(fields, field, from_query)}
     if len(asked) > 1:
         raise PayloadError(400, f"{' and '.join(asked)} each ask for another procedure; give at most one")
-    return ProcedureSpec(kind, n, alpha, sigma, n0, name=next(iter(asked.values()), None))
+    if "sound" in fields and _boolean(fields, "sound", from_query) != (sound is not None):
+        raise PayloadError(400, "this server answers every request with --sound; drop \"sound\": false" if sound
+                           else "this server runs without --sound; restart dmae-serve with --sound for sound answers")
+    return ProcedureSpec(kind, n, alpha, sigma, n0, name=next(iter(asked.values()), None), sound=sound is not None)
 
 
 def _integer(fields: Mapping, name: str, default: int, low: int, high: int, from_query: bool) -> int:
@@ -253,7 +278,8 @@ def _npy_images(data: bytes, where: str, shape: tuple[int, ...], limits: Limits)
         read_header = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
         if version not in read_header:
             raise ValueError(f"unsupported .npy version {version}")
-        array_shape, fortran, dtype = read_header[version](stream)
+        with _HEADER_LOCK:
+            array_shape, fortran, dtype = read_header[version](stream)
     except Exception as error:  # noqa: BLE001 (numpy's header parser fails in many ways; it never executes)
         raise PayloadError(400, f"{where} is not a valid .npy file: {_one_line(error)}") from None
     if not all(type(size) is int and size >= 0 for size in array_shape):  # numpy takes -8 and True

@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from dmae_fast.batching.bodies import resolve_body
-from dmae_fast.batching.body_options import BodyOptions
+from dmae_fast.batching.body_options import BodyOptions, Sound
 from dmae_fast.batching.stream import SamplingPlan, StreamingCertifier
 from dmae_fast.engines.base import Engine
 from dmae_fast.errors import UserError
@@ -47,6 +47,7 @@ class Receipt:
     seed: int
     model_sha256: str | None
     indices: tuple[int, ...]
+    sound_grid: int | None = None  # a --sound server's grid (its procedure's name ends with " sound")
 
 
 @dataclass(frozen=True)
@@ -138,7 +139,13 @@ def _read_receipt(receipt: object) -> Receipt:
     indices = [_whole(i, "the receipt's indices", 0, 32) for i in _list(_field(receipt, "indices", "the receipt"),
                                                                          "the receipt's indices")]
     spec = procedure.receipt_spec(str(name), n, float(alpha), float(sigma), None if kind == PREDICT else n0)
-    return Receipt(str(name), plan, spec, n0, sequential, seed, model, tuple(indices))
+    grid = receipt.get("sound_grid")
+    if spec.sound != (grid is not None):
+        raise UserError(f"the receipt's procedure {_text(name)} and its sound_grid {_text(grid)} disagree: a --sound "
+                        "answer records both, any other neither")
+    if grid is not None:
+        grid = _whole(grid, "the receipt's sound_grid", 1, 16)
+    return Receipt(str(name), plan, spec, n0, sequential, seed, model, tuple(indices), grid)
 
 
 def _counts(value: object, where: str, plan: SamplingPlan) -> np.ndarray:
@@ -279,7 +286,7 @@ def _rerun(procedure: Procedure, seed: int, items: Iterable[tuple[int, torch.Ten
     """The offline counts of ``(index, image, key)`` items, by key, on the body ``options`` ask for."""
     sigma = procedure.spec.sigma
     body = resolve_body(engine, sigma, seed, batch, options).body
-    streamer = StreamingCertifier(engine, procedure.plan, sigma, seed, batch, body)
+    streamer = StreamingCertifier(engine, procedure.plan, sigma, seed, batch, body, options.sound)
     return {done.label: done.counts for done in streamer.run(items, procedure.decide)}
 
 
@@ -311,7 +318,8 @@ def replay_answer(answer: Answer | dict, images: list[torch.Tensor], engine: Eng
         return Replay(tuple(differences + problems), ())
     fit = [_fit_problem(procedure.plan, r.counts, engine.spec.num_classes) for r in results]
     items = [(r.index, image, key) for key, (r, image, problem) in enumerate(zip(results, images, fit)) if not problem]
-    offline = _rerun(procedure, receipt.seed, items, engine, batch, options) if items else {}
+    sound = None if receipt.sound_grid is None else Sound(receipt.sound_grid)  # the receipt's noise, not the caller's
+    offline = _rerun(procedure, receipt.seed, items, engine, batch, replace(options, sound=sound)) if items else {}
     return Replay(tuple(differences), tuple(_compared(procedure, result, image, fit[key], offline.get(key),
                                                       engine.spec.class_names)
                                             for key, (result, image) in enumerate(zip(results, images))))

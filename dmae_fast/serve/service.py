@@ -96,6 +96,7 @@ class Service:
             "precision": self.engine.precision,
             "device": device_name(self.engine.device),
             "sigma": self.sigma,
+            "sound": None if self.config.body.sound is None else self.config.body.sound.record(),
             "input_shape": list(self.shape),
             "num_classes": spec.num_classes,
             "class_names": list(spec.class_names) if spec.class_names else None,
@@ -115,8 +116,10 @@ class Service:
 
     def receipt_base(self) -> dict:
         """What every answer's receipt names besides the request's own settings and indices."""
+        sound = self.config.body.sound
         return {"seed": self.seed, "engine": self.body.description, "model_sha256": self.model_sha256,
-                "precision": self.engine.precision, "dmae_fast": __version__}
+                "precision": self.engine.precision, "dmae_fast": __version__,
+                **({"sound_grid": sound.grid} if sound is not None else {})}
 
     async def answer(self, request: ParsedRequest) -> dict:
         """Run one request through the scheduler; its JSON answer (raises QueueFull, Closed, RequestTimeout...)."""

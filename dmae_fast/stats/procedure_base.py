@@ -25,6 +25,7 @@ from dmae_fast.stats.settings import PAPER_RADII
 
 PREDICT, CERTIFY = "predict", "certify"  # the kinds: the endpoints, and the kinds of results files
 SEQUENTIAL = "sequential"  # the key of the procedure that ``ProcedureSpec(CERTIFY, ..., sequential=True)`` asks for
+SOUND_SUFFIX = " sound"  # ends the name of a procedure run with --sound ("certify sound"): rows and answers say so
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ class ProcedureSpec:
     futility: str | None = None
     test: str = "exact"  # sequential CERTIFY's test: "exact" (group-sequential) or "bonferroni"
     name: str | None = None
+    sound: bool = False  # --sound: counts of the exact rounded Gaussian on the inputs' grid (docs/sound.md)
 
     @property
     def key(self) -> str:
@@ -57,8 +59,9 @@ class ProcedureSpec:
 class Procedure:
     """A :class:`ProcedureSpec` made concrete: ``Procedure(spec)`` is the registered procedure of
     ``spec.key``. A subclass sets the class attributes and, in ``__init__``, ``name`` (the
-    ``procedure`` column and answer field), ``level`` (the level of its bound: alpha, or alpha / K),
-    ``plan`` and ``decide``; it implements ``result`` and ``rules``."""
+    ``procedure`` column and answer field; a ``--sound`` spec's ends with :data:`SOUND_SUFFIX`), ``level``
+    (the level of its bound: alpha, or alpha / K), ``plan`` and ``decide``; it implements ``result`` and
+    ``rules``."""
 
     key: ClassVar[str]  # what ProcedureSpec.name names it by
     kind: ClassVar[str]  # PREDICT or CERTIFY
@@ -68,7 +71,6 @@ class Procedure:
     flag: ClassVar[str | None] = None  # the request's boolean field that asks for it (e.g. "sequential")
     reads: ClassVar[tuple[str, ...]] = ()  # ProcedureSpec fields beyond n, n0, alpha and sigma it depends on
 
-    name: str
     level: float
     plan: SamplingPlan
     decide: Decide | None = None
@@ -85,6 +87,15 @@ class Procedure:
 
     def __getnewargs__(self) -> tuple[ProcedureSpec]:  # what copy and pickle pass to __new__
         return (self.spec,)
+
+    @property
+    def name(self) -> str:
+        """The ``procedure`` column and answer field (what a subclass set, and " sound" under ``--sound``)."""
+        return self._name + (SOUND_SUFFIX if self.spec.sound else "")
+
+    @name.setter
+    def name(self, value: str) -> None:
+        self._name = value
 
     def result(self, counts: np.ndarray) -> Certificate | Prediction:
         """The decision from one image's class counts [len(plan.phases), classes]."""
@@ -121,20 +132,23 @@ class Procedure:
     @classmethod
     def describe(cls, spec: ProcedureSpec) -> str:
         """The settings in words ("CERTIFY with n0 20, n 100, alpha 0.001, sigma 0.25")."""
+        sound = " (--sound)" if spec.sound else ""
         if spec.n0 is None:
-            return f"{cls.title} with n {spec.n:,}, alpha {spec.alpha}"
-        return f"{cls.title} with n0 {spec.n0:,}, n {spec.n:,}, alpha {spec.alpha}, sigma {spec.sigma}"
+            return f"{cls.title} with n {spec.n:,}, alpha {spec.alpha}{sound}"
+        return f"{cls.title} with n0 {spec.n0:,}, n {spec.n:,}, alpha {spec.alpha}, sigma {spec.sigma}{sound}"
 
     @classmethod
     def receipt_spec(cls, name: str, n: int, alpha: float, sigma: float, n0: int | None) -> ProcedureSpec:
         """The spec a receipt of this procedure records (``name``: the receipt's procedure)."""
-        return ProcedureSpec(cls.kind, n, alpha, sigma, n0, name=cls.key)
+        return ProcedureSpec(cls.kind, n, alpha, sigma, n0, name=cls.key, sound=name.endswith(SOUND_SUFFIX))
 
     @classmethod
     def gives(cls, name: object) -> bool:
-        """Whether ``name`` is one of the names this procedure gives."""
-        return isinstance(name, str) and any(name == given or (given.endswith("...") and name.startswith(given[:-3]))
-                                             for given in cls.names)
+        """Whether ``name`` is one of the names this procedure gives (under ``--sound`` too)."""
+        if not isinstance(name, str):
+            return False
+        name = name.removesuffix(SOUND_SUFFIX)
+        return any(name == given or (given.endswith("...") and name.startswith(given[:-3])) for given in cls.names)
 
 
 _REGISTERED: dict[str, type[Procedure]] = {}

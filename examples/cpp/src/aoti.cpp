@@ -85,6 +85,7 @@ TorchSampler::TorchSampler(AotiEngine& engine, std::uint32_t batch) : engine_(en
 
 std::vector<std::int64_t> TorchSampler::counts(const float* image, std::uint32_t index,
                                                const SamplingPlan& plan, const NoiseSpec& noise) {
+  if (noise.sound) return HostSampler(engine_, batch_).counts(image, index, plan, noise);  // integers on the host
   const EngineInfo& info = engine_.info();
   const c10::Device& device = engine_.device();
   const std::int64_t numel = info.numel(), padded = 4 * ((numel + 3) / 4), k = info.num_classes;

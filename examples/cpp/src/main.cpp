@@ -19,6 +19,7 @@
 #include "dmae_smooth/error.h"
 #include "dmae_smooth/npy.h"
 #include "dmae_smooth/results.h"
+#include "dmae_smooth/sound_noise.h"
 
 namespace {
 
@@ -29,7 +30,7 @@ constexpr const char* kUsage =
     "usage: dmae-smooth {certify,predict} --engine FILE --images IMAGES.npy --labels LABELS.npy\n"
     "                   [--sigma S] [--n0 100] [--n 10000] [--alpha 0.001] [--seed 0]\n"
     "                   [--batch 1000] [--skip 1] [--max M] [--out FILE] [--overwrite]\n"
-    "                   [--host-noise] [--quiet]\n"
+    "                   [--host-noise] [--sound TABLE.npy] [--quiet]\n"
     "\n"
     "Certify (Cohen et al.'s CERTIFY) or predict (PREDICT) every --skip-th image of a .npy\n"
     "float32 [N, C, H, W] array in [0, 1] with the Gaussian-smoothed classifier of an engine\n"
@@ -50,11 +51,13 @@ constexpr const char* kUsage =
     "  --out FILE         results file (default: <command>-<images>-<time>.tsv)\n"
     "  --overwrite        replace an existing --out (atomically, when the run completes)\n"
     "  --host-noise       noise with std:: math on the host even for .pt2 engines\n"
+    "  --sound TABLE      sound noise: images on the table's grid (k/L), the exact rounded Gaussian\n"
+    "                     from the table dmae-sound-table wrote (its sigma is the default --sigma)\n"
     "  --quiet            no progress line\n";
 
 struct Options {
   bool predict = false;
-  std::string engine, images, labels, out;
+  std::string engine, images, labels, out, sound;
   std::optional<double> sigma;
   std::uint32_t n0 = 100, n = 10000;
   double alpha = 0.001;
@@ -119,6 +122,7 @@ Options parse_options(int argc, char** argv) {
     else if (flag == "--images") o.images = value;
     else if (flag == "--labels") o.labels = value;
     else if (flag == "--out") o.out = value;
+    else if (flag == "--sound") o.sound = value;
     else if (flag == "--sigma") o.sigma = parse_double(flag, value);
     else if (flag == "--n0") o.n0 = static_cast<std::uint32_t>(parse_unsigned(flag, value, 1, kMax32));
     else if (flag == "--n") o.n = static_cast<std::uint32_t>(parse_unsigned(flag, value, 1, kMax32));
@@ -152,7 +156,8 @@ struct Inputs {
   std::vector<std::int64_t> indices;  // dataset indices: every --skip-th, at most --max
 };
 
-Inputs load_inputs(const Options& options, const dmae_smooth::EngineInfo& info) {
+// With a sound table, every image must be on its grid: refused before any row is written.
+Inputs load_inputs(const Options& options, const dmae_smooth::EngineInfo& info, const dmae_smooth::SoundTable* sound) {
   Inputs in{dmae_smooth::read_npy(options.images), dmae_smooth::read_npy(options.labels), {}};
   std::vector<std::int64_t> expected{-1};
   expected.insert(expected.end(), info.input_shape.begin(), info.input_shape.end());
@@ -178,6 +183,7 @@ Inputs load_inputs(const Options& options, const dmae_smooth::EngineInfo& info) 
     if (!std::all_of(image, image + numel, [](float v) { return std::isfinite(v); })) {
       throw UserError("image " + std::to_string(i) + " contains NaN or infinite pixel values");
     }
+    if (sound) dmae_smooth::grid_integers(image, static_cast<std::size_t>(numel), sound->grid, "image " + std::to_string(i));
     if (in.labels.i64[i] < 0 || in.labels.i64[i] >= info.num_classes) {
       throw UserError(options.labels + ": label " + std::to_string(in.labels.i64[i]) + " of image " +
                       std::to_string(i) + " is not a class of the engine (0 .. " +
@@ -190,28 +196,40 @@ Inputs load_inputs(const Options& options, const dmae_smooth::EngineInfo& info) 
 int run(const Options& options) {
   auto engine = dmae_smooth::open_engine(options.engine);
   const dmae_smooth::EngineInfo& info = engine->info();
-  if (!options.sigma && !info.sigma) {
+  std::optional<dmae_smooth::SoundTable> sound;
+  if (!options.sound.empty()) sound = dmae_smooth::read_sound_table(options.sound);
+  if (sound && options.sigma && *options.sigma != sound->sigma) {
+    throw UserError("--sigma " + dmae_smooth::format_repr(*options.sigma) + " is not the sigma of the sound table " +
+                    options.sound + " (" + dmae_smooth::format_repr(sound->sigma) +
+                    "): leave --sigma out or write a table for this sigma");
+  }
+  if (!options.sigma && !sound && !info.sigma) {
     throw UserError("--sigma is required: the engine's sidecar does not record the sigma it was trained for");
   }
-  const double sigma = options.sigma ? *options.sigma : *info.sigma;
+  const double sigma = options.sigma ? *options.sigma : sound ? sound->sigma : *info.sigma;
   const std::uint32_t batch = options.batch.value_or(static_cast<std::uint32_t>(std::min<std::int64_t>(1000, info.batch_max)));
   if (batch > info.batch_max) {
     throw UserError("--batch " + std::to_string(batch) + " exceeds the engine's maximum batch " +
                     std::to_string(info.batch_max) + " (its sidecar)");
   }
-  const Inputs inputs = load_inputs(options, info);
+  const Inputs inputs = load_inputs(options, info, sound ? &*sound : nullptr);
   const std::vector<std::int64_t>& indices = inputs.indices;
   const std::int64_t numel = info.numel();
   const std::string out = options.out.empty() ? default_out(options) : options.out;
   dmae_smooth::ResultsWriter writer(out, options.predict ? dmae_smooth::kPredictHeader : dmae_smooth::kCertifyHeader,
                                     options.overwrite);
   auto sampler = dmae_smooth::make_sampler(*engine, batch, options.host_noise);
-  dmae_smooth::Smoother smoother(*sampler, {sigma, options.seed});
+  dmae_smooth::Smoother smoother(*sampler, {sigma, options.seed, sound ? &*sound : nullptr});
   const std::uint64_t per_image = options.predict ? options.n : std::uint64_t{options.n0} + options.n;
+  std::string noise = options.host_noise ? ", host noise" : "";
+  if (sound) {  // the thresholds' total variation, per image: added to alpha (an upper bound)
+    const double tv = std::nextafter(static_cast<double>(per_image * numel) * sound->tv_per_element, INFINITY);
+    noise = ", sound noise on the 1/" + std::to_string(sound->grid) + " grid (each image's failure probability: alpha + " +
+            dmae_smooth::format_ceil_significant(tv, 3) + ")";
+  }
   std::cerr << kProg << ": " << indices.size() << " images, " << per_image << " samples each, "
             << (options.predict ? "predict" : dmae_smooth::kFixedNProcedure) << ", sigma " << dmae_smooth::format_repr(sigma)
-            << ", " << engine->description() << (options.host_noise ? ", host noise" : "") << ", batch " << batch
-            << " -> " << out << "\n";
+            << ", " << engine->description() << noise << ", batch " << batch << " -> " << out << "\n";
   const auto start = std::chrono::steady_clock::now();
   double elapsed = 0, certified = 0, radius_sum = 0;
   std::size_t finished = 0;
@@ -228,7 +246,7 @@ int run(const Options& options) {
     } else {
       const dmae_smooth::Certificate c = smoother.certify(image, index, options.n0, options.n, options.alpha);
       elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      row = dmae_smooth::certify_row(i, label, c, elapsed / (finished + 1), sigma);
+      row = dmae_smooth::certify_row(i, label, c, elapsed / (finished + 1), sigma, sound.has_value());
       certified += c.prediction == label;
       radius_sum += c.prediction == label ? c.radius : 0.0;
     }

@@ -106,13 +106,13 @@ std::string format_duration(double seconds) {
 }
 
 std::string certify_row(std::int64_t idx, std::int64_t label, const Certificate& c, double seconds,
-                        double sigma) {
+                        double sigma, bool sound) {
   const std::string tab = "\t";
   return std::to_string(idx) + tab + std::to_string(label) + tab + std::to_string(c.prediction) + tab +
          format_floor(c.radius, 6) + tab + std::to_string(c.prediction == label ? 1 : 0) + tab +
          format_duration(seconds) + tab + std::to_string(c.n0) + tab + std::to_string(c.n) + tab +
          std::to_string(c.n_a) + tab + format_floor(c.p_a_lower, 10) + tab + format_repr(sigma) +
-         tab + kFixedNProcedure + "\n";
+         tab + kFixedNProcedure + (sound ? kSoundSuffix : "") + "\n";
 }
 
 std::string predict_row(std::int64_t idx, std::int64_t label, const Prediction& p, double seconds,

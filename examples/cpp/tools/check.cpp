@@ -8,17 +8,24 @@
 //   words SEED IMAGE PHASE SAMPLE NUMEL -> the uint32 stream (space-separated)
 //   gauss SEED IMAGE PHASE SAMPLE NUMEL -> std:: Gaussians as float32 bit patterns
 //   gauss-torch SEED IMAGE PHASE SAMPLE NUMEL -> ATen Gaussians (CPU) as bit patterns
+//   table PATH            -> a sound table's grid, K, sigma, tv per element (%.17g), or "error: ..."
+//   sound PATH SEED IMAGE PHASE SAMPLE NUMEL -> the sound noise integers Z with that table
+//   sound-input PATH SEED IMAGE PHASE SAMPLE NUMEL -> float32(X + Z) / L as bit patterns, for the
+//                         image X_e = e mod (L + 1) given as float32 X_e / L
 //   floor VALUE DECIMALS / ceil VALUE DIGITS / repr VALUE / duration SECONDS -> the results-file formats
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "dmae_smooth/error.h"
 #include "dmae_smooth/noise.h"
 #include "dmae_smooth/results.h"
+#include "dmae_smooth/sound_noise.h"
 #include "dmae_smooth/stats.h"
 #ifdef DMAE_SMOOTH_WITH_TORCH
 #include <ATen/ops/empty.h>
@@ -47,6 +54,14 @@ std::string bits(const std::vector<float>& values) {
   std::vector<std::uint32_t> patterns(values.size());
   std::memcpy(patterns.data(), values.data(), values.size() * sizeof(float));
   return join(patterns);
+}
+
+// The sound table of a file, read once.
+const SoundTable& sound_table(const std::string& path) {
+  static std::map<std::string, SoundTable> tables;
+  auto at = tables.find(path);
+  if (at == tables.end()) at = tables.emplace(path, read_sound_table(path)).first;
+  return at->second;
 }
 
 std::string answer(const std::string& line) {
@@ -90,10 +105,30 @@ std::string answer(const std::string& line) {
     in >> seconds;
     return format_duration(seconds);
   }
+  std::string path;
+  if (op == "table" || op == "sound" || op == "sound-input") in >> path;
+  if (op == "table") {
+    const SoundTable& table = sound_table(path);
+    return std::to_string(table.grid) + " " + std::to_string(table.K) + " " + number(table.sigma) + " " +
+           number(table.tv_per_element);
+  }
   std::uint64_t seed;
   std::uint32_t image, phase, sample;
   std::size_t numel;
   in >> seed >> image >> phase >> sample >> numel;
+  if (op == "sound" || op == "sound-input") {
+    const SoundTable& table = sound_table(path);
+    std::vector<std::int32_t> noise(numel);
+    rounded_gaussian_noise(seed, image, static_cast<Phase>(phase), sample, numel, table, noise.data());
+    if (op == "sound") return join(noise);
+    std::vector<float> clean(numel), inputs(numel);
+    for (std::size_t e = 0; e < numel; ++e) {
+      clean[e] = static_cast<float>(e % static_cast<std::size_t>(table.grid + 1)) / static_cast<float>(table.grid);
+    }
+    const std::vector<std::int32_t> grid_image = grid_integers(clean.data(), numel, table.grid, "the test image");
+    sound_input(grid_image.data(), noise.data(), numel, table.grid, inputs.data());
+    return bits(inputs);
+  }
   if (op == "words") {
     std::vector<std::uint32_t> words(4 * ((numel + 3) / 4));
     uint32_stream(seed, image, static_cast<Phase>(phase), sample, numel, words.data());
@@ -121,7 +156,12 @@ std::string answer(const std::string& line) {
 int main() {
   std::string line;
   while (std::getline(std::cin, line)) {
-    if (!line.empty()) std::cout << answer(line) << "\n";
+    if (line.empty()) continue;
+    try {
+      std::cout << answer(line) << "\n";
+    } catch (const UserError& error) {
+      std::cout << "error: " << error.what() << "\n";
+    }
   }
   return 0;
 }

@@ -42,7 +42,7 @@ at::Tensor uniform_to_gaussian(const at::Tensor& uniforms);
 
 // Noise from the contract (Philox words on the host, Box-Muller on the device with ATen),
 // noisy images formed and classified on the device, counts kept on the device and read
-// once per image.
+// once per image. Sound noise (NoiseSpec::sound) is HostSampler's: integers and inputs on the host.
 class TorchSampler : public Sampler {
  public:
   TorchSampler(AotiEngine& engine, std::uint32_t batch);

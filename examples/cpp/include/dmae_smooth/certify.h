@@ -48,10 +48,14 @@ struct PlanBatch {
 // batch may span stages, as in the Python streaming certifier.
 std::vector<PlanBatch> plan_batches(const SamplingPlan& plan, std::uint32_t batch);
 
-// The Gaussian noise added to an image: level sigma (in [0, 1] pixel units) and seed.
+struct SoundTable;
+
+// The noise added to an image: level sigma (in [0, 1] pixel units) and seed; with `sound`, the
+// exact rounded Gaussian on the table's grid (sound_noise.h), else the Gaussian of noise.h.
 struct NoiseSpec {
   double sigma;
   std::uint64_t seed;
+  const SoundTable* sound = nullptr;  // not owned
 };
 
 // Noise + classifier + counting: the class counts of one image's noisy samples.
@@ -60,7 +64,8 @@ class Sampler {
   virtual ~Sampler() = default;
   virtual std::int64_t num_classes() const = 0;
   // counts[s * num_classes() + c]: samples of plan stage s classified as c, each sample
-  // being image + sigma * noise(seed, index, phase, sample) with float32 arithmetic;
+  // being image + sigma * noise(seed, index, phase, sample) with float32 arithmetic (with
+  // noise.sound: float32(X + Z) / float32(L), X = round(image * L));
   // `image` is float32 [C, H, W] (the engine's input shape) in [0, 1].
   virtual std::vector<std::int64_t> counts(const float* image, std::uint32_t index,
                                            const SamplingPlan& plan, const NoiseSpec& noise) = 0;

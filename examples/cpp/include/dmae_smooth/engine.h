@@ -44,8 +44,8 @@ class Engine {
 // build (AOTInductor with libtorch, TensorRT where its headers were found).
 std::unique_ptr<Engine> open_engine(const std::string& engine_path);
 
-// The portable Sampler: noise from noise.h (std:: math) on the host, any Engine, counts
-// on the host.
+// The portable Sampler: noise from noise.h (std:: math) or sound_noise.h on the host, any
+// Engine, counts on the host.
 class HostSampler : public Sampler {
  public:
   HostSampler(Engine& engine, std::uint32_t batch);

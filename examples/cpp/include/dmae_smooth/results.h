@@ -15,6 +15,7 @@ inline constexpr const char* kCertifyHeader =
 inline constexpr const char* kPredictHeader =
     "idx\tlabel\tpredict\tcorrect\ttime\tn\tcount1\tcount2\tpvalue\tsigma";
 inline constexpr const char* kFixedNProcedure = "cohen-fixed-n";  // the `procedure` column
+inline constexpr const char* kSoundSuffix = " sound";  // ... followed by this with --sound
 
 // Numbers that carry a guarantee are never rounded in its favour (dmae_fast/run/results.py):
 // radius and pA_lower: the exact value rounded DOWN to `decimals` places ("0.799640");
@@ -27,7 +28,7 @@ std::string format_repr(double value);
 std::string format_duration(double seconds);
 
 std::string certify_row(std::int64_t idx, std::int64_t label, const Certificate& c, double seconds,
-                        double sigma);
+                        double sigma, bool sound = false);
 std::string predict_row(std::int64_t idx, std::int64_t label, const Prediction& p, double seconds,
                         double sigma);
 

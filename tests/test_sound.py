@@ -1,0 +1,220 @@
+"""``--sound`` end to end: the attack it defends against, the commands, the server and replay.
+
+The noise itself (exact pmf, thresholds, bit-identity with the Triton kernel and C++) is tested in
+test_sound_noise.py, test_sound_kernel.py and test_cpp.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from dmae_fast.batching.body_options import Sound
+from dmae_fast.batching.stream import ImageBatches, StreamingCertifier
+from dmae_fast.cli.certify import main as certify_main
+from dmae_fast.data import demo_digits
+from dmae_fast.demo import DEMO_CHECKPOINT
+from dmae_fast.engines.base import Engine
+from dmae_fast.errors import UserError
+from dmae_fast.fast_noise import NoiseSource
+from dmae_fast.model.config import ClassifierSpec, EncoderConfig
+from dmae_fast.patch_layout import PatchLayout
+from dmae_fast.run.config import CertifyConfig
+from dmae_fast.run.results import read_results
+from dmae_fast.serve.config import Defaults, Limits, ServeConfig
+from dmae_fast.serve.payloads import ParsedRequest, PayloadError, parse_request
+from dmae_fast.serve.receipt import replay_answer
+from dmae_fast.serve.service import Service
+from dmae_fast.stats.decisions import certify_from_counts
+from dmae_fast.stats.plan import SamplingPlan
+from dmae_fast.stats.procedure import CERTIFY, ProcedureSpec
+
+CPU = torch.device("cpu")
+SIGMA = 0.25
+TWO_PI = 2.0 * math.pi
+
+
+class TraceReader(Engine):
+    """A classifier that reads a floating-point trace of its input's clean image x0 = 0.
+
+    The noise contract's Box-Muller pairs (elements 4k, 4k+1 and 4k+2, 4k+3) are r (cos t, sin t) with
+    t = float32(2 pi) * u, u on the grid (j + 1/2) 2**-23; at x0 = 0 the noisy pair is sigma r (cos t, sin t)
+    exactly, so its angle sits on that grid to float32 rounding (~6e-8 rad) in every pair. Class 0 where
+    90% of the pairs do; class 1 otherwise. Real Gaussians (or any x near x0) put about 40% of the angles
+    within its tolerance of the grid, and the classifier says 1: it is constant on the real neighbourhood
+    of x0 except at x0's own floating-point noise."""
+
+    def __init__(self) -> None:
+        encoder = EncoderConfig(embed_dim=8, depth=0, num_heads=1, patch_size=4, img_size=16, in_chans=1)
+        self.spec = ClassifierSpec(encoder, num_classes=2, input_size=16, mean=(0.0,), std=(1.0,))
+        self.device, self.precision, self.description, self.input = CPU, "fp32", "trace reader", "image"
+        self.input_shape = self.spec.input_shape
+
+    def classify(self, images: torch.Tensor) -> torch.Tensor:
+        z = images.reshape(len(images), -1, 4).double()
+        x, y = torch.cat((z[..., 0], z[..., 2]), 1), torch.cat((z[..., 1], z[..., 3]), 1)
+        angle = torch.remainder(torch.atan2(y, x), TWO_PI)
+        j = torch.floor(angle / TWO_PI * 2**23 - 0.5)
+        nearest = torch.full_like(angle, math.inf)
+        for step in (-1, 0, 1, 2):  # the generator's own float32 angles around it
+            t = (TWO_PI * ((j + step + 0.5) * 2.0**-23).float()).double()
+            nearest = torch.minimum(nearest, (angle - t).abs())
+        return torch.where((nearest < 1.5e-7).double().mean(1) > 0.9, 0, 1)
+
+
+def _counts(engine: Engine, image: torch.Tensor, plan: SamplingPlan, grid: int | None = None) -> np.ndarray:
+    body = ImageBatches(engine, SIGMA, 0, 1000, NoiseSource(CPU, compiled=False, grid=grid))
+    streamer = StreamingCertifier(engine, plan, SIGMA, 0, 1000, body, None if grid is None else Sound(grid))
+    [done] = streamer.run([(0, image, 0)])
+    return done.counts
+
+
+def test_the_default_noise_certifies_a_false_radius_and_sound_noise_does_not(one_torch_thread):
+    engine, x0 = TraceReader(), torch.zeros(1, 16, 16)
+    counts = _counts(engine, x0, SamplingPlan.certify(100, 1000))
+    certificate = certify_from_counts(counts[0], counts[1], 0.001, SIGMA)
+    assert certificate.prediction == 0 and certificate.radius > 0.5
+    # a point at distance 0.0016, far inside that radius, where every noisy sample says class 1
+    adversarial = x0 + 1e-4
+    assert float((adversarial - x0).norm()) < certificate.radius / 100
+    assert _counts(engine, adversarial, SamplingPlan.predict(1000))[0].tolist() == [0, 1000]
+    # --sound: the classifier sees the exact grid point (X + Z) / 255, which carries no trace of x0
+    sound = _counts(engine, x0, SamplingPlan.certify(100, 1000), grid=255)
+    assert certify_from_counts(sound[0], sound[1], 0.001, SIGMA).prediction != 0
+
+
+def test_patch_rows_carry_the_same_sound_noise_as_images():
+    layout = PatchLayout(3, 16, 4, (0.5, 0.4, 0.3), (0.2, 0.25, 0.3))
+    clean = torch.randint(0, 256, (3, 3, 16, 16)).float() / 255
+    rows = (torch.tensor([0, 1, 2, 0]), torch.tensor([5, 6, 7, 5]), torch.tensor([0, 1, 1, 2]),
+            torch.tensor([0, 3, 4, 2**32 - 1]))
+    images = NoiseSource(CPU, compiled=False, grid=255)(clean, rows[0], SIGMA, 2**40 + 5, *rows[1:])
+    assert torch.equal(images * 255, torch.round(images * 255))  # grid points
+    patches = NoiseSource(CPU, compiled=False, grid=255, layout=layout)(layout.arrange(clean), rows[0], SIGMA,
+                                                                         2**40 + 5, *rows[1:])
+    assert torch.allclose(patches, layout.inputs(images), rtol=0, atol=1e-6)
+
+
+def _demo(tmp_path, name, *extra):
+    out = tmp_path / f"{name}.tsv"
+    assert certify_main(["--data", "demo", "--max", "6", "--n0", "20", "--n", "100", "--batch", "64", "--quiet",
+                         "--device", "cpu", "--out", str(out), *extra]) == 0
+    return out
+
+
+def test_dmae_certify_sound_rows_and_record_say_so(one_torch_thread, tmp_path):
+    plain = _demo(tmp_path, "plain", "--sound", "--body", "plain")
+    reference = _demo(tmp_path, "reference", "--sound", "--body", "plain", "--noise", "reference")
+    rows = [line.split("\t") for line in plain.read_text().splitlines()]
+    assert {row[-1] for row in rows[1:]} == {"cohen-fixed-n sound"}
+    strip = lambda path: [line.split("\t")[:5] + line.split("\t")[6:] for line in path.read_text().splitlines()]  # noqa: E731
+    assert strip(plain) == strip(reference)  # the compiled sound noise is the reference's
+    record = json.loads((tmp_path / "plain.tsv.json").read_text())
+    sound = record["sound"]
+    assert sound["grid"] == 16 and sound["elements"] == 192 and sound["samples_per_image"] == 120
+    assert sound["tv_per_image"] >= sound["tv_per_element"] * 120 * 192 > 0
+    assert sound["failure_probability"] >= 0.001 + sound["tv_per_image"]
+    assert "sound noise (1/16 grid)" in record["engine"]
+    default = _demo(tmp_path, "default", "--body", "plain")
+    assert json.loads((tmp_path / "default.tsv.json").read_text())["sound"] is None
+    assert read_results(default).extra["procedure"][0] == "cohen-fixed-n"
+    sequential = _demo(tmp_path, "sequential", "--sound", "--sequential", "--body", "plain")
+    assert all(name.endswith(" sound") for name in read_results(sequential).extra["procedure"])
+
+
+def test_off_grid_images_are_refused_or_quantized_when_asked(one_torch_thread, tmp_path, capsys):
+    data = tmp_path / "images"
+    data.mkdir()
+    for i in range(2):  # 16-bit grey: decoded at full precision, off the 8-bit grid
+        values = (np.arange(64, dtype=np.uint16).reshape(8, 8) * 1000 + 7 + i).astype(np.uint16)
+        Image.fromarray(values).save(data / f"{i}.png")
+    (tmp_path / "labels.txt").write_text("0.png 0\n1.png 1\n")
+    args = ["--ckpt", "demo", "--data", str(data), "--labels", str(tmp_path / "labels.txt"), "--image-size", "8",
+            "--n0", "10", "--n", "20", "--quiet", "--device", "cpu", "--body", "plain", "--workers", "0"]
+    assert certify_main([*args, "--sound", "--out", str(tmp_path / "refused.tsv")]) == 2
+    start, *error = capsys.readouterr().err.strip().splitlines()  # the start line, then one line
+    assert len(error) == 1 and "image 0 of the data is not on the 1/255 grid" in error[0] and "--quantize" in error[0]
+    assert certify_main([*args, "--sound", "--quantize", "--out", str(tmp_path / "q.tsv")]) == 0
+    assert read_results(tmp_path / "q.tsv").idx.tolist() == [0, 1]
+    assert certify_main([*args, "--quantize", "--out", str(tmp_path / "x.tsv")]) == 2
+    assert "--quantize applies to --sound" in capsys.readouterr().err
+
+
+def test_a_config_asks_for_sound_on_the_datas_grid():
+    config = CertifyConfig(engine="m", data="demo", out="o.tsv", sigma=0.25, sound=True)
+    assert config.body_options.sound == Sound(16) and config.procedure_spec().sound
+    assert dataclasses.replace(config, data="/imagenet/val").body_options.sound == Sound(255)
+    with pytest.raises(UserError, match="--quantize applies to --sound"):
+        dataclasses.replace(config, sound=False, quantize=True).validate()
+
+
+def _request(server: Sound | None, images: list[torch.Tensor], **fields: object) -> ParsedRequest:
+    body = json.dumps({"images": [{"array": image.tolist()} for image in images], **fields}).encode()
+    return parse_request(CERTIFY, "application/json", body, [], (3, 8, 8), Limits(), Defaults(), SIGMA, server)
+
+
+def test_a_sound_servers_requests_are_checked():
+    on_grid = [torch.randint(0, 17, (3, 8, 8)).float() / 16]
+    assert _request(Sound(16), on_grid).spec.sound and not _request(None, on_grid).spec.sound
+    assert _request(Sound(16), on_grid, sound=True).spec.sound
+    with pytest.raises(PayloadError, match="runs without --sound"):
+        _request(None, on_grid, sound=True)
+    with pytest.raises(PayloadError, match="every request with --sound"):
+        _request(Sound(16), on_grid, sound=False)
+    off = [(on_grid[0] + 0.01).clamp(max=1)]
+    with pytest.raises(PayloadError, match="image 0 of the request is not on the 1/16 grid") as refused:
+        _request(Sound(16), off)
+    assert refused.value.status == 422 and "start dmae-serve with --quantize" in refused.value.message
+    assert torch.equal(_request(Sound(16, quantize=True), off).images[0], on_grid[0])  # 0.01 < half a step
+
+
+def test_a_sound_answer_replays_as_identical(one_torch_thread):
+    config = ServeConfig(engine=str(DEMO_CHECKPOINT), seed=7, first_index=40, device="cpu", batch=256, max_wait_ms=0)
+    service = Service(dataclasses.replace(config, body=dataclasses.replace(config.body, sound=Sound(16))))
+    images = [demo_digits("test").images[i] for i in (0, 11)]
+    service.start()
+    try:
+        spec = ProcedureSpec(CERTIFY, 100, 0.001, service.sigma, 20, sound=True)
+        answer = json.loads(json.dumps(asyncio.run(service.answer(ParsedRequest(spec, images)))))
+    finally:
+        service.stop()
+    assert answer["procedure"] == answer["receipt"]["procedure"] == "cohen-fixed-n sound"
+    assert answer["receipt"]["sound_grid"] == 16 and service.model_info["sound"] == {"grid": 16, "quantize": False}
+    assert replay_answer(answer, images, service.engine, batch=64).identical
+    # the same counts under the default noise differ: the replay really re-ran the sound noise
+    del answer["receipt"]["sound_grid"]
+    answer["procedure"] = answer["receipt"]["procedure"] = "cohen-fixed-n"
+    assert not replay_answer(answer, images, service.engine, batch=64).identical
+
+
+def test_the_compiled_lookup_counts_as_searchsorted_on_every_boundary():
+    from dmae_fast.sound_noise import count_at_most
+    from dmae_fast.stats.rounded_gaussian import sound_table
+
+    for sigma, grid in ((0.25, 16), (1.0, 255)):
+        thresholds = torch.tensor(sound_table(sigma, grid).thresholds)
+        on = torch.cat((thresholds, thresholds - 1, thresholds + 1))  # on, just below, just above each one
+        values = torch.cat((on, torch.tensor([-2**63, 2**63 - 1, 0, -1]),
+                            torch.randint(-2**63, 2**63 - 1, (10_000,), dtype=torch.int64)))
+        assert torch.equal(count_at_most(thresholds, values), torch.searchsorted(thresholds, values, right=True))
+
+
+def test_a_sound_run_resumes_as_sound_only(one_torch_thread, tmp_path, capsys):
+    out = tmp_path / "r.tsv"
+    args = ["--data", "demo", "--n0", "20", "--n", "100", "--batch", "64", "--quiet", "--device", "cpu",
+            "--body", "plain", "--max", "3", "--out", str(out)]
+    assert certify_main([*args, "--sound"]) == 0
+    rows = out.read_text().splitlines()
+    out.write_text("\n".join(rows[:-1]) + "\n")  # the last image lost, as by a crash
+    assert certify_main([*args, "--resume"]) == 2  # the kept rows are sound ones: refused in one line
+    assert "and cohen-fixed-n: the file was edited or comes from another run" in capsys.readouterr().err
+    assert certify_main([*args, "--sound", "--resume"]) == 0
+    assert out.read_text().splitlines()[:-1] == rows[:-1] and read_results(out).idx.tolist() == [0, 1, 2]
+    assert set(read_results(out).extra["procedure"]) == {"cohen-fixed-n sound"}
