@@ -106,18 +106,9 @@ def sound_patches(clean: torch.Tensor, slot: torch.Tensor, thresholds: torch.Ten
 
 
 def _reference(clean: torch.Tensor, sigma: float, seed: int, rows: tuple[torch.Tensor, ...],
-               layout: PatchLayout | None, grid: int | None = None) -> torch.Tensor:
-    """:func:`noisy_rows` (or :func:`noisy_patches` with a layout; the sound ones with a grid) with the
-    torch-op reference noise."""
+               layout: PatchLayout | None) -> torch.Tensor:
+    """:func:`noisy_rows` (or :func:`noisy_patches` with a layout) with the torch-op reference noise."""
     slot, image, phase, sample = rows
-    if grid is not None:
-        thresholds = torch.tensor(sound_table(sigma, grid).thresholds, device=clean.device)
-        key = torch.tensor(key_words(seed), dtype=torch.int64, device=clean.device)
-        if layout is None:
-            return sound_images(clean, slot, thresholds, key, image, phase, sample, grid=grid, fused=False)
-        counters, mean, std = layout.counters.to(clean.device), *(t.to(clean.device) for t in layout.normalization)
-        return sound_patches(clean, slot, thresholds, key, image, phase, sample, counters, mean, std, grid=grid,
-                             fused=False)
     if layout is None:
         return clean[slot] + sigma * gaussian_noise(seed, image, phase, sample, tuple(clean.shape[1:]))
     eta = layout.arrange(gaussian_noise(seed, image, phase, sample, (layout.channels, layout.size, layout.size)))
@@ -187,7 +178,7 @@ class NoiseSource:
                                                          *(t.to(device) for t in layout.normalization))
         self._checked = False
         self._key: tuple[int, torch.Tensor] | None = None
-        self._sigma: tuple[float, torch.Tensor] | None = None
+        self._by_sigma: tuple[float, torch.Tensor] | None = None  # sigma and its _parameter
 
     @property
     def description(self) -> str:
@@ -210,7 +201,17 @@ class NoiseSource:
             else:
                 if self._checked or self._agrees(noisy, clean, sigma, seed, rows):
                     return noisy
-        return _reference(clean, sigma, seed, rows, self.layout, self.grid)
+        return self._reference(clean, sigma, seed, rows)
+
+    def _reference(self, clean: torch.Tensor, sigma: float, seed: int, rows: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """The torch-op reference of this source's noise (with a grid the sound one, on the cached table, key
+        and layout tensors)."""
+        if self.grid is None:
+            return _reference(clean, sigma, seed, rows, self.layout)
+        function = sound_images if self.layout is None else sound_patches
+        slot, image, phase, sample = rows
+        return function(clean, slot, self._parameter(sigma), self._key_tensor(seed), image, phase, sample,
+                        *self._layout_tensors, grid=self.grid, fused=False)
 
     def _run_kernel(self, clean: torch.Tensor, sigma: float, seed: int, rows: tuple[torch.Tensor, ...]) -> torch.Tensor:
         thresholds = self._parameter(sigma)
@@ -243,7 +244,7 @@ class NoiseSource:
         """After the first compiled batch: do its first rows match the reference? If not, fall
         back with a one-line notice (a miscompiled kernel must not certify anything)."""
         self._checked = True
-        want = _reference(clean, sigma, seed, tuple(r[:4] for r in rows), self.layout, self.grid)
+        want = self._reference(clean, sigma, seed, tuple(r[:4] for r in rows))
         # sigma * (a few ulps of eta), plus the rounding of x + sigma * eta (pixels are at most a few units),
         # over the std where the inputs are normalized; sound inputs: a quarter step of the grid (any other
         # integer is a step off, the float rounding of (X + Z) / L far below it)
@@ -263,11 +264,11 @@ class NoiseSource:
     def _parameter(self, sigma: float) -> torch.Tensor:
         """What the noise function takes for ``sigma``: sigma as a 0-d tensor, or with a grid the sound
         table's thresholds (int64) on the device."""
-        if self._sigma is None or self._sigma[0] != sigma:
+        if self._by_sigma is None or self._by_sigma[0] != sigma:
             value = torch.tensor(sigma, dtype=torch.float32) if self.grid is None else \
                 torch.tensor(sound_table(sigma, self.grid).thresholds)
-            self._sigma = sigma, value.to(self.device)
-        return self._sigma[1]
+            self._by_sigma = sigma, value.to(self.device)
+        return self._by_sigma[1]
 
     def _fall_back(self, why: str) -> None:
         self._notice(f"{self.implementation} noise unavailable ({why}); using the torch-op reference (slower, "
