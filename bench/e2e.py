@@ -67,24 +67,22 @@ def time_reference(name: str, model: SmoothingClassifier, loop: ReferenceLoop, i
 def time_ours(name: str, model: SmoothingClassifier, fast: FastPath, precision: str, batch: int,
               images: list[torch.Tensor], n0: int, n: int, sigma: float,
               sequential: Procedure | None = None) -> CertifyTiming:
-    """The streaming certifier over all images (after a one-image warm-up that compiles); with a
-    ``sequential`` procedure (what ``--sequential`` runs), its plan and stopping rule (--n is the
-    cap; samples/s counts samples drawn)."""
+    """The streaming certifier over all images, after a one-image warm-up run of the same plan
+    (it compiles and captures the CUDA graph that the timed run replays); with a ``sequential``
+    procedure (what ``--sequential`` runs), its plan and stopping rule (--n is the cap;
+    samples/s counts samples drawn)."""
     device = next(model.parameters()).device
     engine = TorchEngine(model, device, precision)
     body = FastBatches(engine, sigma, 0, batch, fast)
+    plan, decide = (SamplingPlan.certify(n0, n), None) if sequential is None else (sequential.plan, sequential.decide)
 
-    def run(items, plan, decide=None):
+    def run(items):
         return list(StreamingCertifier(engine, plan, sigma, 0, batch, body).run(items, decide))
 
-    run([(0, images[0].cpu(), 0)], SamplingPlan.certify(min(n0, batch), batch))
+    run([(0, images[0].cpu(), 0)])
     _sync(device)
     start = time.perf_counter()
-    items = [(i, image.cpu(), 0) for i, image in enumerate(images)]
-    if sequential is None:
-        out = run(items, SamplingPlan.certify(n0, n))
-    else:
-        out = run(items, sequential.plan, sequential.decide)
+    out = run([(i, image.cpu(), 0) for i, image in enumerate(images)])
     drawn = sum(int(done.counts.sum()) for done in out)
     _sync(device)
     method = f"ours: {body.options.describe()}" + (f", {sequential.name}" if sequential else "")

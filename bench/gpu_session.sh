@@ -213,7 +213,7 @@ fi
 # The test files that hold GPU tests (tests/test_bench.py checks that none is missing). The .pt2
 # test runs last, in its own step: loading an AOTInductor package crashed the process on an H200
 # (segmentation fault, torch 2.11), which took the GPU tests after it down too.
-GPU_TEST_FILES=(tests/test_stream.py tests/test_fast_stream.py tests/test_fp8.py tests/test_sound_kernel.py)
+GPU_TEST_FILES=(tests/test_stream.py tests/test_fast_stream.py tests/test_kernels.py tests/test_fp8.py tests/test_gelu_quantize.py tests/test_sound_kernel.py tests/test_cpp.py)
 AOTI_TEST=tests/test_fast_stream.py::test_fused_front_end_feeds_a_cuda_pt2_token_engine_under_a_cuda_graph
 if [ "$SMOKE" = 1 ]; then  # one quick module: its GPU test is collected and skipped
     wanted gpu-tests && pytest_step gpu-tests "$(left 60)" -m gpu tests/test_stream.py

@@ -32,6 +32,7 @@ import math
 import sys
 from collections.abc import Callable
 from contextlib import contextmanager, nullcontext
+from typing import Any
 
 import torch
 
@@ -44,7 +45,7 @@ from dmae_fast.noise import (
     philox4x32,
 )
 from dmae_fast.patch_layout import PatchLayout
-from dmae_fast.sound_noise import count_at_most, signed_uniform, sound_rows
+from dmae_fast.sound_noise import guide_lookup, guide_table, interleave, signed_uniform, sound_rows
 from dmae_fast.stats.rounded_gaussian import sound_table
 
 COMPILED, REFERENCE, KERNEL = "compiled", "torch ops", "Triton kernel"
@@ -78,30 +79,37 @@ def noisy_patches(clean: torch.Tensor, slot: torch.Tensor, sigma: torch.Tensor, 
     return (clean[slot] + sigma * eta - mean) / std
 
 
-def sound_images(clean: torch.Tensor, slot: torch.Tensor, thresholds: torch.Tensor, key: torch.Tensor,
-                 image: torch.Tensor, phase: torch.Tensor, sample: torch.Tensor, *, grid: int,
+def sound_images(clean: torch.Tensor, slot: torch.Tensor, table: tuple[torch.Tensor, torch.Tensor],
+                 key: torch.Tensor, image: torch.Tensor, phase: torch.Tensor, sample: torch.Tensor, *, grid: int,
                  fused: bool = True) -> torch.Tensor:
-    """``(X + Z) / L`` [B, *shape]: :func:`~dmae_fast.sound_noise.sound_rows` with K read from the
-    thresholds (2K of them), as :class:`NoiseSource` compiles it (``fused``: the compiler's lookup)."""
-    return sound_rows(clean, slot, grid, thresholds, thresholds.shape[0] // 2, key, image, phase, sample, fused)
+    """``(X + Z) / L`` [B, *shape]: :func:`~dmae_fast.sound_noise.sound_rows` for ``table``, the thresholds
+    (2K of them, which give K) and their guide, as :class:`NoiseSource` compiles it (``fused``: the guide's
+    lookup, for a compiler)."""
+    thresholds, guide = table
+    return sound_rows(clean, slot, grid, thresholds, thresholds.shape[0] // 2, key, image, phase, sample,
+                      guide if fused else None)
 
 
-def sound_patches(clean: torch.Tensor, slot: torch.Tensor, thresholds: torch.Tensor, key: torch.Tensor,
-                  image: torch.Tensor, phase: torch.Tensor, sample: torch.Tensor, counters: torch.Tensor,
-                  mean: torch.Tensor, std: torch.Tensor, *, grid: int, fused: bool = True) -> torch.Tensor:
+def sound_patches(clean: torch.Tensor, slot: torch.Tensor, table: tuple[torch.Tensor, torch.Tensor],
+                  key: torch.Tensor, image: torch.Tensor, phase: torch.Tensor, sample: torch.Tensor,
+                  counters: torch.Tensor, mean: torch.Tensor, std: torch.Tensor, *, grid: int,
+                  fused: bool = True) -> torch.Tensor:
     """``((X + Z) / L - mean) / std`` [B, L, C*p*p]: the sound inputs of B rows in a patch layout, whose
     ``counters`` (flat pixel index // 4 of each group of four) are passed; ``clean`` [S, L, C*p*p] holds the
-    arranged clean images. Pixels 4c, 4c+1 take Philox counter 2c and pixels 4c+2, 4c+3 counter 2c+1 (the
-    contract's e // 2), so the integers are :func:`~dmae_fast.sound_noise.rounded_gaussian_rows`'."""
+    arranged clean images; ``table`` as :func:`sound_images` takes it. Pixels 4c, 4c+1 take Philox counter 2c
+    and pixels 4c+2, 4c+3 counter 2c+1 (the contract's e // 2), so the integers are
+    :func:`~dmae_fast.sound_noise.rounded_gaussian_rows`'."""
     column = lambda v: v.view(-1, 1, 1)  # noqa: E731
     rest = (column(sample), column(image), column(phase))
     words = philox4x32((2 * counters, *rest), (key[0], key[1])) + \
         philox4x32((2 * counters + 1, *rest), (key[0], key[1]))
     uniforms = [signed_uniform(words[i], words[i + 1]) for i in range(0, 8, 2)]
-    pairs = torch.stack(torch.broadcast_tensors(*uniforms), dim=-1).reshape(len(slot), -1)
-    count = count_at_most(thresholds, pairs) if fused else torch.searchsorted(thresholds, pairs, right=True)
-    noise = count.view(len(slot), *clean.shape[1:]) - len(thresholds) // 2
-    total = torch.round(clean[slot] * grid).to(torch.int64) + noise
+    thresholds, guide = table
+    if fused:  # looked up before interleaving, as rounded_gaussian_rows does
+        noise = interleave(*(guide_lookup(guide, u) for u in uniforms))
+    else:
+        noise = torch.searchsorted(thresholds, interleave(*uniforms), right=True) - len(thresholds) // 2
+    total = torch.round(clean[slot] * grid).to(torch.int64) + noise.view(len(slot), *clean.shape[1:])
     return (total.to(torch.float32) / grid - mean) / std
 
 
@@ -178,7 +186,7 @@ class NoiseSource:
                                                          *(t.to(device) for t in layout.normalization))
         self._checked = False
         self._key: tuple[int, torch.Tensor] | None = None
-        self._by_sigma: tuple[float, torch.Tensor] | None = None  # sigma and its _parameter
+        self._by_sigma: tuple[float, Any] | None = None  # sigma and its _parameter
 
     @property
     def description(self) -> str:
@@ -214,7 +222,7 @@ class NoiseSource:
                         *self._layout_tensors, grid=self.grid, fused=False)
 
     def _run_kernel(self, clean: torch.Tensor, sigma: float, seed: int, rows: tuple[torch.Tensor, ...]) -> torch.Tensor:
-        thresholds = self._parameter(sigma)
+        thresholds, _ = self._parameter(sigma)
         slot, image, phase, sample = rows
         return self._kernel(clean, slot, self.grid, thresholds, len(thresholds) // 2, key_words(seed), image, phase,
                             sample)
@@ -261,13 +269,16 @@ class NoiseSource:
             self._key = seed, torch.tensor(key_words(seed), dtype=torch.int64, device=self.device)
         return self._key[1]
 
-    def _parameter(self, sigma: float) -> torch.Tensor:
+    def _parameter(self, sigma: float) -> Any:
         """What the noise function takes for ``sigma``: sigma as a 0-d tensor, or with a grid the sound
-        table's thresholds (int64) on the device."""
+        table's thresholds and their guide (int64, :func:`~dmae_fast.sound_noise.guide_table`) on the device."""
         if self._by_sigma is None or self._by_sigma[0] != sigma:
-            value = torch.tensor(sigma, dtype=torch.float32) if self.grid is None else \
-                torch.tensor(sound_table(sigma, self.grid).thresholds)
-            self._by_sigma = sigma, value.to(self.device)
+            if self.grid is None:
+                value: Any = torch.tensor(sigma, dtype=torch.float32, device=self.device)
+            else:
+                table = sound_table(sigma, self.grid)
+                value = tuple(torch.tensor(a, device=self.device) for a in (table.thresholds, guide_table(table)))
+            self._by_sigma = sigma, value
         return self._by_sigma[1]
 
     def _fall_back(self, why: str) -> None:

@@ -25,7 +25,15 @@ from libdevice (CUDA's accurate math, as torch uses), in the interpreter from Nu
 The GEMM runs in the output dtype (fp16/bf16 tensor cores; fp32 with IEEE products)
 with fp32 accumulation; tokens are written in the output dtype. Each program covers
 BLOCK_M (row, patch) pairs x BLOCK_N channels, so eta is regenerated once per channel
-tile (D / BLOCK_N times).
+tile: once for 16-bit weights and D <= 1024 (one tile spans D), D / 256 times otherwise.
+
+Each noise value's expensive parts are computed once. When patch rows start at multiples
+of 4 (P and W multiples of 4, as in every ViT here), a counter's 4 elements are consecutive
+in k, so a tile runs Philox once per counter on [BLOCK_M, BLOCK_K / 4], Box-Muller once per
+pair (one log and sqrt; the even element takes the cosine, the odd one the sine) and
+interleaves the results back to [BLOCK_M, BLOCK_K] (``_quad_gaussians``): the same float32
+operations on the same words as the per-element code, which other layouts keep
+(``QUADS`` off), so the tokens are bit-identical either way.
 
 On a machine without CUDA the kernels run in Triton's interpreter (``TRITON_INTERPRET=1``
 is set, for this process, before they are defined when no GPU is visible): slow, for tests.
@@ -82,6 +90,25 @@ def _contract_words(seed_lo, seed_hi, element, sample, image, phase):
 
 
 @triton.jit
+def _uniform(word):
+    """The contract's uniform in (0, 1) of uint32 words: their top 23 bits, centred."""
+    return ((word >> 9).to(tl.float32) + 0.5) * 1.1920928955078125e-07  # 2**-23
+
+
+@triton.jit
+def _box_muller(a, b, PRECISE: tl.constexpr):
+    """(radius, cos, sin) of word pairs (a, b): their Gaussians are radius * cos and radius * sin."""
+    angle = TWO_PI * _uniform(b)
+    if PRECISE:
+        radius = libdevice.sqrt_rn(-2.0 * libdevice.log(_uniform(a)))
+        cos, sin = libdevice.cos(angle), libdevice.sin(angle)
+    else:
+        radius = tl.sqrt(-2.0 * tl.log(_uniform(a)))
+        cos, sin = tl.cos(angle), tl.sin(angle)
+    return radius, cos, sin
+
+
+@triton.jit
 def _contract_gaussians(seed_lo, seed_hi, element, sample, image, phase, PRECISE: tl.constexpr):
     """(own uint32 word, standard Gaussian) of each flat element index (all uint32 tensors)."""
     w0, w1, w2, w3 = _contract_words(seed_lo, seed_hi, element, sample, image, phase)
@@ -90,16 +117,19 @@ def _contract_gaussians(seed_lo, seed_hi, element, sample, image, phase, PRECISE
     a = tl.where(first_pair, w0, w2)
     b = tl.where(first_pair, w1, w3)
     own = tl.where(lane % 2 == 0, a, b)
-    u0 = ((a >> 9).to(tl.float32) + 0.5) * 1.1920928955078125e-07  # 2**-23
-    u1 = ((b >> 9).to(tl.float32) + 0.5) * 1.1920928955078125e-07
-    angle = TWO_PI * u1
-    if PRECISE:
-        radius = libdevice.sqrt_rn(-2.0 * libdevice.log(u0))
-        cos, sin = libdevice.cos(angle), libdevice.sin(angle)
-    else:
-        radius = tl.sqrt(-2.0 * tl.log(u0))
-        cos, sin = tl.cos(angle), tl.sin(angle)
+    radius, cos, sin = _box_muller(a, b, PRECISE)
     return own, radius * tl.where(lane % 2 == 0, cos, sin)
+
+
+@triton.jit
+def _quad_gaussians(seed_lo, seed_hi, first, sample, image, phase, ROWS: tl.constexpr, QUADS: tl.constexpr,
+                    PRECISE: tl.constexpr):
+    """Gaussians [ROWS, 4 QUADS] of the elements first + 0..3 for ``first`` [ROWS, QUADS] (multiples
+    of 4): the same numbers as ``_contract_gaussians``, with one Philox call per counter, one radius
+    per pair and one cosine (even element) or sine (odd element) per element."""
+    w0, w1, w2, w3 = _contract_words(seed_lo, seed_hi, first, sample, image, phase)
+    radius, cos, sin = _box_muller(tl.join(w0, w2), tl.join(w1, w3), PRECISE)  # [ROWS, QUADS, pair]
+    return tl.reshape(tl.join(radius * cos, radius * sin), (ROWS, 4 * QUADS))  # [.., pair, parity] = lane
 
 
 @triton.jit(do_not_specialize=SEED_WORDS)
@@ -120,12 +150,19 @@ def _noise_kernel(words_ptr, noise_ptr, image_ptr, phase_ptr, sample_ptr, seed_l
     tl.store(noise_ptr + offset, eta, mask=ok)
 
 
+@triton.jit
+def _offset_in_image(k, P: tl.constexpr, H: tl.constexpr, W: tl.constexpr):
+    """Flat [C, H, W] offset of patch entry k = (c, ph, pw) from the patch's top-left pixel."""
+    return (k // (P * P)) * (H * W) + ((k // P) % P) * W + k % P
+
+
 @triton.jit(do_not_specialize=SEED_WORDS)
 def _fused_tokens_kernel(out_ptr, emb_ptr, weight_ptr, cls_ptr, pos_ptr,
                          slot_ptr, image_ptr, phase_ptr, sample_ptr, seed_lo, seed_hi, M,
                          L: tl.constexpr, D: tl.constexpr, K: tl.constexpr, P: tl.constexpr,
                          H: tl.constexpr, W: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                         BLOCK_K: tl.constexpr, PRECISE: tl.constexpr, DOT_PRECISION: tl.constexpr):
+                         BLOCK_K: tl.constexpr, QUADS: tl.constexpr, PRECISE: tl.constexpr,
+                         DOT_PRECISION: tl.constexpr):
     m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)  # (row, patch) pairs
     n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)  # channels
     m_ok = m < M
@@ -141,10 +178,17 @@ def _fused_tokens_kernel(out_ptr, emb_ptr, weight_ptr, cls_ptr, pos_ptr,
     for k0 in range(0, K, BLOCK_K):
         k = k0 + tl.arange(0, BLOCK_K)
         k_ok = k < K
-        inside = (k // (P * P)) * (H * W) + ((k // P) % P) * W + k % P
-        element = (corner[:, None] + inside[None, :]).to(tl.uint32)
-        zero = tl.full((BLOCK_M, BLOCK_K), 0, tl.uint32)
-        _, eta = _contract_gaussians(seed_lo, seed_hi, element, sample + zero, image + zero, phase + zero, PRECISE)
+        if QUADS:  # k0 + 4q .. k0 + 4q + 3: one counter's elements, consecutive in a patch row
+            first = k0 + 4 * tl.arange(0, BLOCK_K // 4)
+            element = (corner[:, None] + _offset_in_image(first, P, H, W)[None, :]).to(tl.uint32)
+            zero = tl.full((BLOCK_M, BLOCK_K // 4), 0, tl.uint32)
+            eta = _quad_gaussians(seed_lo, seed_hi, element, sample + zero, image + zero, phase + zero,
+                                  BLOCK_M, BLOCK_K // 4, PRECISE)
+        else:
+            element = (corner[:, None] + _offset_in_image(k, P, H, W)[None, :]).to(tl.uint32)
+            zero = tl.full((BLOCK_M, BLOCK_K), 0, tl.uint32)
+            _, eta = _contract_gaussians(seed_lo, seed_hi, element, sample + zero, image + zero, phase + zero,
+                                         PRECISE)
         eta = tl.where(m_ok[:, None] & k_ok[None, :], eta, 0.0)
         weight = tl.load(weight_ptr + k[:, None] * D + n[None, :], mask=k_ok[:, None] & n_ok[None, :], other=0.0)
         acc += tl.dot(eta.to(weight.dtype), weight, input_precision=DOT_PRECISION)
@@ -189,30 +233,47 @@ def noise_launch(seed: int, image: torch.Tensor, phase: torch.Tensor, sample: to
     return grid, [words, noise, image, phase, sample, *_key(seed), numel], dict(BLOCK=block, PRECISE=not INTERPRETED)
 
 
-def _blocks(front: FrontEnd) -> tuple[int, int, int, int]:
-    """(BLOCK_M, BLOCK_N, BLOCK_K, warps): large tiles in the interpreter (cost is per program)."""
+TILES = ("split", "wide", "per-element")  # GPU launch configurations (benchmarks compare them); the first is used
+
+
+def _blocks(front: FrontEnd, tiles: str) -> tuple[int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, BLOCK_K, warps): large tiles in the interpreter (cost is per program).
+
+    On the GPU, "wide" covers all D <= 1024 channels in one tile for 16-bit weights, so each
+    noise value is made once; BLOCK_M keeps the fp32 accumulator at BLOCK_M * BLOCK_N / 256
+    threads <= 128 registers, and the padded channels (768 -> 1024) cost only tensor-core
+    products. "split" (also for fp32 weights, whose products run on the FMA units, and wider D)
+    tiles D by 256 and makes the noise again per channel tile; "per-element" is "split" with
+    one Philox call and one Box-Muller per element (the kernel before the quads).
+    """
+    if tiles not in TILES:
+        raise ValueError(f"unknown tiles {tiles}; known: {', '.join(TILES)}")
     d, k = front.embed_dim, front.weight.shape[0]
+    n = max(16, triton.next_power_of_2(d))
     if INTERPRETED:
-        return 128, max(16, triton.next_power_of_2(d)), max(16, triton.next_power_of_2(k)), 4
-    return 64, min(256, max(16, triton.next_power_of_2(d))), 32, 8
+        return 128, n, max(16, triton.next_power_of_2(k)), 4
+    if tiles == "wide" and n <= 1024 and front.weight.element_size() == 2:
+        return min(64, 128 * 256 // n), n, 32, 8
+    return 64, min(256, n), 32, 8
 
 
 def fused_tokens(front: FrontEnd, embeddings: torch.Tensor, slot: torch.Tensor, image: torch.Tensor,
                  phase: torch.Tensor, sample: torch.Tensor, seed: int, dtype: torch.dtype = torch.float32,
-                 out: torch.Tensor | None = None) -> torch.Tensor:
+                 out: torch.Tensor | None = None, *, tiles: str = TILES[0]) -> torch.Tensor:
     """Tokens [B, 1 + L, D] in ``dtype`` for B rows (see the module docstring).
 
     ``front.weight`` is the GEMM's input type (``front.cast(dtype)`` once per run: fp16/bf16
-    for tensor cores, fp32 for IEEE products); ``embeddings`` are E [S, L, D].
+    for tensor cores, fp32 for IEEE products); ``embeddings`` are E [S, L, D]. ``tiles`` (one of
+    ``TILES``) is for benchmarks.
     """
-    grid, args, options = tokens_launch(front, embeddings, slot, image, phase, sample, seed, dtype, out)
+    grid, args, options = tokens_launch(front, embeddings, slot, image, phase, sample, seed, dtype, out, tiles=tiles)
     _fused_tokens_kernel[grid](*args, **options)
     return args[0]
 
 
 def tokens_launch(front: FrontEnd, embeddings: torch.Tensor, slot: torch.Tensor, image: torch.Tensor,
                   phase: torch.Tensor, sample: torch.Tensor, seed: int, dtype: torch.dtype,
-                  out: torch.Tensor | None = None) -> tuple[tuple[int, ...], list, dict]:
+                  out: torch.Tensor | None = None, *, tiles: str = TILES[0]) -> tuple[tuple[int, ...], list, dict]:
     """(grid, positional arguments, constexprs and launch options) of ``_fused_tokens_kernel``
     for :func:`fused_tokens` (also what tests compile for Hopper on a machine without a GPU)."""
     slot, image, phase, sample = _rows(slot, image, phase, sample)
@@ -222,12 +283,14 @@ def tokens_launch(front: FrontEnd, embeddings: torch.Tensor, slot: torch.Tensor,
     length, dim = front.num_patches, front.embed_dim
     if out is None:
         out = torch.empty((len(slot), 1 + length, dim), dtype=dtype, device=slot.device)
-    block_m, block_n, block_k, warps = _blocks(front)
+    block_m, block_n, block_k, warps = _blocks(front, tiles)
     rows = len(slot) * length
     grid = (triton.cdiv(rows, block_m), triton.cdiv(dim, block_n))
     args = [out, embeddings.contiguous(), front.weight, front.cls_row, front.pos, slot, image, phase, sample,
             *_key(seed), rows]
+    # a counter's 4 elements are consecutive in k when patch rows start at multiples of 4
+    quads = tiles != "per-element" and front.patch % 4 == 0 and w % 4 == 0
     options = dict(L=length, D=dim, K=c * front.patch**2, P=front.patch, H=h, W=w,
-                   BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, PRECISE=not INTERPRETED,
+                   BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, QUADS=quads, PRECISE=not INTERPRETED,
                    DOT_PRECISION="ieee" if front.weight.dtype == torch.float32 else "tf32", num_warps=warps)
     return grid, args, options

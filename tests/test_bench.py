@@ -18,6 +18,7 @@ import pytest  # noqa: E402
 
 from dmae_fast.bench.flops import vit_forward_flops  # noqa: E402
 from dmae_fast.bench.reference_loops import COHEN, DMAE  # noqa: E402
+from dmae_fast.bench.suite import SEQUENTIAL_IMAGES  # noqa: E402
 from dmae_fast.bench.throughput import MODEL_SPECS, build_model  # noqa: E402
 from dmae_fast.cli.bench import main  # noqa: E402
 
@@ -70,10 +71,10 @@ def test_smoke_run_writes_json_markdown_and_plot(tmp_path, capsys):
     assert (engine_folder / "tiny-cpu-tokens-fp32.onnx.frontend.safetensors").is_file()
     methods = [t["method"] for t in record["certify"]]
     assert methods[:3] == ["reference: Cohen et al.", "reference: DMAE", "ours: fused"]
-    # the same images, what --sequential runs (the exact group-sequential test), early stops
+    # what --sequential runs (the exact group-sequential test), on the same pictures 8x over: early stops
     assert len(methods) == 4 and methods[3].startswith("ours: fused, group-sequential-exact-")
     fixed, sequential = record["certify"][2:]
-    assert sequential["images"] == fixed["images"] and sequential["n"] == fixed["n"]
+    assert sequential["images"] == SEQUENTIAL_IMAGES * fixed["images"] and sequential["n"] == fixed["n"]
     assert all(t["images"] >= 1 and t["extrapolated_1000_s"] > 0 for t in record["certify"])
     table = next(out.glob("*.md")).read_text()
     header = "| model | variant | precision | batch | samples/s | MFU | memory (GiB) | vs Cohen | vs DMAE | status |"

@@ -55,9 +55,9 @@ INDICES = [0, 3, 6, 9]  # --skip 3 --max 4: the noise must use the dataset index
 # --------------------------------------------------------------------------- fixtures
 
 
-def export_demo_pt2(directory: Path) -> Path:
+def export_demo_pt2(directory: Path, device: str = "cpu") -> Path:
     """The demo classifier as an AOTInductor package + sidecar, written by dmae-export's pipeline."""
-    config = ExportConfig(ckpt=str(DEMO_CHECKPOINT), out=str(directory), formats=("torch",), device="cpu",
+    config = ExportConfig(ckpt=str(DEMO_CHECKPOINT), out=str(directory), formats=("torch",), device=device,
                           batch=BatchRange(1, 256, 4096), parity_samples=64, name="demo")
     (engine,) = export_engines(config, report=lambda message: None)
     return engine
@@ -150,6 +150,31 @@ def test_cli_rows_equal_dmae_certify(engine_file, build, demo_files, tmp_path, c
     if command == "certify":
         assert (table.predict >= 0).sum() >= 3 and table.radius.max() > 0.3  # real certificates
         assert table.extra["nA"].max() < N  # no image unanimous: every count is a real comparison
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_package_rows_equal_dmae_certify_on_the_gpu_and_the_cpu_counts(engine_file, build, demo_files,
+                                                                             tmp_path):
+    """The demo exported for CUDA: dmae-smooth and dmae-certify --engine write the same rows on the GPU,
+    and the fp32 counts equal those of the CPU package (the same noise, fp32 on both)."""
+    cuda_engine = export_demo_pt2(tmp_path / "cuda-engine", device="cuda")
+    images, labels = demo_files
+    common = ["--n0", str(N0), "--n", str(N), "--alpha", str(ALPHA), "--seed", str(SEED), "--sigma", str(SIGMA),
+              "--batch", str(N0 + N), "--skip", "3", "--max", "4", "--quiet"]
+    cpp, python, cpu = tmp_path / "cpp.tsv", tmp_path / "python.tsv", tmp_path / "cpu.tsv"
+    done = smooth(build, "certify", "--engine", str(cuda_engine), "--images", str(images), "--labels", str(labels),
+                  "--out", str(cpp), *common)
+    assert done.returncode == 0, done.stderr
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert certify_main(["--data", "demo", "--engine", str(cuda_engine), "--device", "cuda", "--out", str(python),
+                             *common]) == 0
+        assert certify_main(["--data", "demo", "--engine", str(engine_file), "--device", "cpu", "--out", str(cpu),
+                             *common]) == 0
+    assert _rows_without_time(cpp) == _rows_without_time(python)
+    gpu_rows, cpu_rows = read_results(cpp), read_results(cpu)
+    assert gpu_rows.predict.tolist() == cpu_rows.predict.tolist()
+    assert gpu_rows.extra["nA"].tolist() == cpu_rows.extra["nA"].tolist()
 
 
 def test_host_noise_sampler_certifies_the_same_classes(build, engine_file, demo_files, tmp_path):

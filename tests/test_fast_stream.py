@@ -217,6 +217,26 @@ def test_cuda_fast_paths_agree_with_the_plain_body(options):
 
 @pytest.mark.gpu
 @gpu
+def test_a_run_with_the_previous_runs_layout_replays_its_captured_graph():
+    """A second run on the same body (same slots and phases) keeps the graph and counts from zero;
+    a run of another layout captures again. Counts equal a fresh body's each time."""
+    engine = _engine(device=torch.device("cuda"))
+    body = FastBatches(engine, 0.5, 11, 128, FastPath(cuda_graphs=True))
+    images, plan = _images(16, count=4), SamplingPlan.certify(n0=50, n=300)
+    first = _counts(engine, images, plan, 128, body)
+    graph = body._graph
+    assert graph is not None
+    again = _counts(engine, images, plan, 128, body)
+    assert body._graph is graph
+    fresh = _counts(engine, images, plan, 128, FastBatches(engine, 0.5, 11, 128, FastPath(cuda_graphs=True)))
+    assert all(np.array_equal(first[i], again[i]) and np.array_equal(first[i], fresh[i]) for i in first)
+    other = SamplingPlan.certify(n0=10, n=40)  # a stage shorter than the batch: more slots
+    _counts(engine, images, other, 128, body)
+    assert body._graph is not graph
+
+
+@pytest.mark.gpu
+@gpu
 def test_fused_front_end_feeds_a_cuda_pt2_token_engine_under_a_cuda_graph(tmp_path):
     """The GPU path of ``ours: fused + .pt2 tokens + CUDA graphs``: AOTInductor under graph capture."""
     checkpoint = save_classifier(_engine().model, tmp_path / "tiny.safetensors")

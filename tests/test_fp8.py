@@ -12,7 +12,7 @@ from dmae_fast.cli.certify import main
 from dmae_fast.engines import EngineOptions, TorchEngine, open_engine
 from dmae_fast.errors import UserError
 from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier
-from dmae_fast.model.fp8 import E4M3, Fp8Linear, fp8_problem, quantize_rows, to_fp8
+from dmae_fast.model.fp8 import E4M3, Fp8Linear, fp8_problem, to_fp8
 
 CPU = torch.device("cpu")
 
@@ -58,41 +58,6 @@ def test_to_fp8_quantizes_the_blocks_linear_layers_only_and_leaves_the_model_alo
     assert isinstance(body.head, nn.Linear) and body.head.weight.dtype == torch.bfloat16
     assert not any(isinstance(m, Fp8Linear) for m in model.modules())  # a copy
     assert next(model.parameters()).dtype == torch.float32
-
-
-def _gelu_rows(rows=37, width=96):
-    torch.manual_seed(0)
-    h = (torch.randn(rows, width) * 3).to(torch.bfloat16)
-    h[-1, :7] = torch.tensor([1e-4, -1e-4, 40.0, -40.0, 0.3, -5.0, 2.5])  # tiny, large, GELU's negative tail
-    h[0] = 0  # an all-zero row: scale at its floor, zeros out
-    return h
-
-
-def _assert_same_quantization(h, q, scale):
-    """(q, scale) is quantize_rows(GELU(h)) in torch operations: the same scales; the same e4m3
-    bytes except where the two erf implementations round GELU's far negative tail to different
-    bf16 values (then one grid step apart at most)."""
-    expected_q, expected_scale = quantize_rows(torch.nn.functional.gelu(h))
-    assert q.dtype == E4M3 and scale.shape == expected_scale.shape
-    torch.testing.assert_close(scale, expected_scale, rtol=1e-6, atol=0)
-    same = q.view(torch.uint8) == expected_q.view(torch.uint8)
-    assert same.float().mean().item() >= 0.999
-    got, want = q.float()[~same], expected_q.float()[~same]
-    assert ((got - want).abs() <= 0.125 * torch.maximum(got.abs(), want.abs()) + 2**-9).all()
-
-
-def test_the_gelu_quantize_kernel_computes_quantize_rows_of_gelu():
-    """The Triton pass (in the interpreter here), round-half-to-even onto the e4m3 grid and the
-    bf16 rounding of GELU included, against the torch operations CPUs run."""
-    from dmae_fast.kernels.gelu_quantize import gelu_quantize_rows
-
-    for rows, width in ((37, 96), (5, 3072), (2, 48)):
-        h = _gelu_rows(rows, width)
-        _assert_same_quantization(h, *gelu_quantize_rows(h, 448.0, 1e-12))
-    q, _ = gelu_quantize_rows(_gelu_rows(37, 96), 448.0, 1e-12)
-    assert (q.view(torch.uint8)[0] == 0).all()  # the all-zero row
-    with pytest.raises(ValueError, match="bfloat16"):
-        gelu_quantize_rows(torch.zeros(2, 16), 448.0, 1e-12)
 
 
 def test_to_fp8_moves_an_exact_gelu_into_fc2_without_changing_the_function():
@@ -167,15 +132,3 @@ def test_cuda_fp8_fast_body_agrees_with_fp16():
     assert sum(c.sum() for c in fast.values()) == total
     assert sum(np.abs(eager[i] - fast[i]).sum() for i in eager) / 2 <= 0.02 * total  # rounding of the fusion
     assert sum(np.abs(fp16[i] - fast[i]).sum() for i in fp16) / 2 <= 0.05 * total  # fp8 vs fp16
-
-
-@pytest.mark.gpu
-@gpu
-def test_cuda_gelu_quantize_kernel_matches_the_reference_and_compiles():
-    """On the GPU (libdevice erf; hardware e4m3 cast): the reference's rows up to the last bit of
-    GELU, eagerly and inside a compiled graph."""
-    from dmae_fast.kernels.gelu_quantize import gelu_quantize_rows
-
-    h = _gelu_rows(1000, 3072).cuda()
-    for run in (gelu_quantize_rows, torch.compile(gelu_quantize_rows)):
-        _assert_same_quantization(h, *run(h, 448.0, 1e-12))

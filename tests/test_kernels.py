@@ -81,6 +81,61 @@ def test_fused_tokens_match_the_reference(model, dtype, tol):
         torch.testing.assert_close(logits, expected, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_quad_noise_gives_the_per_element_tokens_bit_for_bit(model, dtype):
+    """One Philox call per counter and one radius per pair: the same numbers as per element."""
+    x = torch.rand(3, 3, 12, 12, device=DEVICE)
+    slot, image, phase, sample = _rows(37, 3)
+    front = FrontEnd.from_model(model, sigma=0.25).cast(dtype)
+    embeddings = clean_embedding(model, x)
+    tokens = {}
+    for tiles in ("split", "per-element"):  # the same blocks, with and without quads
+        launch = fused_frontend.tokens_launch(front, embeddings, slot, image, phase, sample, SEED, dtype, tiles=tiles)
+        assert launch[2]["QUADS"] == (tiles == "split")
+        tokens[tiles] = fused_frontend.fused_tokens(front, embeddings, slot, image, phase, sample, SEED, dtype,
+                                                    tiles=tiles)
+    assert torch.equal(tokens["split"], tokens["per-element"])
+
+
+def test_patches_not_a_multiple_of_4_wide_keep_the_per_element_noise():
+    torch.manual_seed(0)
+    spec = ClassifierSpec(EncoderConfig(16, 1, 2, patch_size=2, img_size=6), num_classes=3, input_size=6)
+    small = SmoothingClassifier(spec).eval().to(DEVICE)
+    x = torch.rand(2, 3, 6, 6, device=DEVICE)
+    slot, image, phase, sample = _rows(5, 2)
+    front, embeddings = FrontEnd.from_model(small, sigma=0.5), clean_embedding(small, x)
+    launch = fused_frontend.tokens_launch(front, embeddings, slot, image, phase, sample, SEED, torch.float32)
+    assert not launch[2]["QUADS"]
+    fused = fused_frontend.fused_tokens(front, embeddings, slot, image, phase, sample, SEED)
+    torch.testing.assert_close(fused, reference_tokens(front, embeddings, slot, image, phase, sample, SEED),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_unknown_tiles_are_refused(model):
+    slot, image, phase, sample = _rows(2, 1)
+    front = FrontEnd.from_model(model, sigma=0.25)
+    with pytest.raises(ValueError, match="unknown tiles huge; known: split, wide, per-element"):
+        fused_frontend.tokens_launch(front, torch.zeros(1, 9, 48), slot, image, phase, sample, SEED, torch.float32,
+                                     tiles="huge")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("tiles", ["wide", "split", "per-element"])
+def test_every_gpu_tiling_matches_the_reference_for_a_vit_b_front_end(tiles):
+    """D = 768, 16x16 patches at 224 in fp16: "wide" spans D in one 1024-channel tile."""
+    torch.manual_seed(0)
+    weight = torch.randn(768, 768, device=DEVICE) * 0.02
+    pos = torch.randn(196, 768, device=DEVICE) * 0.02
+    front = FrontEnd(weight, torch.zeros(768, device=DEVICE), pos, 16, (3, 224, 224))
+    embeddings = torch.randn(3, 196, 768, device=DEVICE)
+    slot, image, phase, sample = _rows(40, 3)
+    fused = fused_frontend.fused_tokens(front.cast(torch.float16), embeddings, slot, image, phase, sample, SEED,
+                                        torch.float16, tiles=tiles)
+    reference = reference_tokens(front, embeddings, slot, image, phase, sample, SEED)
+    torch.testing.assert_close(fused.float(), reference, rtol=2e-2, atol=2e-2)
+
+
 def test_resizing_classifiers_are_not_fused():
     spec = ClassifierSpec(EncoderConfig(32, 1, 2, patch_size=4, img_size=16), num_classes=10, input_size=8)
     assert "resizes" in fused_unsupported_reason(spec)
@@ -126,6 +181,7 @@ from dmae_fast.kernels.frontend_reference import FrontEnd
 
 assert not ff.INTERPRETED, "the kernels must be compiled, not interpreted"
 rows = torch.arange(3)
+HOPPER_SHARED = 227 * 1024  # bytes of shared memory one H100/H200 block may use
 SEEDS = (0, 1, 2**32, 2**63 + 2**40 + 12345)  # key words 0, 1 (a constant unless told) and above 2**31
 for seed in SEEDS:
     compile_for_hopper(ff._noise_kernel, *ff.noise_launch(seed, rows, rows, rows, 3 * 224 * 224)[1:])
@@ -137,10 +193,11 @@ for (channels, size, patch, width), dtypes in (((3, 224, 16, 768), (torch.float1
                      (channels, size, size))
     embeddings = torch.zeros(2, length, width)  # float32, as FastBatches keeps them
     for dtype in dtypes:
-        for seed in SEEDS:
+        for seed, tiles in [(seed, ff.TILES[0]) for seed in SEEDS] + [(SEEDS[-1], tiles) for tiles in ff.TILES[1:]]:
             grid, args, options = ff.tokens_launch(front.cast(dtype), embeddings, rows % 2, rows, rows, rows,
-                                                   seed, dtype)
+                                                   seed, dtype, tiles=tiles)
             compiled = compile_for_hopper(ff._fused_tokens_kernel, args, options)
+            assert compiled.metadata.shared <= HOPPER_SHARED, (width, dtype, tiles, compiled.metadata.shared)
         print(width, dtype, "shared", compiled.metadata.shared, file=sys.stderr)
 print("compiled")
 """

@@ -14,8 +14,19 @@ from scipy.special import ndtr
 
 from dmae_fast.data.grid import check_on_grid, quantize
 from dmae_fast.errors import UserError
+from dmae_fast.fast_noise import COMPILED, NoiseSource, sound_patches
 from dmae_fast.noise import key_words, uint32_stream
-from dmae_fast.sound_noise import rounded_gaussian_noise, rounded_gaussian_rows, sound_rows
+from dmae_fast.patch_layout import PatchLayout
+from dmae_fast.sound_noise import (
+    bucket,
+    bucket_ends,
+    guide_bits,
+    guide_lookup,
+    guide_table,
+    rounded_gaussian_noise,
+    rounded_gaussian_rows,
+    sound_rows,
+)
 from dmae_fast.stats import rounded_gaussian
 from dmae_fast.stats.rounded_gaussian import exact_pmf, implemented_pmf, sound_table, tv_per_image
 
@@ -67,6 +78,58 @@ def test_the_reference_matches_a_pure_python_sampler(seed):
     assert noise.dtype == torch.int32
     for row, (i, p, n) in enumerate(zip(image.tolist(), phase.tolist(), sample.tolist(), strict=True)):
         assert noise[row].tolist() == python_noise(seed, table, i, p, n, 7)
+
+
+@pytest.mark.parametrize("sigma,grid", [(s, g) for g in (16, 255) for s in (0.12, 0.25, 0.5, 1.0)] + [(1 / 1024, 16)])
+def test_the_guide_lookup_counts_as_searchsorted_on_every_boundary(sigma, grid):
+    """The compiled lookup is searchsorted's count for every int64 V: at, below and above each threshold,
+    at both ends of each bucket and past them, at the ends of int64, and at random."""
+    table = sound_table(sigma, grid)
+    guide = guide_table(table)
+    bits = guide_bits(len(guide))
+    lowest, highest = bucket_ends(bits)
+    # the buckets tile int64 in order, and bucket() puts each one's ends in it
+    assert lowest[0] == -(2**63) and highest[-1] == 2**63 - 1 and np.array_equal(lowest[1:], highest[:-1] + 1)
+    for ends in (lowest, highest):
+        assert torch.equal(bucket(torch.tensor(ends), bits), torch.arange(len(ends)))
+    thresholds, ends = torch.tensor(table.thresholds), torch.tensor(np.concatenate((lowest, highest)))
+    values = torch.cat((thresholds, thresholds - 1, thresholds + 1, ends, ends - 1, ends + 1,  # int64 wraps at its ends
+                        torch.randint(-(2**63), 2**63 - 1, (100_000,), dtype=torch.int64)))
+    assert torch.equal(guide_lookup(torch.tensor(guide), values),
+                       torch.searchsorted(thresholds, values, right=True) - table.K)
+    assert guide.shape[1] <= 2  # one threshold to compare at most: the lookup's speed
+
+
+def test_the_guided_noise_is_the_searchsorted_noise_in_rows_and_patches():
+    """rounded_gaussian_rows and sound_patches with the guide (as compiled) draw the reference's integers, on an
+    odd number of elements too (the last pair's second value dropped)."""
+    table, key = sound_table(0.25, 255), torch.tensor(key_words(11))
+    thresholds, guide = torch.tensor(table.thresholds), torch.tensor(guide_table(table))
+    image, phase, sample = torch.tensor([3, 4, 5]), torch.tensor([0, 1, 1]), torch.tensor([0, 9, 2**32 - 1])
+    for numel in (49, 64):
+        assert torch.equal(rounded_gaussian_rows(key, thresholds, table.K, image, phase, sample, numel, guide),
+                           rounded_gaussian_rows(key, thresholds, table.K, image, phase, sample, numel))
+    layout = PatchLayout(3, 8, 4, (0.5, 0.4, 0.3), (0.2, 0.25, 0.3))
+    clean = layout.arrange(torch.randint(0, 256, (2, 3, 8, 8)).float() / 255)
+    rows = (torch.tensor([0, 1, 1]), key, image, phase, sample, layout.counters, *layout.normalization)
+    assert torch.equal(sound_patches(clean, rows[0], (thresholds, guide), *rows[1:], grid=255),
+                       sound_patches(clean, rows[0], (thresholds, guide), *rows[1:], grid=255, fused=False))
+
+
+@pytest.mark.parametrize("patches", [False, True])
+def test_the_compiled_sound_noise_is_the_reference_on_every_row(patches):
+    """NoiseSource compiles the guide lookup (images, and the CPU fast body's patch rows, serial) without falling
+    back, and every row of a batch, past the four it checks itself, equals the torch-op reference."""
+    layout = PatchLayout(3, 8, 4, (0.5, 0.4, 0.3), (0.2, 0.25, 0.3)) if patches else None
+    notices: list[str] = []
+    compiled = NoiseSource(torch.device("cpu"), serial=patches, layout=layout, notice=notices.append, grid=255)
+    reference = NoiseSource(torch.device("cpu"), compiled=False, layout=layout, grid=255)
+    clean = torch.randint(0, 256, (3, 3, 8, 8), generator=torch.Generator().manual_seed(5)).float() / 255
+    clean = layout.arrange(clean) if layout else clean
+    rows = (torch.arange(40) % 3, torch.arange(40) + 7, torch.arange(40) % 2, torch.arange(40) * 1000)
+    drawn = compiled(clean, rows[0], 1.0, 2**40 + 3, *rows[1:])
+    assert compiled.implementation == COMPILED and not notices
+    assert torch.equal(drawn, reference(clean, rows[0], 1.0, 2**40 + 3, *rows[1:]))
 
 
 def test_a_uniform_equal_to_a_threshold_is_above_it():

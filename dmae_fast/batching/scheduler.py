@@ -102,6 +102,14 @@ class Job:
         return finite_counts(self.index, slot_counts[self._phases])
 
 
+def to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``host`` copied to ``device`` in stream order without waiting for the device (a plain copy
+    from pageable memory synchronizes the stream, and so drains the batches queued on the GPU)."""
+    if device.type == "cuda":
+        host = host.pin_memory()
+    return host.to(device, non_blocking=True)
+
+
 def batch_rows(segments: list[Segment], device: torch.device) -> tuple[torch.Tensor, ...]:
     """Runs of rows (slot, image index, phase position, first sample, count) -> the four per-row
     columns a batch body takes, on ``device`` (copied without blocking the host)."""
@@ -109,15 +117,13 @@ def batch_rows(segments: list[Segment], device: torch.device) -> tuple[torch.Ten
     lengths = torch.tensor([s[4] for s in segments])
     per_row = torch.repeat_interleave(columns, lengths, dim=0)
     per_row[:, 3] += torch.arange(len(per_row)) - torch.repeat_interleave(torch.cumsum(lengths, 0) - lengths, lengths)
-    if device.type == "cuda":
-        per_row = per_row.pin_memory()
-    return per_row.to(device, non_blocking=True).unbind(1)
+    return to_device(per_row, device).unbind(1)
 
 
 def counts_to_host(counts: torch.Tensor, slots: list[int]) -> tuple[torch.Tensor, torch.cuda.Event | None]:
     """A copy of ``counts[slots]`` taken in stream order, on its way to the host: on CUDA a pinned
     tensor filled asynchronously and the event that marks it complete; on a CPU the copy itself."""
-    snapshot = counts[torch.tensor(slots, device=counts.device)]  # advanced indexing copies
+    snapshot = counts[to_device(torch.tensor(slots), counts.device)]  # advanced indexing copies
     if counts.device.type != "cuda":
         return snapshot, None
     host = torch.empty(snapshot.shape, dtype=snapshot.dtype, pin_memory=True)
@@ -218,7 +224,7 @@ class SlotScheduler:
     def _release(self, jobs: list[Job]) -> None:
         slots = [job.slot for job in jobs if job.slot is not None]
         if slots:
-            self._counts[torch.tensor(slots, device=self.device)] = 0
+            self._counts[to_device(torch.tensor(slots), self.device)] = 0
             self._free.extend(slots)
         for job in jobs:
             job.slot = None

@@ -31,10 +31,12 @@ TINY = 1e-12  # floor of a scale: an all-zero row quantizes to zeros, not NaN
 
 
 def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rows of ``x`` [M, K] -> (e4m3 rows, float32 scales [M, 1]) with x ~= rows * scales."""
+    """Rows of ``x`` [M, K] -> (e4m3 rows, float32 scales [M, 1]) with x ~= rows * scales.
+    Each row is multiplied by its scale's reciprocal (one IEEE division per row, as the GELU
+    kernel does it), then rounded half to even onto the e4m3 grid."""
     x = x.float()
     scale = x.abs().amax(dim=1, keepdim=True).clamp(min=TINY) / E4M3_MAX
-    return (x / scale).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3), scale
+    return (x * scale.reciprocal()).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3), scale
 
 
 def gelu_quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
