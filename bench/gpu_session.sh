@@ -19,7 +19,7 @@
 # and session.log and steps.tsv are copied beside it (3 files).
 #
 # Further GPU steps (in the default list on a GPU, not in smoke mode): gpu-aoti (the .pt2 GPU
-# test, last and alone: see AOTI_TEST), fp8 (top-1 agreement of fp8
+# tests, last and alone: see AOTI_TESTS), fp8 (top-1 agreement of fp8
 # with fp16, bench/experiments/fp8_agreement.py, and the demo certified in fp16 and fp8 with
 # --fast, 100 digits, n 10,000 -> fp8/), sound (--sound against the default noise on the same
 # body, bench/experiments/2026-11-27-sound/sound_speed.py with SOUND_ARGS -> sound/), profile
@@ -211,15 +211,18 @@ elif wanted install; then
 fi
 
 # The test files that hold GPU tests (tests/test_bench.py checks that none is missing). The .pt2
-# test runs last, in its own step: loading an AOTInductor package crashed the process on an H200
-# (segmentation fault, torch 2.11), which took the GPU tests after it down too.
+# tests run last, in their own step: loading an AOTInductor package crashed the process on an H200
+# and on an H100 (segmentation fault, torch 2.11; a CPU package too), which took the GPU tests after
+# it down too.
 GPU_TEST_FILES=(tests/test_stream.py tests/test_fast_stream.py tests/test_kernels.py tests/test_fp8.py tests/test_gelu_quantize.py tests/test_sound_kernel.py tests/test_cpp.py)
-AOTI_TEST=tests/test_fast_stream.py::test_fused_front_end_feeds_a_cuda_pt2_token_engine_under_a_cuda_graph
+AOTI_TESTS=(tests/test_fast_stream.py::test_fused_front_end_feeds_a_cuda_pt2_token_engine_under_a_cuda_graph tests/test_cpp.py::test_cuda_package_rows_equal_dmae_certify_on_the_gpu_and_the_cpu_counts)
+DESELECT=()
+for test in "${AOTI_TESTS[@]}"; do DESELECT+=(--deselect "$test"); done
 if [ "$SMOKE" = 1 ]; then  # one quick module: its GPU test is collected and skipped
     wanted gpu-tests && pytest_step gpu-tests "$(left 60)" -m gpu tests/test_stream.py
 else
     wanted gpu-tests && pytest_step gpu-tests "$(left 200 "$(kept tests demo train bench fp8 sound profile serve scaling gpu-aoti)")" \
-        -m gpu --deselect "$AOTI_TEST" "${GPU_TEST_FILES[@]}"
+        -m gpu "${DESELECT[@]}" "${GPU_TEST_FILES[@]}"
     wanted tests && pytest_step tests "$(left 150 "$(kept demo train bench fp8 sound profile serve scaling gpu-aoti)")" -m "not gpu" tests/test_kernels.py \
         tests/test_stream.py tests/test_fast_stream.py tests/test_engines.py tests/test_export.py
 fi
@@ -261,7 +264,7 @@ read -r -a SERVE <<< "${SERVE_ARGS:---batch 2000 --n 500 --rounds 2 --saturation
 wanted serve && run_step serve "$(left 150 "$(kept scaling gpu-aoti)")" "$PY" -m dmae_fast.cli.bench serve --device cuda \
     "${SERVE[@]}" --out "$OUT/serve"
 wanted scaling && run_step scaling "$(left 150 "$(kept gpu-aoti)")" scaling
-[ "$SMOKE" != 1 ] && wanted gpu-aoti && pytest_step gpu-aoti "$(left 150)" -m gpu "$AOTI_TEST"
+[ "$SMOKE" != 1 ] && wanted gpu-aoti && pytest_step gpu-aoti "$(left 150)" -m gpu "${AOTI_TESTS[@]}"
 
 log "gpu_session: done in ${SECONDS}s; failed steps:${FAILED:- none}"
 cp "$OUT/steps.tsv" "$OUT/logs/" 2>/dev/null

@@ -190,10 +190,11 @@ def test_gpu_session_script_runs_the_gpu_tests_of_every_file_that_has_them():
     with_gpu_tests = {f"tests/{p.name}" for p in (root / "tests").glob("test_*.py")
                       if re.search(r"^@pytest\.mark\.gpu", p.read_text(), re.MULTILINE)}
     assert with_gpu_tests and with_gpu_tests <= set(listed.split("=(")[1].rstrip(")").split())
-    [aoti] = [line.split("=", 1)[1] for line in script.splitlines() if line.startswith("AOTI_TEST=")]
-    path, name = aoti.split("::")  # the test run alone must exist, or its --deselect hides nothing
-    assert re.search(rf"^def {name}\(", (root / path).read_text(), re.MULTILINE) and "@pytest.mark.gpu" in \
-        (root / path).read_text().split(f"def {name}(")[0].rsplit("\n\n\n", 1)[1]
+    [aoti] = [line for line in script.splitlines() if line.startswith("AOTI_TESTS=(")]
+    for test in aoti.split("=(")[1].rstrip(")").split():
+        path, name = test.split("::")  # each test run alone must exist, or its --deselect hides nothing
+        assert re.search(rf"^def {name}\(", (root / path).read_text(), re.MULTILINE) and "@pytest.mark.gpu" in \
+            (root / path).read_text().split(f"def {name}(")[0].rsplit("\n\n\n", 1)[1]
 
 
 def test_gpu_session_script_runs_only_the_steps_asked_for(tmp_path):

@@ -6,9 +6,14 @@ On an H200 (2026-11-26) a test (tests/test_fast_stream.py, the fused front end f
 the demo loaded and ran. Each step below runs in a child process with the fault handler on, so
 a crash is a row of the table, not the end of the run:
 
-1. compile a tiny classifier's token and image graphs (fp16) into ``.pt2`` packages (no verification);
+0. the toolchain (DIR/toolchain.txt): the compiler AOTInductor builds with, torch's C++ ABI and build;
+1. compile a tiny classifier into ``.pt2`` packages (no verification): a CPU fp32 image package (on an
+   H100, 2026-11-27, loading one crashed the process too) and CUDA fp16 token and image packages;
 2. per package and loader setting (``run_single_threaded`` off / on), in one child: load it, run a
    batch, capture a CUDA graph of the call and replay it; the child's last line says how far it got.
+   Under ``cuda-gdb`` (or ``gdb``) when there is one, so a crash leaves a native backtrace in the row.
+
+Rows are written to DIR/aoti.json as they come (a step cut short keeps what came before).
 
     python bench/experiments/2026-11-27-gpu/aoti_diagnose.py --out DIR    # DIR/aoti.json, DIR/aoti.md
 """
@@ -18,12 +23,13 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-CASES = [("tokens", "fp16"), ("image", "fp16")]
+CASES = [("image", "fp32", "cpu"), ("tokens", "fp16", "cuda"), ("image", "fp16", "cuda")]  # input, precision, device
 LOADERS = ["default", "single-threaded"]
 ACTIONS = ["graph"]  # "load" and "run" stop earlier (to rerun one stage alone)
 
@@ -49,7 +55,7 @@ def export(path: Path, input_kind: str, precision: str, device_name: str) -> Non
     model = _model()
     graph = build_graph(model, input_kind, precision).to(device)
     write_pt2(graph, example_input(model, input_kind, 2, device), path, BatchRange(1, 64, 256), {})
-    print(f"exported {path} ({path.stat().st_size} bytes)", flush=True)
+    print(f"aoti: exported {path} ({path.stat().st_size} bytes)", flush=True)
 
 
 def act(path: Path, input_kind: str, loader: str, action: str, device_name: str) -> None:
@@ -61,18 +67,19 @@ def act(path: Path, input_kind: str, loader: str, action: str, device_name: str)
     options = {"run_single_threaded": True, "device_index": 0} if loader == "single-threaded" else {}
     if device.type == "cpu":
         options.pop("device_index", None)
-    print(f"loading with {options or 'the defaults'}", flush=True)
+    print(f"aoti: loading with {options or 'the defaults'}", flush=True)
     package = torch._inductor.aoti_load_package(str(path), **options)
-    print("loaded", flush=True)
+    print("aoti: loaded", flush=True)
     if action == "load":
         return
     x = example_input(_model(), input_kind, 64, device)
     logits = package(x)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    print(f"aoti: ran: logits {tuple(logits.shape)} finite {bool(torch.isfinite(logits).all())}", flush=True)
     if device.type == "cpu":
-        print(f"ran: logits {tuple(logits.shape)} finite {bool(torch.isfinite(logits).all())}; no capture on a CPU")
+        print("aoti: no capture on a CPU", flush=True)
         return
-    torch.cuda.synchronize()
-    print(f"ran: logits {tuple(logits.shape)} finite {bool(torch.isfinite(logits).all())}", flush=True)
     if action == "run":
         return
     side = torch.cuda.Stream()
@@ -86,33 +93,72 @@ def act(path: Path, input_kind: str, loader: str, action: str, device_name: str)
         captured = package(x)
     graph.replay()
     torch.cuda.synchronize()
-    print(f"captured and replayed: max |difference| {float((captured - logits).abs().max()):.3g}", flush=True)
+    print(f"aoti: captured and replayed: max |difference| {float((captured - logits).abs().max()):.3g}", flush=True)
+
+
+def toolchain() -> str:
+    """The compiler AOTInductor builds packages with, and what torch itself was built with."""
+    import torch
+    from torch._inductor import config
+
+    compiler = config.cpp.cxx[0] if isinstance(config.cpp.cxx, tuple) else config.cpp.cxx
+    lines = [f"torch {torch.__version__}, C++11 ABI {torch._C._GLIBCXX_USE_CXX11_ABI}",
+             f"AOTInductor's compiler: {compiler}"]
+    for command in ([compiler or "g++", "--version"], ["gcc", "--version"], ["ldd", "--version"]):
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=30)
+            lines.append(f"{' '.join(command)}: {(done.stdout or done.stderr).splitlines()[0]}")
+        except (OSError, subprocess.TimeoutExpired, IndexError) as error:
+            lines.append(f"{' '.join(command)}: {error}")
+    return "\n".join(lines + ["torch's build:", torch.__config__.show()])
 
 
 def child(args: list[str], timeout: float) -> dict:
     start = time.perf_counter()
+    debugger = shutil.which("cuda-gdb") or shutil.which("gdb")
+    under = [debugger, "-q", "-batch", "-ex", "run", "-ex", "bt 40", "--args"] if debugger else []
     try:
-        done = subprocess.run([sys.executable, "-X", "faulthandler", __file__, *args], stdout=subprocess.PIPE,
+        done = subprocess.run([*under, sys.executable, "-X", "faulthandler", __file__, *args], stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, timeout=timeout)
         code, output = done.returncode, done.stdout
     except subprocess.TimeoutExpired as error:
         code = "timeout"
         output = error.stdout.decode() if isinstance(error.stdout, bytes) else (error.stdout or "")
     lines = output.strip().splitlines()
+    if debugger:  # the debugger's own exit status says nothing of the program's
+        code = _status_under_debugger(lines, code)
+    crashed = [i for i, line in enumerate(lines) if "received signal" in line or "Fatal Python error" in line]
     return {"args": args, "exit": code, "seconds": round(time.perf_counter() - start, 1), "tail": lines[-25:],
-            "last": _last_said(lines)}
+            "last": _last_said(lines), "crash": lines[crashed[0]:crashed[0] + 60] if crashed else []}
+
+
+def _status_under_debugger(lines: list[str], code: int | str) -> int | str:
+    """The program's exit status from gdb's report of it ("exited normally", "exited with code 01",
+    "received signal SIGSEGV"); the debugger's own ``code`` (e.g. "timeout") when it has none."""
+    for line in lines:
+        if "received signal" in line:
+            return "signal " + line.split("received signal", 1)[1].strip().split(",")[0]
+        if "exited normally" in line:
+            return 0
+        found = re.search(r"exited with code (\d+)", line)
+        if found:
+            return int(found.group(1), 8)  # gdb prints it in octal
+    return code
 
 
 def _last_said(lines: list[str]) -> str:
-    """The last line that is not one of torch's log lines (``W1127 14:02:48...``)."""
-    said = [line for line in lines if not re.match(r"[DIWE]\d{4} ", line)]
+    """The program's last progress line ("aoti: ..."), else the last line that is not one of torch's
+    log lines (``W1127 14:02:48...``)."""
+    said = [line for line in lines if line.startswith("aoti: ")] or \
+        [line for line in lines if not re.match(r"[DIWE]\d{4} ", line)]
     return said[-1] if said else ""
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
-    parser.add_argument("--device", default="cuda", help="cuda (default), or cpu to check this script")
+    parser.add_argument("--device", default="cuda", help="cuda (default: the cases' own devices), or cpu for all "
+                        "(to check this script on a machine without a GPU)")
     parser.add_argument("--child", nargs="+")  # internal: export PATH INPUT PRECISION | act PATH INPUT LOADER ACTION
     args = parser.parse_args()
     if args.child:
@@ -121,11 +167,13 @@ def main() -> int:
         return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    packages = {case: out / f"tiny-{case[0]}-{case[1]}.pt2" for case in CASES}
-    common = [sys.executable, "-X", "faulthandler", __file__, "--out", str(out), "--device", args.device, "--child"]
-    exports = [subprocess.Popen([*common, "export", str(path), *case], stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True)
-               for case, path in packages.items()]  # concurrently: each compiles for ~30 s
+    (out / "toolchain.txt").write_text(toolchain() + "\n")
+    cases = [case if args.device == "cuda" else (*case[:2], "cpu") for case in CASES]
+    packages = {case: out / f"tiny-{'-'.join(case)}.pt2" for case in cases}
+    python = [sys.executable, "-X", "faulthandler", __file__, "--out", str(out)]
+    exports = [subprocess.Popen([*python, "--device", case[2], "--child", "export", str(path), *case[:2]],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+               for case, path in packages.items()]  # concurrently: each compiles for 30-60 s
     rows = []
     for (case, path), process in zip(packages.items(), exports):
         try:
@@ -141,8 +189,10 @@ def main() -> int:
             continue
         for loader in LOADERS:
             for action in ACTIONS:
-                row = child([*common[4:], "act", str(path), case[0], loader, action], 120)
+                row = child(["--out", str(out), "--device", case[2], "--child", "act", str(path), case[0], loader,
+                             action], 120)
                 rows.append(row)
+                (out / "aoti.json").write_text(json.dumps(rows, indent=1) + "\n")
                 print(f"{case[0]} {case[1]} {loader} {action}: exit {row['exit']} ({row['seconds']} s); "
                       f"{row['last']}", flush=True)
                 if row["exit"] != 0:
@@ -150,7 +200,7 @@ def main() -> int:
     (out / "aoti.json").write_text(json.dumps(rows, indent=1) + "\n")
     lines = ["| step | exit | last line |", "| --- | --- | --- |"]
     for row in rows:
-        step = " ".join(a for a in row["args"] if a not in ("--out", str(out), "--child", "--device", args.device)
+        step = " ".join(a for a in row["args"] if a not in ("--out", str(out), "--child", "--device")
                         and not a.endswith(".pt2"))
         lines.append(f"| {step} | {row['exit']} | {row['last'][:160]} |")
     (out / "aoti.md").write_text("\n".join(lines) + "\n")
