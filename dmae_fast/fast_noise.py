@@ -105,8 +105,8 @@ def sound_patches(clean: torch.Tensor, slot: torch.Tensor, table: tuple[torch.Te
         philox4x32((2 * counters + 1, *rest), (key[0], key[1]))
     uniforms = [signed_uniform(words[i], words[i + 1]) for i in range(0, 8, 2)]
     thresholds, guide = table
-    if fused:  # looked up before interleaving, as rounded_gaussian_rows does
-        noise = interleave(*(guide_lookup(guide, u) for u in uniforms))
+    if fused:  # looked up before interleaving, in int32, as rounded_gaussian_rows does
+        noise = interleave(*(guide_lookup(guide, u).to(torch.int32) for u in uniforms))
     else:
         noise = torch.searchsorted(thresholds, interleave(*uniforms), right=True) - len(thresholds) // 2
     total = torch.round(clean[slot] * grid).to(torch.int64) + noise.view(len(slot), *clean.shape[1:])

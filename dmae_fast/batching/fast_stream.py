@@ -167,7 +167,6 @@ class FastBatches:
         self._classify = torch.compile(forward, mode=self.options.compile_mode, dynamic=False) \
             if self.options.compile else forward
         self._graph: torch.cuda.CUDAGraph | None = None
-        self._spare, self._phase_ids = -1, torch.empty(0)
 
     @property
     def description(self) -> str:
