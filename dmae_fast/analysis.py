@@ -80,13 +80,14 @@ def recorded_rules(table: ResultsTable, record: dict) -> tuple[RowRules | None, 
     builds them; None, and why, when they cannot be rebuilt or the record names another procedure
     than the rows (e.g. another version's digest of the exact test)."""
     from dmae_fast.run.config import CertifyConfig
+    from dmae_fast.stats.procedure import Procedure
 
     path = f"{table.path}.json"
     try:
         settings = {key: tuple(v) if isinstance(v, list) else v for key, v in record["config"].items()}
-        config = CertifyConfig(**settings)
+        config = CertifyConfig.from_settings(settings)
         config.validate()
-        procedure = config.procedure()
+        procedure = Procedure(config.procedure_spec())
     except (KeyError, AttributeError, TypeError, ValueError, ArithmeticError, UserError):
         return None, f"{path} holds no settings this version can rebuild the procedure from"
     named = sorted(set(map(str, table.extra["procedure"]))) if "procedure" in table.extra else [table.kind]

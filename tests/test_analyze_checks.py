@@ -4,7 +4,6 @@ al.'s rows are range-checked; only regular files of bounded size are read."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import threading
@@ -21,6 +20,7 @@ from dmae_fast.run.config import CertifyConfig
 from dmae_fast.run.record import result_row
 from dmae_fast.run.results import read_results
 from dmae_fast.run.results_writer import ResultsWriter
+from dmae_fast.stats.procedure import Procedure
 
 CLASSES = 10
 # (idx, label, class selected, its votes, samples used; the other votes go to the next class).
@@ -35,9 +35,9 @@ ROWS = {"fixed": [(0, 3, 3, 1990, 2000), (1, 5, 5, 900, 2000), (2, 7, 7, 2000, 2
 def _run_file(directory: Path, kind: str) -> Path:
     """A results file and its run record as dmae-certify writes them, from chosen counts."""
     path = directory / f"{kind}.tsv"
-    config = CertifyConfig("demo", "demo", str(path), 0.25, n0=20, n=2000, alpha=0.001,
-                           sequential=kind == "sequential", predict=kind == "predict")
-    procedure = config.procedure()
+    config = CertifyConfig.from_settings(dict(engine="demo", data="demo", out=str(path), sigma=0.25, n0=20, n=2000,
+                                              alpha=0.001, sequential=kind == "sequential", predict=kind == "predict"))
+    procedure = Procedure(config.procedure_spec())
     predict = kind == "predict"
     with ResultsWriter(path, kind=procedure.kind) as writer:
         for idx, label, top, n_a, n in ROWS[kind]:
@@ -45,7 +45,7 @@ def _run_file(directory: Path, kind: str) -> Path:
             counts[:, top] = (n_a,) if predict else (20, n_a)
             counts[-1, (top + 1) % CLASSES] = n - n_a
             writer.write(result_row(procedure, ImageCounts(idx, label, counts), 0.5))
-    record = {"config": dataclasses.asdict(config), "procedure": procedure.name, "max_radius": procedure.max_radius()}
+    record = {"config": config.recorded(), "procedure": procedure.name, "max_radius": procedure.max_radius()}
     Path(f"{path}.json").write_text(json.dumps(record, indent=2))
     return path
 

@@ -23,7 +23,8 @@ TINY = ["--data", "demo", "--max", "1", "--n0", "10", "--n", "20", "--batch", "3
 
 
 @pytest.mark.parametrize(("flags", "name", "reason", "fast"), [
-    (["--fused"], "fast", "--fused", False),  # was: "(plain body: the fast path's parts were named ...)"
+    (["--fast-parts", "fused"], "fast", "--fast-parts fused", False),  # was: "(plain body: the fast path's parts ...)"
+    (["--fused"], "fast", "--fast-parts fused", False),  # the older spelling of the same part
     (["--body", "plain"], "plain", "--body plain", False),
     (["--fast"], "fast", "--fast", True),
 ])
@@ -37,13 +38,13 @@ def test_the_start_line_and_the_record_name_the_body_built(flags, name, reason, 
     assert record["body"] == {"name": name, "reason": reason}
     assert record["config"]["fast"] is fast and record["config"]["body_reason"] == reason
     assert ("plain body" in start) == (name == "plain")
-    assert ("fused" in record["engine"]) == (flags == ["--fused"])
+    assert ("fused" in record["engine"]) == ("fused" in " ".join(flags))
 
 
 def _args(*flags: str, body: str | None = None) -> types.SimpleNamespace:
-    return types.SimpleNamespace(body=body, fast="--fast" in flags, fused="--fused" in flags,
-                                 compile="--compile" in flags, cuda_graphs="--cuda-graphs" in flags,
-                                 noise="compiled", cpu_runtime="auto")
+    parts = [flag.removeprefix("--") for flag in flags if flag != "--fast"]
+    return types.SimpleNamespace(body=body, fast="--fast" in flags, fast_parts=parts, noise="compiled",
+                                 cpu_runtime="auto")
 
 
 def test_the_body_choice_and_its_reason():
@@ -54,8 +55,8 @@ def test_the_body_choice_and_its_reason():
     assert body_options(_args(), {"DMAE_FAST_BODY": "plain"}).reason == "DMAE_FAST_BODY=plain"
     assert body_options(_args(), {}, default="plain").body == "plain"
     fused = body_options(_args("--fused", "--compile"), {"DMAE_FAST_BODY": "plain"})
-    assert (fused.fast, fused.body, fused.reason) == (False, "fast", "--fused --compile")  # the parts' own body
-    assert body_options(_args("--fused", body="plain"), {}).reason == "--fused (over --body plain)"
+    assert (fused.fast, fused.body, fused.reason) == (False, "fast", "--fast-parts fused,compile")  # their own body
+    assert body_options(_args("--fused", body="plain"), {}).reason == "--fast-parts fused (over --body plain)"
     assert body_options(_args(), {}, profile=True).reason == "--profile" and not body_options(_args(), {}).profile
     with pytest.raises(UserError, match="--fast and --body plain contradict"):
         body_options(_args("--fast", body="plain"), {})
@@ -70,11 +71,11 @@ def test_a_body_other_than_the_one_asked_for_says_why():
     token_body = types.SimpleNamespace(description="unfused front end + onnx fp32 engine")
     assert str(ResolvedBody(token_body, BodyOptions(reason="--body plain"))) == \
         "fast body: --body plain; a token engine runs only behind the fast body's front end"
-    assert ResolvedBody(token_body, BodyOptions(compile=True)).reason == "--compile"
+    assert ResolvedBody(token_body, BodyOptions(compile=True)).reason == "--fast-parts compile"
 
 
 def test_the_server_and_the_replay_take_dmae_certifys_body_options():
-    args = ["--ckpt", "demo", "--fast", "--fused", "--compile", "--cuda-graphs", "--cpu-runtime", "torch",
+    args = ["--ckpt", "demo", "--fast", "--fast-parts", "fused,compile", "--cuda-graphs", "--cpu-runtime", "torch",
             "--noise", "reference"]
     config = serve.config_from_args(serve.build_parser().parse_args(args))
     assert config.body == BodyOptions(fast=True, fused=True, compile=True, cuda_graphs=True, noise="reference",
@@ -96,4 +97,20 @@ def test_the_server_runs_the_body_asked_for_and_says_which(one_torch_thread):
     assert config.engine == str(DEMO_CHECKPOINT) and isinstance(config, ServeConfig)
     info = Service(config).model_info
     assert info["engine"].startswith("torch fused fp32 on cpu")
-    assert info["body"] == {"name": "fast", "reason": "--fused"}
+    assert info["body"] == {"name": "fast", "reason": "--fast-parts fused"}
+
+
+def test_the_fast_paths_parts_are_one_option():
+    """--fast-parts names the expert parts in one option (the older --fused/--compile/--cuda-graphs still
+    name one part each, out of --help); a part it does not know is refused in one line."""
+    from dmae_fast.cli.certify import build_parser
+
+    parser = build_parser()
+    args = parser.parse_args(["--data", "demo", "--fast-parts", "fused, cuda-graphs", "--compile"])
+    options = body_options(args, {})
+    assert (options.fused, options.compile, options.cuda_graphs) == (True, True, True)
+    assert options.reason == "--fast-parts fused,compile,cuda-graphs"
+    assert "--fused" not in parser.format_help() and "--fast-parts" in parser.format_help()
+    refused = "^argument --fast-parts: graphs: name parts among fused, compile, cuda-graphs$"
+    with pytest.raises(UserError, match=refused):
+        parser.parse_args(["--data", "demo", "--fast-parts", "fused,graphs"])

@@ -496,10 +496,10 @@ def test_gpu_options_beside_fast_on_a_cpu_are_named_as_ignored(capsys, tmp_path)
     from dmae_fast.cli.certify import main
 
     argv = ["--data", "demo", "--max", "1", "--n0", "10", "--n", "30", "--quiet", "--device", "cpu", "--fast",
-            "--fused", "--cuda-graphs", "--out", str(tmp_path / "r.tsv")]
+            "--fast-parts", "fused,cuda-graphs", "--out", str(tmp_path / "r.tsv")]
     assert main(argv) == 0
     err = capsys.readouterr().err
-    assert "--fused and --cuda-graphs ignored: --fast on a CPU runs its own body" in err  # was: silently ignored
+    assert "--fast-parts fused,cuda-graphs ignored: --fast on a CPU runs its own body" in err  # was: silently ignored
 
 
 # --------------------------------------------------------------------------- the model cache (issue 28)

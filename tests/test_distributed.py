@@ -59,8 +59,9 @@ def _finish(process: subprocess.Popen, timeout: float = 900) -> tuple[int, str]:
 
 
 def _one_process(out: Path, settings: dict, **more) -> None:
-    certify_dataset(CertifyConfig(engine=str(DEMO_CHECKPOINT), data="demo", out=str(out), device="cpu",
-                                  progress=False, noise="reference", **settings, **more))
+    certify_dataset(CertifyConfig.from_settings(dict(engine=str(DEMO_CHECKPOINT), data="demo", out=str(out),
+                                                     device="cpu", progress=False, noise="reference", **settings,
+                                                     **more)))
 
 
 def _rows(path: Path) -> list[list[str]]:

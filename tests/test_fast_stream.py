@@ -131,7 +131,7 @@ def test_cli_fused_profile_rows_equal_the_plain_run(tmp_path, capsys):
     common = ["--ckpt", checkpoint] + _image_folder(tmp_path)
     assert main([str(a) for a in common + ["--out", tmp_path / "plain.tsv"]]) == 0
     profile = tmp_path / "profile"
-    argv = common + ["--out", tmp_path / "fused.tsv", "--fused", "--profile", profile]
+    argv = common + ["--out", tmp_path / "fused.tsv", "--fast-parts", "fused", "--profile", profile]
     assert main([str(a) for a in argv]) == 0
     err = capsys.readouterr().err
     assert "per-stage time" in err and "front end" in err and "counting" in err
@@ -193,7 +193,7 @@ def test_cli_fused_token_engine_rows_equal_the_checkpoint_run(token_engines, tmp
     assert "fused front end + onnx fp32 engine" in (tmp_path / "tokens.tsv.json").read_text()
     argv = ["--engine", engines["onnx"], *common, "--out", tmp_path / "refused.tsv"]
     assert main([str(a) for a in argv]) == 2  # a token engine needs the fast path's front end
-    assert "or --fused for a token engine" in capsys.readouterr().err
+    assert "or --fast-parts fused for a token engine" in capsys.readouterr().err
 
 
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -18,19 +18,20 @@ from dmae_fast.run.results import read_results
 def test_certify_dataset_writes_and_passes_on_every_row(tmp_path):
     out = tmp_path / "run.tsv"
     rows = []
-    config = CertifyConfig(engine=str(DEMO_CHECKPOINT), data="demo", out=str(out), sigma=None, n0=20, n=200,
-                           batch=128, max_images=3, device="cpu", progress=False)
+    config = CertifyConfig.from_settings(dict(engine=str(DEMO_CHECKPOINT), data="demo", out=str(out), n0=20, n=200,
+                                              batch=128, max_images=3, device="cpu", progress=False))
     result = certify_dataset(config, on_row=rows.append)
     table = read_results(str(out))
     assert [row.idx for row in rows] == table.idx.tolist() == [0, 1, 2]
     assert [row.predict for row in rows] == table.predict.tolist() and all(row.n == 200 for row in rows)
     assert result.images == 3 and result.samples == 3 * 220 and result.samples_per_s > 0
-    assert result.config.sigma == 0.25  # resolved from the checkpoint
+    assert result.config.procedure.sigma == 0.25  # resolved from the checkpoint
     assert json.loads((tmp_path / "run.tsv.json").read_text())["status"] == "complete"
 
 
 def test_certify_dataset_refuses_bad_input_before_writing(tmp_path):
-    config = CertifyConfig(engine=str(DEMO_CHECKPOINT), data="demo", out=str(tmp_path / "x.tsv"), sigma=-1.0)
+    config = CertifyConfig.from_settings(dict(engine=str(DEMO_CHECKPOINT), data="demo", out=str(tmp_path / "x.tsv"),
+                                              sigma=-1.0))
     with pytest.raises(UserError, match="sigma"):
         certify_dataset(config)
     assert not (tmp_path / "x.tsv").exists()
@@ -63,7 +64,40 @@ def test_a_config_is_validated_once_at_the_edge(tmp_path, monkeypatch):
     assert main([*small, "--out", str(tmp_path / "cli.tsv")]) == 0
     assert sum(config is checked[0] for config in checked) == 1
     checked.clear()
-    config = CertifyConfig(engine=str(DEMO_CHECKPOINT), data="demo", out=str(tmp_path / "api.tsv"), sigma=None,
-                           n0=10, n=50, max_images=1, device="cpu", progress=False)
+    config = CertifyConfig.from_settings(dict(engine=str(DEMO_CHECKPOINT), data="demo", out=str(tmp_path / "api.tsv"),
+                                              n0=10, n=50, max_images=1, device="cpu", progress=False))
     certify_dataset(config)
     assert sum(c is config for c in checked) == 1
+
+
+RECORDED_SETTINGS = {  # the run record's "config" keys (docs/certify.md): flat, one per setting
+    "engine", "device", "precision", "input_size", "normalize", "data", "split", "labels", "image_size", "skip",
+    "max_images", "workers", "sigma", "n0", "n", "alpha", "seed", "predict", "sequential", "looks", "futility",
+    "sequential_test", "radii", "out", "overwrite", "resume", "progress", "profile", "fast", "body_reason", "fused",
+    "compile", "cuda_graphs", "noise", "cpu_runtime", "batch", "shard", "sound", "quantize"}
+
+
+def test_a_config_is_made_of_parts_and_its_record_stays_flat():
+    """The config's parts (classifier, data, procedure, body, output) write the record's flat settings,
+    which read back into the same config; a setting it does not know is refused."""
+    from dmae_fast.run.config import ClassifierOptions, DataOptions, OutputOptions, ProcedureOptions
+
+    settings = dict(engine="m.safetensors", data="demo", out="r.tsv", sigma=0.5, n=500, skip=2, device="cpu",
+                    sequential=True, looks=(100, 500), fused=True, body_reason="--fast-parts fused", sound=True,
+                    profile="prof", batch=64)
+    config = CertifyConfig.from_settings(settings)
+    assert config.classifier == ClassifierOptions("m.safetensors", device="cpu")
+    assert config.data == DataOptions("demo", skip=2) and config.output == OutputOptions("r.tsv", profile="prof")
+    assert config.procedure == ProcedureOptions(sigma=0.5, n=500, sequential=True, looks=(100, 500))
+    assert (config.body.fused, config.body.profile, config.body.sound.grid, config.batch) == (True, True, 16, 64)
+    config.validate()
+    recorded = config.recorded()
+    assert set(recorded) == RECORDED_SETTINGS
+    assert {key: recorded[key] for key in settings} == settings
+    assert CertifyConfig.from_settings(json.loads(json.dumps(recorded), object_hook=_tuples)) == config
+    with pytest.raises(UserError, match="unknown certification settings: colour"):
+        CertifyConfig.from_settings({**settings, "colour": "red"})
+
+
+def _tuples(record: dict) -> dict:
+    return {key: tuple(value) if isinstance(value, list) else value for key, value in record.items()}

@@ -148,11 +148,12 @@ def test_off_grid_images_are_refused_or_quantized_when_asked(one_torch_thread, t
 
 
 def test_a_config_asks_for_sound_on_the_datas_grid():
-    config = CertifyConfig(engine="m", data="demo", out="o.tsv", sigma=0.25, sound=True)
-    assert config.body_options.sound == Sound(16) and config.procedure_spec().sound
-    assert dataclasses.replace(config, data="/imagenet/val").body_options.sound == Sound(255)
+    settings = dict(engine="m", data="demo", out="o.tsv", sigma=0.25, sound=True)
+    config = CertifyConfig.from_settings(settings)
+    assert config.body.sound == Sound(16) and config.procedure_spec().sound
+    assert CertifyConfig.from_settings({**settings, "data": "/imagenet/val"}).body.sound == Sound(255)
     with pytest.raises(UserError, match="--quantize applies to --sound"):
-        dataclasses.replace(config, sound=False, quantize=True).validate()
+        CertifyConfig.from_settings({**settings, "sound": False, "quantize": True})
 
 
 def _request(server: Sound | None, images: list[torch.Tensor], **fields: object) -> ParsedRequest:

@@ -15,6 +15,7 @@ import pytest
 from dmae_fast.data import demo_digits
 from dmae_fast.demo import DEMO_CHECKPOINT
 from dmae_fast.errors import UserError
+from dmae_fast.run.config import ProcedureOptions
 from dmae_fast.run.driver import CertifyConfig, certify_dataset
 from dmae_fast.run.results import read_results
 from dmae_fast.serve.config import Defaults, Limits, ServeConfig
@@ -52,26 +53,28 @@ class QuarterSplit(Procedure):
 
 
 def test_certify_dataset_runs_a_config_naming_the_toy_and_resumes_it(one_torch_thread, tmp_path):
-    config = CertifyConfig(engine=str(DEMO_CHECKPOINT), data="demo", out=str(tmp_path / "toy.tsv"), sigma=None,
-                           n=200, batch=128, max_images=3, device="cpu", progress=False, procedure_name=TOY)
+    config = CertifyConfig.from_settings(dict(engine=str(DEMO_CHECKPOINT), data="demo", out=str(tmp_path / "toy.tsv"),
+                                              n=200, batch=128, max_images=3, device="cpu", progress=False,
+                                              procedure_name=TOY))
     result = certify_dataset(config)
-    table = read_results(config.out)
+    table = read_results(config.output.out)
     assert result.images == 3 and result.samples == 3 * 200
     assert set(table.extra["procedure"]) == {TOY} and set(table.extra["n0"]) == {50} and set(table.extra["n"]) == {150}
-    record = json.loads(Path(config.out + ".json").read_text())
+    record = json.loads(Path(config.output.out + ".json").read_text())
     assert record["procedure"] == TOY and record["config"]["procedure_name"] == TOY
     assert record["plan"]["sizes"] == [50, 150]
     # a --resume checks every kept row under the toy's own rules: none is left to do
-    assert certify_dataset(dataclasses.replace(config, resume=True)).images == 0
+    resumed = dataclasses.replace(config, output=dataclasses.replace(config.output, resume=True))
+    assert certify_dataset(resumed).images == 0
 
 
 def test_a_config_naming_an_unregistered_procedure_is_refused(tmp_path):
-    config = CertifyConfig(engine=str(DEMO_CHECKPOINT), data="demo", out=str(tmp_path / "x.tsv"), sigma=None,
-                           procedure_name="no-such-procedure")
+    config = CertifyConfig.from_settings(dict(engine=str(DEMO_CHECKPOINT), data="demo", out=str(tmp_path / "x.tsv"),
+                                              procedure_name="no-such-procedure"))
     with pytest.raises(UserError, match="no procedure named no-such-procedure is registered"):
         config.validate()
     with pytest.raises(UserError, match=f"procedure_name {TOY} is a CERTIFY procedure"):
-        dataclasses.replace(config, procedure_name=TOY, predict=True).validate()
+        dataclasses.replace(config, procedure=ProcedureOptions(procedure_name=TOY, predict=True)).validate()
 
 
 def test_the_server_answers_the_toy_and_its_answer_replays_as_identical(one_torch_thread):

@@ -4,7 +4,7 @@ to a body (:func:`resolve_body`, which returns the body built and why, :class:`R
 * plain (default): :class:`~dmae_fast.batching.stream.ImageBatches`, any engine;
 * ``--fast`` on a CPU: :class:`~dmae_fast.batching.cpu_batches.ChunkedCpuBatches`
   (compiled noise, one worker per core on cache-sized chunks; OpenVINO, ONNX Runtime or PyTorch body);
-* ``--fast`` on CUDA, or any of ``--fused/--compile/--cuda-graphs/--profile``:
+* ``--fast`` on CUDA, or any ``--fast-parts`` (fused, compile, cuda-graphs) or ``--profile``:
   :class:`~dmae_fast.batching.fast_stream.FastBatches`.
 
 A body on the CPU makes the process keep freed memory (:mod:`dmae_fast.memory`). A fast body
@@ -154,10 +154,9 @@ def _cpu_candidates(engine: Engine, sigma: float, seed: int, batch: int, options
                     noise: Callable[..., NoiseSource], notice: Callable[[str], None]) -> list[Candidate]:
     """The CPU fast body on the runtime asked for (auto: the fastest installed), then, for an fp32
     checkpoint, on PyTorch."""
-    ignored = [flag for flag, on in (("--fused", options.fused), ("--compile", options.compile),
-                                     ("--cuda-graphs", options.cuda_graphs)) if on]
+    ignored = [part for part in options.parts if part.startswith("--fast-parts")]
     if ignored:
-        _notice(f"{' and '.join(ignored)} ignored: --fast on a CPU runs its own body (one worker per core, "
+        _notice(f"{ignored[0]} ignored: --fast on a CPU runs its own body (one worker per core, "
                 "an exported graph per worker); drop --fast to use them")
     workers = options.workers or cpu_workers()
     chunk = options.chunk or chunk_rows(engine.spec)

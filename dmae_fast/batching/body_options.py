@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dmae_fast.batching.choices import CPU_RUNTIMES, NOISE_CHOICES
+from dmae_fast.batching.choices import CPU_RUNTIMES, FAST_PARTS, NOISE_CHOICES
 from dmae_fast.errors import UserError
 
 BYTE_GRID, DEMO_GRID = 255, 16  # --sound's grids: 8-bit images; the demo digits' 17 grey levels k/16
@@ -37,7 +37,7 @@ class BodyOptions:
     ``fast`` asks for the fastest body for the device (CPU: one worker per core; CUDA: fused +
     compiled + CUDA graphs). The fast path's parts (``fused``, ``compile``, ``cuda_graphs``, and
     ``profile``, whose stages are the fast path's) without ``fast`` run that fast body, with exactly
-    those parts, on any device. ``reason`` says why these options (e.g. "--fused"), for the start
+    those parts, on any device. ``reason`` says why these options (e.g. "--fast-parts fused"), for the start
     line and the records.
     """
 
@@ -56,10 +56,9 @@ class BodyOptions:
 
     @property
     def parts(self) -> tuple[str, ...]:
-        """The fast path's parts named, as their options."""
-        named = (("--fused", self.fused), ("--compile", self.compile), ("--cuda-graphs", self.cuda_graphs),
-                 ("--profile", self.profile))
-        return tuple(flag for flag, on in named if on)
+        """The fast path's parts named, as the options that name them (``--fast-parts fused,compile``)."""
+        named = [part for part, on in zip(FAST_PARTS, (self.fused, self.compile, self.cuda_graphs)) if on]
+        return ((f"--fast-parts {','.join(named)}",) if named else ()) + (("--profile",) if self.profile else ())
 
     @property
     def body(self) -> str:

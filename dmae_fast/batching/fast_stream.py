@@ -128,7 +128,7 @@ def _front_and_body(engine: Engine) -> tuple[SmoothingClassifier, TokenBody | No
     token_body = engine.token_body()
     if token_body is not None:
         return token_body.front_end, token_body
-    raise UserError(f"the fast path (--fused/--compile/--cuda-graphs/--profile) needs a PyTorch checkpoint or "
+    raise UserError(f"the fast path (--fast-parts, --profile) needs a PyTorch checkpoint or "
                     f"a token engine (dmae-export --input tokens), not {engine.description}")
 
 

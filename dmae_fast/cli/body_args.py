@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from dmae_fast.batching.body_options import BodyOptions
-from dmae_fast.batching.choices import BODY_CHOICES, BODY_ENV, CPU_RUNTIMES, NOISE_CHOICES
+from dmae_fast.batching.choices import BODY_CHOICES, BODY_ENV, CPU_RUNTIMES, FAST_PARTS, NOISE_CHOICES
 from dmae_fast.errors import UserError
 
 REASONS = {"fast": "the default (--body plain runs the plain reference body)",
@@ -25,13 +25,13 @@ def add_body_arguments(parser: argparse.ArgumentParser) -> argparse._ArgumentGro
                        "otherwise), falling back one step at a time with a notice; plain: the reference body "
                        f"(default from ${BODY_ENV} where set; docs/performance.md)")
     group.add_argument("--fast", action="store_true", help="the same as --body fast")
-    group.add_argument("--fused", action="store_true", help="the fast body with a Triton kernel: noise + patch "
-                       "embedding in one pass (falls back, with a notice, for classifiers that resize inside, e.g. "
-                       "CIFAR-10); --fused, --compile and --cuda-graphs without --fast run the fast body with "
-                       "exactly the parts named")
-    group.add_argument("--compile", action="store_true", help="the fast body, torch.compile'd")
-    group.add_argument("--cuda-graphs", action="store_true", help="the fast body, each batch's work captured once "
-                       "and replayed (CUDA)")
+    group.add_argument("--fast-parts", action="extend", type=_parts, metavar="PARTS", help="for experts: the fast "
+                       "body with exactly these of its parts, comma-separated: fused (a Triton kernel: noise + patch "
+                       "embedding in one pass; falls back, with a notice, for classifiers that resize inside, e.g. "
+                       "CIFAR-10), compile (torch.compile), cuda-graphs (each batch's work captured once and "
+                       "replayed; CUDA). --fast picks the parts for the device")
+    for part in FAST_PARTS:  # the older spelling of each part, kept working and out of --help
+        group.add_argument(f"--{part}", dest="fast_parts", action="append_const", const=part, help=argparse.SUPPRESS)
     group.add_argument("--cpu-runtime", default="auto", choices=CPU_RUNTIMES, help="--fast on a CPU: the "
                        "classifier's runtime (default auto: OpenVINO, else ONNX Runtime, else PyTorch; for fp32)")
     group.add_argument("--noise", default="compiled", choices=NOISE_CHOICES, help="compiled (default): the noise "
@@ -40,14 +40,24 @@ def add_body_arguments(parser: argparse.ArgumentParser) -> argparse._ArgumentGro
     return group
 
 
+def _parts(text: str) -> list[str]:
+    """``--fast-parts``' comma-separated list, each a part of :data:`FAST_PARTS`."""
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = [part for part in parts if part not in FAST_PARTS]
+    if unknown or not parts:
+        raise argparse.ArgumentTypeError(f"{','.join(unknown) or repr(text)}: name parts among {', '.join(FAST_PARTS)}")
+    return parts
+
+
 def body_options(args: argparse.Namespace, environ: Mapping[str, str], default: str = "fast",
                  profile: bool = False) -> BodyOptions:
     """The body options ``args`` ask for, and why: ``--body``, else ``--fast``, else the fast path's
     parts (which run the fast body with those parts), else ``$DMAE_FAST_BODY``, else ``default``."""
     if args.fast and args.body == "plain":
         raise UserError("--fast and --body plain contradict each other; give one")
-    options = BodyOptions(fused=args.fused, compile=args.compile, cuda_graphs=args.cuda_graphs, profile=profile,
-                          noise=args.noise, cpu_runtime=args.cpu_runtime)
+    parts = set(args.fast_parts or ())
+    options = BodyOptions(fused="fused" in parts, compile="compile" in parts, cuda_graphs="cuda-graphs" in parts,
+                          profile=profile, noise=args.noise, cpu_runtime=args.cpu_runtime)
     env = environ.get(BODY_ENV)
     if args.body is not None:
         body, why = args.body, f"--body {args.body}"

@@ -11,7 +11,6 @@ images finish and ``<out>.json`` beside the results records the run.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
 from datetime import datetime
@@ -124,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _config_from_args(args: argparse.Namespace) -> CertifyConfig:
-    from dmae_fast.run.config import CertifyConfig
+    from dmae_fast.run.config import SETTINGS, CertifyConfig
 
     engine = args.engine or args.ckpt or (str(DEMO_CHECKPOINT) if args.data == DEMO else None)
     if engine is None:
@@ -132,13 +131,10 @@ def _config_from_args(args: argparse.Namespace) -> CertifyConfig:
     if engine == DEMO:
         engine = str(DEMO_CHECKPOINT)
     out = args.out or f"certify-{Path(args.data).name or 'data'}-{datetime.now():%Y%m%d-%H%M%S}.tsv"
-    fields = {f.name for f in dataclasses.fields(CertifyConfig)}
-    values = {k: v for k, v in vars(args).items() if k in fields and v is not None}
-    body = body_options(args, os.environ, profile=args.profile is not None)
-    values.update(engine=engine, out=out, progress=not args.quiet, sigma=args.sigma, fast=body.fast,
-                  body_reason=body.reason,
-                  radii=tuple(args.radii) if args.radii else None, looks=tuple(args.looks) if args.looks else None)
-    return CertifyConfig(**values)
+    settings = {k: v for k, v in vars(args).items() if k in SETTINGS and v is not None}
+    settings.update(engine=engine, out=out, progress=not args.quiet, sigma=args.sigma,
+                    radii=tuple(args.radii) if args.radii else None, looks=tuple(args.looks) if args.looks else None)
+    return CertifyConfig.from_settings(settings, body_options(args, os.environ, profile=args.profile is not None))
 
 
 def certify(config: CertifyConfig) -> int:
@@ -162,23 +158,24 @@ def _print_summary(result: RunResult) -> None:
         rounding_warning,
     )
     from dmae_fast.run.results import read_results
+    from dmae_fast.stats.procedure import Procedure
 
-    config = result.config
+    config, out = result.config, result.config.output.out
     ranks = f" by {result.world_size} processes" if result.world_size > 1 else ""
     if result.images == 0:  # a --resume of a finished run
-        print(f"{PROG}: nothing left to certify: every image of the run is already in {config.out}", file=sys.stderr)
+        print(f"{PROG}: nothing left to certify: every image of the run is already in {out}", file=sys.stderr)
     else:
         print(f"{PROG}: {result.images} images in {result.elapsed_s:.1f} s{ranks} ({result.samples_per_s:,.0f} "
-              f"noisy samples/s); results in {config.out}", file=sys.stderr)
-    table = read_results(config.out)
+              f"noisy samples/s); results in {out}", file=sys.stderr)
+    table = read_results(out)
     if len(table) == 0:
         return
     warning = rounding_warning(table)  # rows of an older run that this one resumed
     if warning:
         print(f"{PROG}: warning: {warning}", file=sys.stderr)
-    procedure = config.procedure()
+    procedure = Procedure(config.procedure_spec())
     cap = procedure.max_radius() if table.kind == "certify" else None
-    radii, note = reachable_radii(procedure.summary_radii(config.radii, DEFAULT_RADII), cap)
+    radii, note = reachable_radii(procedure.summary_radii(config.procedure.radii, DEFAULT_RADII), cap)
     print(format_table([table], radii))
     if note:
         print(note)

@@ -103,8 +103,8 @@ def engine_class(kind: str) -> type[ExportedEngine]:
 def check_options(path: Path, meta: EngineMeta, options: EngineOptions) -> None:
     """Options that cannot change an exported engine are errors, not silently ignored."""
     if options.input != meta.input:
-        hint = ("dmae-certify needs an image engine (export with --input image), or --fused for a token engine"
-                if options.input == "image"
+        hint = ("dmae-certify needs an image engine (export with --input image), or --fast-parts fused for a "
+                "token engine" if options.input == "image"
                 else "export with --input tokens")
         raise UserError(f"{path.name} is a {meta.input}-input engine; {hint}")
     if options.precision not in ("auto", meta.precision):

@@ -1,12 +1,19 @@
-"""The configuration of a ``dmae-certify`` run: a typed dataclass and its validation, light enough
-(no torch) for the command to check its options before loading anything."""
+"""The configuration of a ``dmae-certify`` run: small typed parts (the classifier, the data, the
+procedure, the batch body, the output) and their validation, light enough (no torch) for the command to
+check its options before loading anything.
+
+The run record keeps the settings flat (``<out>.json``'s ``config``: one key per setting, as the command
+spells it): :meth:`CertifyConfig.recorded` writes them and :meth:`CertifyConfig.from_settings` reads them
+back (also the shortest way to write a config in code).
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from dmae_fast.batching.body_options import BodyOptions, Sound, data_grid
 from dmae_fast.batching.choices import SHARD_CHOICES
@@ -15,26 +22,64 @@ from dmae_fast.model.config import sigma_problem
 from dmae_fast.stats.settings import FUTILITY_MODES, SEQUENTIAL_TESTS
 
 if TYPE_CHECKING:
-    from dmae_fast.stats.procedure import Procedure, ProcedureSpec
+    from dmae_fast.stats.procedure import ProcedureSpec
 
 MAX_BATCH = 2**20  # noisy samples per forward pass; far beyond any device's memory at 224x224
 SETTING_OF_SPEC = {"test": "sequential_test"}  # a ProcedureSpec field -> the setting that gives it, where they differ
+BODY_SETTINGS = {"fast": "fast", "body_reason": "reason", "fused": "fused", "compile": "compile",
+                 "cuda_graphs": "cuda_graphs", "noise": "noise", "cpu_runtime": "cpu_runtime"}  # setting -> field
+
+
+def _check(checks: list[tuple[bool, str]]) -> None:
+    for ok, message in checks:
+        if not ok:
+            raise UserError(message)
 
 
 @dataclass(frozen=True)
-class CertifyConfig:
-    """One certification run (the command line, resolved)."""
+class ClassifierOptions:
+    """The classifier: a checkpoint or engine file, and where and how it runs."""
 
     engine: str
-    data: str
-    out: str
-    sigma: float | None  # None: the sigma the checkpoint records
+    device: str = "auto"
+    precision: str = "auto"
+    input_size: int | None = None  # None: the checkpoint's
+    normalize: str | None = None  # None: the checkpoint's, else imagenet
+
+    def validate(self) -> None:
+        _check([(self.input_size is None or self.input_size >= 1,
+                 f"--input-size must be >= 1, got {self.input_size}")])
+
+
+@dataclass(frozen=True)
+class DataOptions:
+    """The images: a dataset and which of its images."""
+
+    data: str  # "demo", a directory or a list file
+    split: str = "test"
+    labels: str | None = None
+    image_size: int | None = None  # None: the classifier's input size
+    skip: int = 1
+    max_images: int | None = None
+    workers: int | None = None  # DataLoader processes (None: by the data and the device)
+
+    def validate(self) -> None:
+        _check([
+            (self.image_size is None or self.image_size >= 1, f"--image-size must be >= 1, got {self.image_size}"),
+            (self.skip >= 1, f"--skip must be >= 1, got {self.skip}"),
+            (self.max_images is None or self.max_images >= 1, f"--max must be >= 1, got {self.max_images}"),
+            (self.workers is None or self.workers >= 0, f"--workers must be >= 0, got {self.workers}"),
+        ])
+
+
+@dataclass(frozen=True)
+class ProcedureOptions:
+    """What is proven: the procedure (CERTIFY, PREDICT, sequential) and its settings."""
+
+    sigma: float | None = None  # None: the sigma the checkpoint records
     n0: int = 100
     n: int = 10_000
     alpha: float = 0.001
-    batch: int = 1000
-    skip: int = 1
-    max_images: int | None = None
     seed: int = 0
     predict: bool = False
     sequential: bool = False
@@ -42,84 +87,26 @@ class CertifyConfig:
     futility: str | None = None  # None: the sequential test's own default (exact: upper; bonferroni: deterministic)
     sequential_test: str = "exact"
     procedure_name: str | None = None  # a registered procedure's key; None: the one predict / sequential name
-    split: str = "test"
-    labels: str | None = None
-    image_size: int | None = None
-    input_size: int | None = None
-    normalize: str | None = None
-    device: str = "auto"
-    precision: str = "auto"
-    workers: int | None = None
-    overwrite: bool = False
-    resume: bool = False
     radii: tuple[float, ...] | None = None  # summary radii; radii of interest with --sequential
-    progress: bool = True
-    # the batch body (BodyOptions; the record's "body" names the one that ran): the fastest for the device,
-    # else the fast path's parts named (fused: Triton noise + patch embedding; compile; cuda_graphs), else plain
-    fast: bool = False
-    body_reason: str | None = None  # why this body was asked for (e.g. "--fused"), for the start line and record
-    fused: bool = False
-    compile: bool = False
-    cuda_graphs: bool = False
-    noise: str = "compiled"  # or "reference": the torch-op noise
-    cpu_runtime: str = "auto"  # --fast on a CPU: the classifier's runtime (cpu_batches.CPU_RUNTIMES)
-    profile: str | None = None  # directory for a torch profiler trace + per-stage table
-    # under torchrun: "images" (ranks claim images) or "samples" (ranks split each image's samples)
-    shard: str = "images"
-    sound: bool = False  # inputs on the data's grid, the exact rounded Gaussian on it (docs/sound.md)
-    quantize: bool = False  # --sound: round inputs that are on no grid onto it instead of refusing them
 
-    @property
-    def body_options(self) -> BodyOptions:
-        return BodyOptions(fast=self.fast, fused=self.fused, compile=self.compile, cuda_graphs=self.cuda_graphs,
-                           profile=self.profile is not None, noise=self.noise, cpu_runtime=self.cpu_runtime,
-                           reason=self.body_reason or "",
-                           sound=Sound(data_grid(self.data), self.quantize) if self.sound else None)
-
-    def recorded(self) -> dict:
-        """The settings as the run record writes them (``procedure_name`` only when one is named)."""
-        settings = dataclasses.asdict(self)
-        if self.procedure_name is None:
-            del settings["procedure_name"]
-        return settings
-
-    def procedure_spec(self) -> ProcedureSpec:
-        """What this run asks for (``sigma`` as resolved so far)."""
+    def spec(self, sound: bool) -> ProcedureSpec:
+        """What these settings ask for (``sigma`` as resolved so far)."""
         from dmae_fast.stats.procedure import CERTIFY, PREDICT, ProcedureSpec
         from dmae_fast.stats.settings import PAPER_RADII
 
         if self.predict:
-            return ProcedureSpec(PREDICT, self.n, self.alpha, self.sigma, name=self.procedure_name, sound=self.sound)
+            return ProcedureSpec(PREDICT, self.n, self.alpha, self.sigma, name=self.procedure_name, sound=sound)
         return ProcedureSpec(CERTIFY, self.n, self.alpha, self.sigma, self.n0, self.sequential,
                              self.radii or PAPER_RADII, self.looks, self.futility, self.sequential_test,
-                             self.procedure_name, self.sound)
-
-    def procedure(self) -> Procedure:
-        """The procedure this run asks for (``sigma`` resolved)."""
-        from dmae_fast.stats.procedure import Procedure
-
-        return Procedure(self.procedure_spec())
-
-    def procedure_settings(self) -> tuple[str, ...]:
-        """The settings of this run that its procedure's results depend on beyond n, n0, alpha and sigma."""
-        from dmae_fast.stats.procedure import registered
-
-        return tuple(SETTING_OF_SPEC.get(field, field) for field in registered(self.procedure_spec().key).reads)
+                             self.procedure_name, sound)
 
     def validate(self) -> None:
-        checks = [
+        _check([
             (self.sigma is None or sigma_problem(self.sigma) is None, f"--{sigma_problem(self.sigma)}"),
-            (self.image_size is None or self.image_size >= 1, f"--image-size must be >= 1, got {self.image_size}"),
-            (self.input_size is None or self.input_size >= 1, f"--input-size must be >= 1, got {self.input_size}"),
             (0 < self.alpha < 1, f"--alpha must be in (0, 1), got {self.alpha}"),
             (self.n0 >= 1, f"--n0 must be >= 1, got {self.n0}"),
             (1 <= self.n < 2**32, f"--n must be in [1, 2**32), got {self.n}"),
-            (1 <= self.batch <= MAX_BATCH, f"--batch must be in [1, {MAX_BATCH:,}], got {self.batch}"),
-            (self.skip >= 1, f"--skip must be >= 1, got {self.skip}"),
-            (self.max_images is None or self.max_images >= 1, f"--max must be >= 1, got {self.max_images}"),
             (0 <= self.seed < 2**64, f"--seed must be in [0, 2**64), got {self.seed}"),
-            (self.workers is None or self.workers >= 0, f"--workers must be >= 0, got {self.workers}"),
-            (not (self.overwrite and self.resume), "--overwrite and --resume exclude each other"),
             (all(math.isfinite(r) and r >= 0 for r in self.radii or ()), "--radii must be finite and >= 0"),
             (not (self.sequential and self.predict), "--sequential applies to CERTIFY, not --predict"),
             (self.sequential_test in SEQUENTIAL_TESTS,
@@ -128,17 +115,103 @@ class CertifyConfig:
              "--looks, --futility and --sequential-test apply to --sequential; add --sequential"),
             (self.futility is None or self.futility in FUTILITY_MODES,
              f"--futility must be one of {', '.join(FUTILITY_MODES)}, got {self.futility!r}"),
-            (self.shard in SHARD_CHOICES, f"--shard must be one of {', '.join(SHARD_CHOICES)}, got {self.shard!r}"),
-            (self.sound or not self.quantize, "--quantize applies to --sound; add --sound"),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise UserError(message)
-        self.body_options.validate()
+        ])
         if self.procedure_name is not None:  # a procedure registered by its module (no command option names one)
             from dmae_fast.stats.procedure import registered
 
             named = registered(self.procedure_name)
-            if self.sequential or named.kind != self.procedure_spec().kind:
+            if self.sequential or named.kind != self.spec(sound=False).kind:
                 raise UserError(f"procedure_name {named.key} is a {named.kind.upper()} procedure: it needs "
                                 f"predict={named.kind != 'certify'} and sequential=False")
+
+
+@dataclass(frozen=True)
+class OutputOptions:
+    """Where the rows and the run record go, and what the run shows while it runs."""
+
+    out: str  # the results file; its run record is <out>.json
+    overwrite: bool = False
+    resume: bool = False
+    progress: bool = True
+    profile: str | None = None  # directory for a torch profiler trace + per-stage table
+
+    def validate(self) -> None:
+        _check([(not (self.overwrite and self.resume), "--overwrite and --resume exclude each other")])
+
+
+PARTS = {"classifier": ClassifierOptions, "data": DataOptions, "procedure": ProcedureOptions, "output": OutputOptions}
+# the flat settings beside the body's (BODY_SETTINGS): the parts' fields, the run's and --sound's
+SETTINGS = frozenset({f.name for part in PARTS.values() for f in dataclasses.fields(part)}
+                     | {"batch", "shard", "sound", "quantize"})
+
+
+@dataclass(frozen=True)
+class CertifyConfig:
+    """One certification run (the command line, resolved), in parts."""
+
+    classifier: ClassifierOptions
+    data: DataOptions
+    procedure: ProcedureOptions
+    output: OutputOptions
+    # the batch body (the record's "body" names the one that ran); its sound and profile follow the procedure's
+    # and the output's (:meth:`from_settings` sets them; :meth:`validate` checks them)
+    body: BodyOptions = field(default_factory=BodyOptions)
+    batch: int = 1000  # noisy samples per forward pass
+    shard: str = "images"  # under torchrun: "images" (ranks claim images) or "samples" (ranks split each image's)
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any], body: BodyOptions | None = None) -> CertifyConfig:
+        """The config of flat settings (the run record's keys; ``engine``, ``data`` and ``out`` required,
+        the rest defaulted), with ``body`` (else the body settings among them) and its ``--sound`` and
+        ``--profile`` parts set from ``sound``, ``quantize`` and ``profile``."""
+        unknown = sorted(set(settings) - SETTINGS - set(BODY_SETTINGS))
+        if unknown:
+            raise UserError(f"unknown certification settings: {', '.join(unknown)}")
+        if settings.get("quantize") and not settings.get("sound"):
+            raise UserError("--quantize applies to --sound; add --sound")
+        parts = {name: part(**{f.name: settings[f.name] for f in dataclasses.fields(part) if f.name in settings})
+                 for name, part in PARTS.items()}
+        if body is None:
+            body = BodyOptions(**{field: settings[key] for key, field in BODY_SETTINGS.items()
+                                  if settings.get(key) is not None})
+        sound = Sound(data_grid(settings["data"]), bool(settings.get("quantize"))) if settings.get("sound") else None
+        body = dataclasses.replace(body, sound=sound, profile=settings.get("profile") is not None)
+        run = {key: settings[key] for key in ("batch", "shard") if key in settings}
+        return cls(**parts, body=body, **run)  # type: ignore[arg-type]
+
+    def recorded(self) -> dict:
+        """The settings as the run record writes them, flat (``procedure_name`` only when one is named)."""
+        settings = {key: value for name in PARTS for key, value in dataclasses.asdict(getattr(self, name)).items()}
+        settings.update({key: getattr(self.body, field) for key, field in BODY_SETTINGS.items()})
+        sound = self.body.sound
+        settings.update(batch=self.batch, shard=self.shard, sound=sound is not None,
+                        quantize=sound is not None and sound.quantize)
+        if self.procedure.procedure_name is None:
+            del settings["procedure_name"]
+        return settings
+
+    def resolved(self, sigma: float, precision: str) -> CertifyConfig:
+        """This config with the sigma and the precision the classifier resolved."""
+        return dataclasses.replace(self, procedure=dataclasses.replace(self.procedure, sigma=sigma),
+                                   classifier=dataclasses.replace(self.classifier, precision=precision))
+
+    def procedure_spec(self) -> ProcedureSpec:
+        """What this run asks for (``sigma`` as resolved so far)."""
+        return self.procedure.spec(self.body.sound is not None)
+
+    def procedure_settings(self) -> tuple[str, ...]:
+        """The settings of this run that its procedure's results depend on beyond n, n0, alpha and sigma."""
+        from dmae_fast.stats.procedure import registered
+
+        return tuple(SETTING_OF_SPEC.get(field, field) for field in registered(self.procedure_spec().key).reads)
+
+    def validate(self) -> None:
+        for name in PARTS:
+            getattr(self, name).validate()
+        _check([
+            (1 <= self.batch <= MAX_BATCH, f"--batch must be in [1, {MAX_BATCH:,}], got {self.batch}"),
+            (self.shard in SHARD_CHOICES, f"--shard must be one of {', '.join(SHARD_CHOICES)}, got {self.shard!r}"),
+            (self.body.profile == (self.output.profile is not None),
+             "the body's profile part and the output's profile directory must come together"),
+        ])
+        self.body.validate()

@@ -1,8 +1,9 @@
 """One certification run as a library call: what ``dmae-certify`` does, without the parser.
 
     from dmae_fast.run.driver import CertifyConfig, certify_dataset
-    result = certify_dataset(CertifyConfig(engine="model.safetensors", data="/imagenet/val", out="r.tsv",
-                                           sigma=0.5, skip=50), on_row=print)
+    config = CertifyConfig.from_settings(dict(engine="model.safetensors", data="/imagenet/val", out="r.tsv",
+                                              sigma=0.5, skip=50))
+    result = certify_dataset(config, on_row=print)
 
 One driver, :class:`Run`, for one process or many: a single process is a world of one, and under
 ``torchrun`` (or SLURM setting its variables) with more than one process the same call runs one rank.
@@ -76,7 +77,7 @@ class Run:
 
     def certify(self) -> RunResult:
         """Run it (see :func:`certify_dataset`)."""
-        self.ranks = join(self.config.device)
+        self.ranks = join(self.config.classifier.device)
         with self.ranks.running(), contextlib.ExitStack() as self.held:
             opened = self.ranks.agree(self._open)
             self.config = opened.config  # sigma and precision resolved
@@ -88,36 +89,36 @@ class Run:
         ranks, config = self.ranks, self.config
         if ranks.device_error is not None:
             raise UserError(ranks.device_error)
-        if config.profile and ranks.world > 1:
+        if config.output.profile and ranks.world > 1:
             raise UserError("--profile profiles one process; run it without torchrun")
         check_out_before_loading(config)
         if ranks.primary:
-            self.held.enter_context(OutputLock(config.out, "results file"))
+            self.held.enter_context(OutputLock(config.output.out, "results file"))
         return open_run(config, ranks.device)
 
     def _take_output(self, opened: OpenedRun) -> tuple[Mode, list[int]]:
         """Rank 0: how the run treats ``--out``, and the images still to do."""
-        config = self.config
+        config, out = self.config, self.config.output.out
         mode = output_mode(config)
-        if mode == "append" and config.resume and not Path(config.out).exists() and not has_parts(config.out):
-            print(f"{PROG}: --resume: {config.out} does not exist yet; starting the run", file=sys.stderr)
+        if mode == "append" and config.output.resume and not Path(out).exists() and not has_parts(out):
+            print(f"{PROG}: --resume: {out} does not exist yet; starting the run", file=sys.stderr)
         parts = self.ranks.world > 1 and config.shard == "images"
         indices = images_to_do(opened, mode, parts=parts)
         if parts:
-            start_parts(config.out, replacing=mode == "overwrite")
+            start_parts(out, replacing=mode == "overwrite")
         return mode, indices
 
     def _certify(self, opened: OpenedRun, mode: Mode, indices: list[int]) -> RunResult:
         ranks, config = self.ranks, self.config
-        timer = StageTimer(opened.engine.device) if config.profile else None
-        body = opened.body(timer)
+        timer = StageTimer(opened.engine.device) if config.output.profile else None
+        resolved = opened.body(timer)
         sharing = {"world_size": ranks.world, "shard": config.shard} if ranks.world > 1 else {}
-        self.record = RunRecord(opened, body, mode, sharing)
+        self.record = RunRecord(opened, resolved, mode, sharing)
         if ranks.primary:
-            opened.announce(len(indices), body, f", {ranks.world} ranks sharing {config.shard}" if sharing else "")
+            opened.announce(len(indices), resolved, f", {ranks.world} ranks sharing {config.shard}" if sharing else "")
             self.record.write({"status": "running"})
         shards = SampleShards if sharing and config.shard == "samples" else ImageShards
-        self.job = job = shards(opened, ranks, body, mode, indices, self.on_row)
+        self.job = job = shards(opened, ranks, resolved.body, mode, indices, self.on_row)
         profiler = _profiler(config, opened.engine.device)
         try:
             with profiler:
@@ -185,9 +186,9 @@ class Run:
 
 def _profiler(config: CertifyConfig, device: torch.device):
     """A torch profiler over the run when --profile asks for one."""
-    if not config.profile:
+    if not config.output.profile:
         return contextlib.nullcontext()
-    folder = Path(config.profile)
+    folder = Path(config.output.profile)
     if folder.exists() and not folder.is_dir():
         raise UserError(f"--profile {folder} is a file; name a directory")
     folder.mkdir(parents=True, exist_ok=True)
@@ -195,8 +196,8 @@ def _profiler(config: CertifyConfig, device: torch.device):
     return profile(activities=activities)
 
 def _report_profile(config: CertifyConfig, profiler, timer: StageTimer, elapsed: float) -> None:
-    trace = Path(config.profile) / "trace.json"
+    trace = Path(config.output.profile) / "trace.json"
     profiler.export_chrome_trace(str(trace))
     table = timer.table(elapsed)
-    (Path(config.profile) / "stages.txt").write_text(table + "\n")
+    (Path(config.output.profile) / "stages.txt").write_text(table + "\n")
     print(f"{PROG}: per-stage time (each stage synchronized; trace in {trace}):\n{table}", file=sys.stderr)

@@ -72,7 +72,7 @@ def launch_local(argv: list[str], config: CertifyConfig, nproc: int, max_restart
         os.environ.update({LAUNCHER: str(os.getpid()), KEPT: str(kept_file)})
 
         def say(what: str) -> None:
-            default = ("the results file is unchanged: run it again with --overwrite" if config.overwrite else
+            default = ("the results file is unchanged: run it again with --overwrite" if config.output.overwrite else
                        "the rows written so far are kept: continue with the same command and --resume")
             kept = (kept_file.read_text() if kept_file.exists() else "") or default
             print(f"{PROG}: {what}; {kept}", file=sys.stderr)
@@ -111,7 +111,7 @@ def _end_for_rank_0(config: CertifyConfig, status: str, why: str) -> None:
     from dmae_fast.run.output import record_path
 
     try:
-        with OutputLock(config.out, "results file"):
+        with OutputLock(config.output.out, "results file"):
             path = record_path(config)
             record = json.loads(path.read_text())
             if record.get("status") == "running":

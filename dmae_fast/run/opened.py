@@ -3,7 +3,6 @@ procedure, checked against each other (:func:`open_run`)."""
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -11,11 +10,11 @@ from dataclasses import dataclass
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from dmae_fast.batching.bodies import ResolvedBody, resolve_body
+from dmae_fast.batching.bodies import ResolvedBody
 from dmae_fast.batching.choices import PROG
 from dmae_fast.batching.fast_stream import StageTimer
 from dmae_fast.batching.scheduler import BatchBody
-from dmae_fast.batching.smoother import open_smoother
+from dmae_fast.batching.smoother import Smoother, open_smoother
 from dmae_fast.batching.stream import StreamingCertifier
 from dmae_fast.data import TensorImageDataset, open_dataset, subset_indices
 from dmae_fast.engines import Engine
@@ -73,47 +72,51 @@ def _check_compatible(engine: Engine, dataset: Dataset, data: str) -> None:
 
 @dataclass(frozen=True)
 class OpenedRun:
-    """What every process of a run opens: the classifier, the data, the images, the procedure."""
+    """What every process of a run opens: the classifier (smoothed), the data, the images, the procedure."""
 
     config: CertifyConfig  # sigma and precision resolved
-    engine: Engine
+    smoother: Smoother
     dataset: Dataset
     indices: list[int]  # every image of the run
     procedure: Procedure
     workers: int  # DataLoader processes
 
     @property
+    def engine(self) -> Engine:
+        return self.smoother.engine
+
+    @property
     def kind(self) -> str:
-        return "predict" if self.config.predict else "certify"
+        return "predict" if self.config.procedure.predict else "certify"
 
     def images(self, indices: list[int], order: Iterable[int] | None = None) -> Iterator[tuple[int, torch.Tensor, int]]:
         return load_images(self.dataset, indices, self.workers, self.engine.device.type == "cuda", order)
 
-    def body(self, timer: StageTimer | None = None) -> BatchBody:
-        c = self.config
-        return resolve_body(self.engine, c.sigma, c.seed, c.batch, c.body_options, timer).body
+    def body(self, timer: StageTimer | None = None) -> ResolvedBody:
+        return self.smoother.body(self.config.procedure.seed, self.config.batch, timer)
 
     def streamer(self, body: BatchBody) -> StreamingCertifier:
         c = self.config
-        return StreamingCertifier(self.engine, self.procedure.plan, c.sigma, c.seed, c.batch, body,
-                                  c.body_options.sound)
+        return StreamingCertifier(self.engine, self.procedure.plan, self.smoother.sigma, c.procedure.seed, c.batch,
+                                  body, c.body.sound)
 
-    def announce(self, images: int, body: BatchBody, ranks: str = "") -> None:
+    def announce(self, images: int, body: ResolvedBody, ranks: str = "") -> None:
         """The start line: what runs, on which body and why."""
         c, plan = self.config, self.procedure.plan
         print(f"{PROG}: {images} images, {'up to ' if plan.looks else ''}{plan.total:,} samples each, "
-              f"{self.procedure.name}, sigma {c.sigma}, {body.description} ({ResolvedBody(body, c.body_options)}), "
-              f"batch {c.batch}{ranks} -> {c.out}", file=sys.stderr)
+              f"{self.procedure.name}, sigma {self.smoother.sigma}, {body.body.description} ({body}), "
+              f"batch {c.batch}{ranks} -> {c.output.out}", file=sys.stderr)
 
 def open_run(config: CertifyConfig, device: str | None = None) -> OpenedRun:
-    """Open the classifier (on ``device``, default ``config.device``) and the data, and check they fit."""
-    smoother = open_smoother(config.engine, config.sigma, config.body_options, device or config.device,
-                             config.precision, config.input_size, config.normalize)
+    """Open the classifier (on ``device``, default the config's) and the data, and check they fit."""
+    classifier, data = config.classifier, config.data
+    smoother = open_smoother(classifier.engine, config.procedure.sigma, config.body, device or classifier.device,
+                             classifier.precision, classifier.input_size, classifier.normalize)
     engine = smoother.engine
-    config = dataclasses.replace(config, sigma=smoother.sigma, precision=engine.precision)
-    image_size = config.image_size if config.image_size is not None else engine.spec.input_size
-    dataset = open_dataset(config.data, split=config.split, labels=config.labels, image_size=image_size)
-    _check_compatible(engine, dataset, config.data)
-    indices = subset_indices(len(dataset), config.skip, config.max_images)
-    workers = config.workers if config.workers is not None else _loader_workers(dataset, engine.device)
-    return OpenedRun(config, engine, dataset, indices, config.procedure(), workers)
+    config = config.resolved(smoother.sigma, engine.precision)
+    image_size = data.image_size if data.image_size is not None else engine.spec.input_size
+    dataset = open_dataset(data.data, split=data.split, labels=data.labels, image_size=image_size)
+    _check_compatible(engine, dataset, data.data)
+    indices = subset_indices(len(dataset), data.skip, data.max_images)
+    workers = data.workers if data.workers is not None else _loader_workers(dataset, engine.device)
+    return OpenedRun(config, smoother, dataset, indices, Procedure(config.procedure_spec()), workers)

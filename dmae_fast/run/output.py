@@ -4,7 +4,6 @@ resumed run must agree on, which images are left to do, what an interrupted run 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 from pathlib import Path
@@ -46,50 +45,50 @@ def check_out_before_loading(config: CertifyConfig) -> None:
     """Refuse an ``--out`` this run must not write before anything is loaded: a directory, a missing
     or unwritable directory, an existing results file or parts without --overwrite or --resume. A
     resumed (or restarted) run's record is checked once its settings are resolved."""
-    if config.resume or restart_count():
-        check_out_directory(Path(config.out))
+    if config.output.resume or restart_count():
+        check_out_directory(Path(config.output.out))
     else:
         output_mode(config)
 
 def kept_after_interrupt(config: CertifyConfig, mode: str, finished: int) -> str:
     """What an interrupted run leaves on disk, and how to continue."""
     if mode == "overwrite":
-        return (f"{config.out} is unchanged; this run's rows ({finished}) are in {config.out}.partial "
+        return (f"{config.output.out} is unchanged; this run's rows ({finished}) are in {config.output.out}.partial "
                 "(not resumable: run again with --overwrite)")
     kept = "1 new row is" if finished == 1 else f"{finished} new rows are"
-    return (f"{kept} in {config.out} (run record marked interrupted); continue with the same "
+    return (f"{kept} in {config.output.out} (run record marked interrupted); continue with the same "
             "command and --resume")
 
 def output_mode(config: CertifyConfig) -> Mode:
     """How this run treats ``--out``: "new", "append" (--resume, or a torchrun restart of this job)
     or "overwrite"; refuses what it must not touch."""
-    out = Path(config.out)
+    out = Path(config.output.out)
     check_out_directory(out)
     restarted = restart_count() > 0
-    if config.resume or (restarted and not config.overwrite):
+    if config.output.resume or (restarted and not config.output.overwrite):
         if has_parts(out) and replaces_out(out):
             raise UserError(f"{parts_dir(out)} holds rows of an --overwrite run that did not finish; "
                             "run it again with --overwrite")
         if out.exists() or has_parts(out):
             _check_resumable(config)
         return "append"  # a run stopped before its first row: nothing to check, start it
-    if out.exists() and not config.overwrite:
+    if out.exists() and not config.output.overwrite:
         raise UserError(f"{out} exists; pass --overwrite to replace it or --resume to continue it")
-    if has_parts(out) and not config.overwrite:
+    if has_parts(out) and not config.output.overwrite:
         raise UserError(f"{parts_dir(out)} holds the rows of an unfinished multi-process run on {out}; pass "
                         "--resume to continue it or --overwrite to start over")
-    return "overwrite" if config.overwrite else "new"
+    return "overwrite" if config.output.overwrite else "new"
 
 def record_path(config: CertifyConfig) -> Path:
-    return Path(config.out + ".json")
+    return Path(config.output.out + ".json")
 
 def _check_resumable(config: CertifyConfig) -> None:
     sidecar = record_path(config)
     try:
         recorded = json.loads(sidecar.read_text())["config"]
     except (OSError, ValueError, KeyError):
-        raise UserError(f"--resume needs the run record {sidecar} written beside {config.out}") from None
-    current = dataclasses.asdict(config)
+        raise UserError(f"--resume needs the run record {sidecar} written beside {config.output.out}") from None
+    current = config.recorded()
     fields = RESULT_FIELDS + tuple(f for f in config.procedure_settings() if f not in RESULT_FIELDS)
     differing = [k for k in fields if _as_recorded(recorded.get(k)) != _as_recorded(current.get(k))]
     if differing:
@@ -101,7 +100,7 @@ def _as_recorded(value):
 
 def rows_file(config: CertifyConfig, mode: Mode) -> str:
     """Where the rows of this run go: ``--out``, or ``--out.partial`` until an --overwrite run completes."""
-    return config.out + ".partial" if mode == "overwrite" else config.out
+    return config.output.out + ".partial" if mode == "overwrite" else config.output.out
 
 def images_to_do(opened: OpenedRun, mode: Mode, parts: bool) -> list[int]:
     """The images this run still has to certify, after taking in what is on disk.
@@ -113,13 +112,13 @@ def images_to_do(opened: OpenedRun, mode: Mode, parts: bool) -> list[int]:
     config = opened.config
     target = rows_file(config, mode)
     if mode == "overwrite" and not (parts and restart_count() > 0):
-        clear_parts(config.out)
+        clear_parts(config.output.out)
         with contextlib.suppress(FileNotFoundError):
             os.remove(target)
-    if mode == "new" or not (has_parts(config.out) or os.path.exists(target)):
+    if mode == "new" or not (has_parts(config.output.out) or os.path.exists(target)):
         return opened.indices
-    if has_parts(config.out):
-        merge_parts(config.out, opened.kind, into=target)
+    if has_parts(config.output.out):
+        merge_parts(config.output.out, opened.kind, into=target)
     kept = read_kept_rows(target)
     if kept is None:
         return opened.indices

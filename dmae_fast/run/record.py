@@ -16,7 +16,6 @@ from tqdm import tqdm
 
 from dmae_fast import __version__
 from dmae_fast.batching.bodies import ResolvedBody
-from dmae_fast.batching.scheduler import BatchBody
 from dmae_fast.batching.stream import ImageCounts
 from dmae_fast.integrity import file_sha256
 from dmae_fast.memory import keep_freed_memory
@@ -34,16 +33,16 @@ from dmae_fast.stats.rounded_gaussian import guarantee, sound_table
 class RunRecord:
     """The run record ``<out>.json``: the resolved settings, engine, threads, versions, status."""
 
-    def __init__(self, opened: OpenedRun, body: BatchBody, mode: Mode, extra: dict | None = None) -> None:
-        self.opened, self.body, self.mode, self.extra = opened, body, mode, extra or {}
-        self.model_sha256 = file_sha256(opened.config.engine)  # names the very file that was certified
+    def __init__(self, opened: OpenedRun, body: ResolvedBody, mode: Mode, extra: dict | None = None) -> None:
+        self.opened, self.resolved, self.mode, self.extra = opened, body, mode, extra or {}
+        self.model_sha256 = file_sha256(opened.config.classifier.engine)  # names the very file that was certified
 
     def write(self, summary: dict, final: bool = False) -> None:
         """Write the record; an --overwrite run's old record stays until the new results replace it."""
         if self.mode == "overwrite" and not final:
             return
         opened, procedure = self.opened, self.opened.procedure
-        resolved = ResolvedBody(self.body, opened.config.body_options)
+        resolved = self.resolved
         body = resolved.current  # a body that failed mid-run was replaced
         record = {
             "config": opened.config.recorded(),
@@ -69,17 +68,17 @@ class RunRecord:
 
 def sound_record(opened: OpenedRun) -> dict | None:
     """A ``--sound`` run's grid and guarantee (:func:`~dmae_fast.stats.rounded_gaussian.guarantee`); None without."""
-    sound, config = opened.config.body_options.sound, opened.config
+    sound, procedure = opened.config.body.sound, opened.config.procedure
     if sound is None:
         return None
-    table = sound_table(config.sigma, sound.grid)
-    return {**guarantee(table, opened.procedure.plan.total, math.prod(opened.engine.spec.input_shape), config.alpha),
-            "quantize": sound.quantize, "alpha": config.alpha}
+    table = sound_table(procedure.sigma, sound.grid)
+    return {**guarantee(table, opened.procedure.plan.total, math.prod(opened.engine.spec.input_shape), procedure.alpha),
+            "quantize": sound.quantize, "alpha": procedure.alpha}
 
 
 def progress_bar(config: CertifyConfig, total: int, enabled: bool = True) -> tqdm:
-    return tqdm(total=total, unit="img", desc="certifying" if not config.predict else "predicting",
-                disable=not (config.progress and enabled), mininterval=0.5, file=sys.stderr)
+    return tqdm(total=total, unit="img", desc="certifying" if not config.procedure.predict else "predicting",
+                disable=not (config.output.progress and enabled), mininterval=0.5, file=sys.stderr)
 
 def show_progress(bar: tqdm, images: int, samples: int, elapsed: float) -> None:
     """Set the bar to ``images`` done at ``samples / elapsed`` noisy samples/s."""

@@ -69,7 +69,8 @@ class ImageShards(_Shards):
     def __post_init__(self) -> None:
         super().__post_init__()
         self.parts = self.ranks.world > 1  # a world of one writes --out directly
-        self.writing = str(part_path(self.opened.config.out, self.ranks.rank)) if self.parts else self.opened.config.out
+        out = self.opened.config.output.out
+        self.writing = str(part_path(out, self.ranks.rank)) if self.parts else out
 
     def run(self) -> None:
         images = self.opened.images(self.indices, order=self.ranks.claims(len(self.indices)))
@@ -90,25 +91,25 @@ class ImageShards(_Shards):
         config = self.opened.config
         if not self.parts:
             if self.mode == "overwrite":
-                clear_parts(config.out)  # a stale multi-process run's parts: --out is now this run's
+                clear_parts(config.output.out)  # a stale multi-process run's parts: --out is now this run's
             return
         self.writing = rows_file(config, self.mode)
-        merge_parts(config.out, self.opened.kind, into=self.writing)
+        merge_parts(config.output.out, self.opened.kind, into=self.writing)
         if self.mode == "overwrite":
-            os.replace(self.writing, config.out)
+            os.replace(self.writing, config.output.out)
         self.bar.close()
 
     def totals(self, per_rank: list[dict]) -> tuple[int, int]:
         return sum(r["images"] for r in per_rank), sum(r["samples"] for r in per_rank)
 
     def kept_after_interrupt(self) -> str:
-        config = self.opened.config
+        config, out = self.opened.config, self.opened.config.output.out
         if not self.parts:
             return kept_after_interrupt(config, self.mode, self.images)
         if self.mode == "overwrite":
-            return (f"{config.out} is unchanged; this run's rows are in {Path(config.out).name}.parts/ "
+            return (f"{out} is unchanged; this run's rows are in {Path(out).name}.parts/ "
                     "(not resumable: run again with --overwrite)")
-        return (f"the rows certified so far are in {Path(config.out).name}.parts/; continue with the same command "
+        return (f"the rows certified so far are in {Path(out).name}.parts/; continue with the same command "
                 "and --resume (any number of processes)")
 
 
@@ -125,13 +126,13 @@ class SampleShards(_Shards):
         engine = self.opened.engine
         self.certifier = SampleShardedCertifier(self.body, self.opened.procedure.plan, self.opened.config.batch,
                                                 engine.spec.input_shape, engine.device, self.ranks,
-                                                self.opened.config.body_options.sound)
+                                                self.opened.config.body.sound)
 
     def run(self) -> None:
         ranks = self.ranks
         images = ranks.share_stream(self.opened.images(self.indices) if ranks.primary else None)
         counts = self.certifier.run(images, self.opened.procedure.decide)
-        self._write(counts, self.opened.config.out, self.mode if ranks.primary else None,
+        self._write(counts, self.opened.config.output.out, self.mode if ranks.primary else None,
                     lambda samples: show_progress(self.bar, self.rows.images, self.rows.samples, self.rows.elapsed))
 
     def figures(self) -> dict:
