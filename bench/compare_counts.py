@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from dmae_fast.cli.common import Parser, run_reporting_errors
+from dmae_fast.command import Parser, run_reporting_errors
 from dmae_fast.errors import UserError
 
 PROG = "compare_counts"

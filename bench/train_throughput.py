@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from dmae_fast.bench.report import result_stem
-from dmae_fast.cli.common import Parser, run_reporting_errors
+from dmae_fast.command import Parser, run_reporting_errors
 from dmae_fast.engines import resolve_device
 from dmae_fast.errors import UserError
 from dmae_fast.export.config import device_problem

@@ -13,7 +13,9 @@ PatchEmbed(a + b) = PatchEmbed(a) + W @ b (the bias counted once, in E).
 
 It holds only when the noise is added at the encoder's resolution: a classifier that
 resizes inside (CIFAR-10: 32 -> 224) is run unfused
-(:func:`fused_unsupported_reason`).
+(:attr:`dmae_fast.model.ClassifierSpec.fused_unsupported_reason`). A classifier folds its own front end
+(:meth:`dmae_fast.model.SmoothingClassifier.fused_front_end`) and computes E
+(:meth:`~dmae_fast.model.SmoothingClassifier.clean_embedding`); this module reads no model.
 """
 
 from __future__ import annotations
@@ -23,16 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from dmae_fast.model import ClassifierSpec, SmoothingClassifier
 from dmae_fast.noise import gaussian_noise
-
-
-def fused_unsupported_reason(spec: ClassifierSpec) -> str | None:
-    """Why the fused front end cannot serve this classifier, or None if it can."""
-    if spec.input_size != spec.encoder.img_size:
-        return (f"the classifier resizes its {spec.input_size}x{spec.input_size} input to "
-                f"{spec.encoder.img_size}x{spec.encoder.img_size} inside")
-    return None
 
 
 @dataclass(frozen=True)
@@ -45,18 +38,6 @@ class FrontEnd:
     patch: int
     image_shape: tuple[int, int, int]  # (C, H, W) where the noise is added
 
-    @classmethod
-    def from_model(cls, model: SmoothingClassifier, sigma: float) -> FrontEnd:
-        reason = fused_unsupported_reason(model.spec)
-        if reason is not None:
-            raise ValueError(f"no fused front end: {reason}")
-        weight = model.patch_embed.proj.weight.detach().float()  # [D, C, p, p]
-        scale = sigma / model.std.detach().float().view(1, -1, 1, 1)
-        folded = (weight * scale).flatten(1).t().contiguous()
-        pos = model.pos_embed.detach().float()[0]
-        return cls(folded, model.cls_token.detach().float()[0, 0] + pos[0], pos[1:].contiguous(),
-                   model.spec.encoder.patch_size, model.spec.input_shape)
-
     def cast(self, dtype: torch.dtype) -> FrontEnd:
         """The same front end with W' in ``dtype`` (the fused kernel's GEMM input type)."""
         return dataclasses.replace(self, weight=self.weight.to(dtype))
@@ -68,12 +49,6 @@ class FrontEnd:
     @property
     def embed_dim(self) -> int:
         return self.pos.shape[1]
-
-
-@torch.no_grad()
-def clean_embedding(model: SmoothingClassifier, images: torch.Tensor) -> torch.Tensor:
-    """E = PatchEmbed(normalize(x)) [N, L, D] in float32: computed once per image."""
-    return model.patch_embed(model.preprocess(images.float())).float()
 
 
 def noise_patches(noise: torch.Tensor, patch: int) -> torch.Tensor:

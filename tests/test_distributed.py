@@ -20,12 +20,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from dmae_fast.batching.scheduler import RowSplit
 from dmae_fast.data import open_dataset
 from dmae_fast.demo import DEMO_CHECKPOINT
 from dmae_fast.errors import UserError
 from dmae_fast.run.driver import CertifyConfig, certify_dataset
 from dmae_fast.run.parts import merge_parts, part_path, parts_dir, start_parts
-from dmae_fast.run.sample_shards import share
 
 pytestmark = pytest.mark.slow
 DMAE_CERTIFY = str(Path(sys.executable).with_name("dmae-certify"))
@@ -339,14 +339,14 @@ elif os.environ.get("RANK") == "1":  # killed at its third sum of counts
     sums = []
 
     def die_at_the_third_sum(frame, event, arg):
-        if event == "call" and frame.f_code.co_name == "_all_reduced":
+        if event == "call" and frame.f_code.co_name == "summed":
             sums.append(1)
             if len(sums) == 3:
                 os.kill(os.getpid(), signal.SIGKILL)
 
     class ProfileSums:
         def find_spec(self, name, path=None, target=None):
-            if name == "dmae_fast.run.sample_shards":
+            if name == "dmae_fast.run.ranks":
                 sys.setprofile(die_at_the_third_sum)
             return None
 
@@ -441,9 +441,9 @@ def test_a_signal_that_also_kills_a_dataloader_worker_is_only_an_interruption():
 
 # ---------------------------------------------------------------- the pieces, in this process
 def test_shares_cover_every_row_once():
-    for start, end, world in [(0, 100, 3), (100, 10_100, 8), (5, 7, 4), (0, 1, 2)]:
-        pieces = [share(start, end, rank, world) for rank in range(world)]
-        assert pieces[0][0] == start and pieces[-1][1] == end
+    for rows, world in [(100, 3), (10_000, 8), (2, 4), (1, 2)]:
+        pieces = [RowSplit(rank, world, summed=lambda counts: counts).share(rows) for rank in range(world)]
+        assert pieces[0][0] == 0 and pieces[-1][1] == rows
         assert all(a[1] == b[0] for a, b in zip(pieces, pieces[1:]))
         assert max(hi - lo for lo, hi in pieces) - min(hi - lo for lo, hi in pieces) <= 1
 

@@ -4,18 +4,16 @@ sample sharding), the scheduler's state private to it, one meaning of a row's ``
 from __future__ import annotations
 
 import ast
+import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-import torch.distributed as dist
 
 from dmae_fast.batching.engine_loop import BatchFailed, EngineLoop, LoopStats
-from dmae_fast.batching.scheduler import PHASES, Job
+from dmae_fast.batching.scheduler import Job, RowSplit
 from dmae_fast.batching.stream import ImageBatches, StreamingCertifier
-from dmae_fast.run.ranks import Ranks
-from dmae_fast.run.sample_shards import SampleShardedCertifier
 from dmae_fast.stats.plan import SamplingPlan
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -122,37 +120,59 @@ def test_cancelled_jobs_are_never_returned_and_fail_all_ends_the_rest(engine, im
     assert not loop.busy and loop.stats() == LoopStats(queued=0, on_device=0)
 
 
-class PositionSpy(ImageBatches):
-    """The plain body, recording the phases it was allocated with and each row's (position, phase)."""
+class RowSpy(ImageBatches):
+    """The plain body, recording the (image index, phase, sample) of every row it counts."""
 
     def allocate(self, num_slots, phase_ids):
-        self.phase_ids = phase_ids.tolist()
         self.rows = []
         return super().allocate(num_slots, phase_ids)
 
     def run(self, slot, index, position, sample):
-        self.rows += [(p, self.phase_ids[p]) for p in position.tolist()]
+        self.rows += zip(index.tolist(), self._phase_ids[position].tolist(), sample.tolist())
         super().run(slot, index, position, sample)
 
 
-@pytest.fixture
-def world_of_one():
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield Ranks(0, 1, 0, dist.HashStore(), None, owns_group=False)
-    finally:
-        dist.destroy_process_group()
+def _split_between_two(engine, plan, items, decide=None):
+    """Two "processes" (threads) sharing every batch by a RowSplit, their counts summed at each stage end
+    as an all-reduce sums them: each one's yielded counts and the rows it counted."""
+    barrier, parts = threading.Barrier(2), [None, None]
+
+    def summed(rank, local):
+        parts[rank] = local.clone()
+        barrier.wait()
+        total = parts[0] + parts[1]
+        barrier.wait()
+        return total
+
+    results = [None, None]
+
+    def run(rank):
+        body = RowSpy(engine, SIGMA, SEED, 16)
+        split = RowSplit(rank, 2, lambda local: summed(rank, local))
+        counts = {c.index: c.counts for c in StreamingCertifier(engine, plan, SIGMA, SEED, 16, body,
+                                                                 split=split).run(items, decide)}
+        results[rank] = counts, body.rows
+
+    threads = [threading.Thread(target=run, args=(rank,)) for rank in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=600)
+    return results
 
 
-def test_sample_sharding_passes_positions_as_the_scheduler_does(engine, images, world_of_one):
-    """A row's ``position`` is its phase's place in a counts buffer of every phase, for the scheduler
-    and for sample sharding alike; the counts equal the streamer's."""
-    plan = SamplingPlan.predict(40)
-    items = [(7 + i, image, 0) for i, image in enumerate(images[:2])]
-    spy = PositionSpy(engine, SIGMA, SEED, 16)
-    sharded = SampleShardedCertifier(spy, plan, 16, SHAPE, engine.device, world_of_one)
-    counts = {c.index: c.counts for c in sharded.run(items)}
-    assert spy.phase_ids == [int(phase) for phase in PHASES]
-    assert spy.rows and all(position == phase == int(plan.phases[0]) for position, phase in spy.rows)
-    streamed = _streamed(engine, plan, items)
-    assert counts.keys() == streamed.keys() and all(np.array_equal(counts[i], streamed[i]) for i in counts)
+@pytest.mark.parametrize("plan", [SamplingPlan.certify(10, 50), SamplingPlan.sequential(10, (20, 40, 60))],
+                         ids=["fixed", "sequential"])
+def test_a_row_split_shares_each_batch_and_gives_every_process_the_streamers_counts(engine, images, plan):
+    """Sample sharding is a row-split policy of the one scheduler: every process runs the same schedule,
+    counts a disjoint share of each batch (of 2 x 16 rows), together every row once, and all yield the
+    counts of one process counting everything, with the same decisions at the looks."""
+    items = [(7 + i, image, 0) for i, image in enumerate(images)]
+    decide = (lambda index, counts, stage: counts[-1].max() > 12) if plan.looks else None  # noqa: E731
+    (counts0, rows0), (counts1, rows1) = _split_between_two(engine, plan, items, decide)
+    alone = {c.index: c.counts for c in StreamingCertifier(engine, plan, SIGMA, SEED, 32).run(items, decide)}
+    assert counts0.keys() == counts1.keys() == alone.keys() == {7, 8, 9, 10}
+    assert all(np.array_equal(counts0[i], alone[i]) and np.array_equal(counts1[i], alone[i]) for i in alone)
+    assert rows0 and rows1 and not set(rows0) & set(rows1) and len(rows0) + len(rows1) == len(set(rows0 + rows1))
+    assert sum(int(alone[i].sum()) for i in alone) == len(rows0) + len(rows1)
+    assert abs(len(rows0) - len(rows1)) <= 4  # even shares of every batch (a batch's shares differ by at most 1)

@@ -96,24 +96,17 @@ def test_the_certifier_and_the_server_use_no_export_tool():
 # The layers, low to high: a package imports (lazily included) only packages of its own layer or below.
 LAYERS = (
     ("dmae_fast", "dmae_fast.errors", "dmae_fast.lazy", "dmae_fast.files", "dmae_fast.integrity",
-     "dmae_fast.locking", "dmae_fast.memory", "dmae_fast.model_cache", "dmae_fast.demo_files"),
+     "dmae_fast.locking", "dmae_fast.memory", "dmae_fast.model_cache", "dmae_fast.demo_files",
+     "dmae_fast.command"),
     ("dmae_fast.stats",),
-    ("dmae_fast.noise", "dmae_fast.sound_noise", "dmae_fast.patch_layout", "dmae_fast.fast_noise", "dmae_fast.kernels",
-     "dmae_fast.model", "dmae_fast.checkpoints", "dmae_fast.data"),
+    ("dmae_fast.noise", "dmae_fast.sound_noise", "dmae_fast.patch_layout", "dmae_fast.fast_noise", "dmae_fast.kernels"),
+    ("dmae_fast.model", "dmae_fast.checkpoints", "dmae_fast.data"),
     ("dmae_fast.engines",),
     ("dmae_fast.batching",),
     ("dmae_fast.run",),
     ("dmae_fast.export", "dmae_fast.serve", "dmae_fast.train", "dmae_fast.analysis"),
     ("dmae_fast.cli", "dmae_fast.bench", "dmae_fast.demo"),
 )
-# The package imports that break a rule today (a cycle, or the layer order), each with what it is; a test
-# fails when one is gone, so that this list only shrinks.
-KNOWN = {
-    ("dmae_fast.kernels", "dmae_fast.model"):
-        "kernels/frontend_reference.py reads a SmoothingClassifier, model/fp8.py runs kernels/gelu_quantize.py",
-    ("dmae_fast.bench", "dmae_fast.cli"):
-        "bench/compare_counts.py and bench/train_throughput.py use cli/common.py's Parser (cli imports bench)",
-}
 
 
 def package(module: str, known: dict[str, Path]) -> str:
@@ -124,13 +117,13 @@ def package(module: str, known: dict[str, Path]) -> str:
 
 
 def packages() -> dict[str, set[str]]:
-    """Each package -> the other packages its modules import, the KNOWN imports left out."""
+    """Each package -> the other packages its modules import."""
     known = modules()
     graph: dict[str, set[str]] = {}
     for name, path in known.items():
         source = package(name, known)
         graph.setdefault(source, set()).update(package(m, known) for m in imported(name, path, known))
-    return {source: targets - {source} - {b for a, b in KNOWN if a == source} for source, targets in graph.items()}
+    return {source: targets - {source} for source, targets in graph.items()}
 
 
 def upward(graph: dict[str, set[str]], layers: tuple[tuple[str, ...], ...]) -> list[str]:
@@ -155,14 +148,6 @@ def test_no_cycle_between_packages():
 def test_each_layer_imports_only_those_below_it():
     found = upward(packages(), LAYERS)
     assert not found, "\n".join(found)
-
-
-def test_the_known_exceptions_are_still_there():
-    """An exception that was fixed leaves :data:`KNOWN` (the list only shrinks)."""
-    known = modules()
-    edges = {(package(name, known), package(m, known)) for name, path in known.items()
-             for m in imported(name, path, known)}
-    assert not KNOWN.keys() - edges, f"no longer imported, remove from KNOWN: {sorted(KNOWN.keys() - edges)}"
 
 
 def test_the_layer_check_finds_an_upward_import_through_a_lower_package():

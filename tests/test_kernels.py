@@ -11,12 +11,7 @@ if not torch.cuda.is_available():  # before triton is imported anywhere in this 
 
 import pytest  # noqa: E402
 
-from dmae_fast.kernels.frontend_reference import (  # noqa: E402
-    FrontEnd,
-    clean_embedding,
-    fused_unsupported_reason,
-    reference_tokens,
-)
+from dmae_fast.kernels.frontend_reference import FrontEnd, reference_tokens  # noqa: E402
 from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier  # noqa: E402
 from dmae_fast.noise import gaussian_noise, uint32_stream  # noqa: E402
 
@@ -56,8 +51,8 @@ def test_reference_tokens_equal_the_classifier_on_noisy_images(model):
     """The linearity identity: E + W'eta + pos == tokens(x + sigma eta)."""
     x = torch.rand(3, 3, 12, 12, device=DEVICE)
     slot, image, phase, sample = _rows(10, 3)
-    front = FrontEnd.from_model(model, sigma=0.5)
-    ours = reference_tokens(front, clean_embedding(model, x), slot, image, phase, sample, SEED)
+    front = model.fused_front_end(sigma=0.5)
+    ours = reference_tokens(front, model.clean_embedding(x), slot, image, phase, sample, SEED)
     with torch.no_grad():
         direct = model.tokens(x[slot] + 0.5 * gaussian_noise(SEED, image, phase, sample, (3, 12, 12)))
     torch.testing.assert_close(ours, direct, rtol=1e-5, atol=1e-5)
@@ -67,8 +62,8 @@ def test_reference_tokens_equal_the_classifier_on_noisy_images(model):
 def test_fused_tokens_match_the_reference(model, dtype, tol):
     x = torch.rand(3, 3, 12, 12, device=DEVICE)
     slot, image, phase, sample = _rows(37, 3)  # 37 * 9 (row, patch) pairs: a partial tile
-    front = FrontEnd.from_model(model, sigma=0.25)
-    embeddings = clean_embedding(model, x)
+    front = model.fused_front_end(sigma=0.25)
+    embeddings = model.clean_embedding(x)
     fused = fused_frontend.fused_tokens(front.cast(dtype), embeddings, slot, image, phase, sample, SEED, dtype)
     assert fused.dtype == dtype and fused.shape == (37, 10, 48)
     reference = reference_tokens(front, embeddings, slot, image, phase, sample, SEED)
@@ -86,8 +81,8 @@ def test_quad_noise_gives_the_per_element_tokens_bit_for_bit(model, dtype):
     """One Philox call per counter and one radius per pair: the same numbers as per element."""
     x = torch.rand(3, 3, 12, 12, device=DEVICE)
     slot, image, phase, sample = _rows(37, 3)
-    front = FrontEnd.from_model(model, sigma=0.25).cast(dtype)
-    embeddings = clean_embedding(model, x)
+    front = model.fused_front_end(sigma=0.25).cast(dtype)
+    embeddings = model.clean_embedding(x)
     tokens = {}
     for tiles in ("split", "per-element"):  # the same blocks, with and without quads
         launch = fused_frontend.tokens_launch(front, embeddings, slot, image, phase, sample, SEED, dtype, tiles=tiles)
@@ -103,7 +98,7 @@ def test_patches_not_a_multiple_of_4_wide_keep_the_per_element_noise():
     small = SmoothingClassifier(spec).eval().to(DEVICE)
     x = torch.rand(2, 3, 6, 6, device=DEVICE)
     slot, image, phase, sample = _rows(5, 2)
-    front, embeddings = FrontEnd.from_model(small, sigma=0.5), clean_embedding(small, x)
+    front, embeddings = small.fused_front_end(sigma=0.5), small.clean_embedding(x)
     launch = fused_frontend.tokens_launch(front, embeddings, slot, image, phase, sample, SEED, torch.float32)
     assert not launch[2]["QUADS"]
     fused = fused_frontend.fused_tokens(front, embeddings, slot, image, phase, sample, SEED)
@@ -113,7 +108,7 @@ def test_patches_not_a_multiple_of_4_wide_keep_the_per_element_noise():
 
 def test_unknown_tiles_are_refused(model):
     slot, image, phase, sample = _rows(2, 1)
-    front = FrontEnd.from_model(model, sigma=0.25)
+    front = model.fused_front_end(sigma=0.25)
     with pytest.raises(ValueError, match="unknown tiles huge; known: split, wide, per-element"):
         fused_frontend.tokens_launch(front, torch.zeros(1, 9, 48), slot, image, phase, sample, SEED, torch.float32,
                                      tiles="huge")
@@ -138,9 +133,9 @@ def test_every_gpu_tiling_matches_the_reference_for_a_vit_b_front_end(tiles):
 
 def test_resizing_classifiers_are_not_fused():
     spec = ClassifierSpec(EncoderConfig(32, 1, 2, patch_size=4, img_size=16), num_classes=10, input_size=8)
-    assert "resizes" in fused_unsupported_reason(spec)
+    assert "resizes" in spec.fused_unsupported_reason
     with pytest.raises(ValueError, match="resizes"):
-        FrontEnd.from_model(SmoothingClassifier(spec), 0.25)
+        SmoothingClassifier(spec).fused_front_end(0.25)
 
 
 # Compiles both kernels as the GPU path launches them (tokens_launch / noise_launch), for Hopper

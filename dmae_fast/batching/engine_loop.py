@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from dmae_fast.batching.scheduler import BatchBody, Job, SlotScheduler
+from dmae_fast.batching.scheduler import BatchBody, Job, RowSplit, SlotScheduler
 from dmae_fast.stats.plan import Phase
 
 Finished = tuple[Job, object]  # (job, its counts [plan phases, classes] | the exception that ended it)
@@ -41,15 +41,16 @@ class EngineLoop:
     """One body, ``num_slots`` images on the device, batches of ``batch`` rows (see the module doc).
 
     Jobs come from :meth:`add`, then from ``source`` (see :class:`SlotScheduler`). ``on_batch(rows,
-    seconds)`` is told of every batch issued (the host time to issue it; on a CPU, to run it).
+    seconds)`` is told of every batch issued (the rows this process ran, and the host time to issue
+    them; on a CPU, to run them). ``split``: this process is one of several sharing each batch's rows.
     """
 
     def __init__(self, body: BatchBody, device: torch.device, batch: int, num_slots: int,
                  source: Callable[[], Job | None] | None = None,
-                 on_batch: Callable[[int, float], None] | None = None) -> None:
+                 on_batch: Callable[[int, float], None] | None = None, split: RowSplit | None = None) -> None:
         self.body, self.device, self.batch, self.on_batch = body, device, batch, on_batch
         self.held_until: float | None = None  # after a step that held a partial batch back: when it is due
-        self._slots = SlotScheduler(body, device, batch, num_slots, source)
+        self._slots = SlotScheduler(body, device, batch, num_slots, source, split)
 
     def add(self, job: Job, since: float | None = None) -> None:
         """Queue ``job``; its rows count as runnable from ``since`` (``time.monotonic()``; default now)."""
@@ -81,13 +82,13 @@ class EngineLoop:
         if segments:
             start = time.perf_counter()
             try:
-                slots.issue(segments)
+                rows = slots.issue(segments)
             except Exception as error:  # noqa: BLE001 (the body failed: its images end, the driver decides)
                 failed = BatchFailed(error)
                 return slots.drain() + [(job, failed) for job in slots.reset() + reached]
             slots.snapshot(reached)
             if self.on_batch is not None:
-                self.on_batch(sum(segment[4] for segment in segments), time.perf_counter() - start)
+                self.on_batch(rows, time.perf_counter() - start)
         slots.resolve(wait=not segments)
         return slots.drain()
 

@@ -43,11 +43,6 @@ from dmae_fast.engines.base import Engine, TokenBody, predicted_classes
 from dmae_fast.engines.torch_engine import PRECISIONS
 from dmae_fast.errors import UserError
 from dmae_fast.fast_noise import NoiseSource
-from dmae_fast.kernels.frontend_reference import (
-    FrontEnd,
-    clean_embedding,
-    fused_unsupported_reason,
-)
 from dmae_fast.model import SmoothingClassifier
 
 STAGES = ("front end", "body", "counting", "host")
@@ -160,7 +155,7 @@ class FastBatches:
 
             self._fused_tokens = fused_frontend.fused_tokens
             token_dtype = self.dtype or torch.float32
-            self._front = FrontEnd.from_model(self.model, sigma).cast(token_dtype)
+            self._front = self.model.fused_front_end(sigma).cast(token_dtype)
             self._tokens = torch.empty((batch_size, 1 + self._front.num_patches, self._front.embed_dim),
                                        dtype=token_dtype, device=self.device)
         forward = self._classify_tokens if self.options.fused else self._classify_images
@@ -175,7 +170,7 @@ class FastBatches:
     def _available(self, options: FastPath) -> FastPath:
         """Drop what this classifier, engine or machine cannot do, saying so in one line each."""
         if options.fused:
-            reason = fused_unsupported_reason(self.spec)
+            reason = self.spec.fused_unsupported_reason
             if reason is None and self.noise.grid is not None:
                 reason = ("--sound: its tokens E(x) + W eta are no function of the grid sum X + Z; the unfused "
                           "front end embeds the noisy grid image itself")
@@ -246,7 +241,7 @@ class FastBatches:
     def load(self, slot: int, image: torch.Tensor) -> None:
         with self._stage("front end"):
             if self.options.fused:
-                self._slots[slot] = clean_embedding(self.model, image.to(self.device, non_blocking=True)[None])[0]
+                self._slots[slot] = self.model.clean_embedding(image.to(self.device, non_blocking=True)[None])[0]
             else:
                 self._slots[slot].copy_(image, non_blocking=True)
 

@@ -15,7 +15,10 @@ copies it back asynchronously; nothing waits for the device per batch. An image 
 stopped early or is cancelled frees its slot for the next image.
 
 Because the noise does not depend on how rows are packed, an image's counts are the same whatever
-batch size or other images shared its batches. :class:`SlotScheduler` is driven only through
+batch size or other images shared its batches, and whichever process counted a row: under a
+:class:`RowSplit` (``--shard samples``) every process runs the same schedule and counts only its share
+of each batch's rows, and the counts of an image at a stage end are summed across the processes before
+anything is decided, so every process takes the same decisions. :class:`SlotScheduler` is driven only through
 :class:`~dmae_fast.batching.engine_loop.EngineLoop`, by the offline streamer
 (:class:`~dmae_fast.batching.stream.StreamingCertifier`, images from a dataset) and by the
 server's device thread (:class:`~dmae_fast.serve.scheduler.Scheduler`, images from requests, with a
@@ -29,6 +32,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -102,6 +106,21 @@ class Job:
         return finite_counts(self.index, slot_counts[self._phases])
 
 
+@dataclass(frozen=True)
+class RowSplit:
+    """How ``world`` processes share each batch: process ``rank`` counts the contiguous ``share`` of its
+    rows; ``summed`` turns this process's counts of some slots [k, phases, classes + 1] into every
+    process's sum, on the host (a collective: every process calls it at the same point of the schedule)."""
+
+    rank: int
+    world: int
+    summed: Callable[[torch.Tensor], torch.Tensor]
+
+    def share(self, rows: int) -> tuple[int, int]:
+        """This process's rows [lo, hi) of a batch of ``rows`` (the shares' sizes differ by at most one)."""
+        return rows * self.rank // self.world, rows * (self.rank + 1) // self.world
+
+
 def to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
     """``host`` copied to ``device`` in stream order without waiting for the device (a plain copy
     from pageable memory synchronizes the stream, and so drains the batches queued on the GPU)."""
@@ -110,13 +129,17 @@ def to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
     return host.to(device, non_blocking=True)
 
 
-def batch_rows(segments: list[Segment], device: torch.device) -> tuple[torch.Tensor, ...]:
+def batch_rows(segments: list[Segment], device: torch.device,
+               part: tuple[int, int] | None = None) -> tuple[torch.Tensor, ...]:
     """Runs of rows (slot, image index, phase position, first sample, count) -> the four per-row
-    columns a batch body takes, on ``device`` (copied without blocking the host)."""
+    columns a batch body takes, on ``device`` (copied without blocking the host); only the rows
+    [lo, hi) of ``part`` where given."""
     columns = torch.tensor([s[:4] for s in segments], dtype=torch.int64)
     lengths = torch.tensor([s[4] for s in segments])
     per_row = torch.repeat_interleave(columns, lengths, dim=0)
     per_row[:, 3] += torch.arange(len(per_row)) - torch.repeat_interleave(torch.cumsum(lengths, 0) - lengths, lengths)
+    if part is not None:
+        per_row = per_row[part[0]:part[1]]
     return to_device(per_row, device).unbind(1)
 
 
@@ -137,12 +160,13 @@ class SlotScheduler:
     """Slots, packing, snapshots and decisions (see the module doc). Its state is private: only
     :class:`~dmae_fast.batching.engine_loop.EngineLoop` drives it. Jobs come from :meth:`add`,
     then from ``source`` (called only when a slot is free and no image has rows left, so a dataset
-    is read no further ahead than the device needs; None from it means it has no more)."""
+    is read no further ahead than the device needs; None from it means it has no more). With
+    ``split``, this process counts its share of each batch (see the module doc)."""
 
     def __init__(self, body: BatchBody, device: torch.device, batch: int, num_slots: int,
-                 source: Callable[[], Job | None] | None = None) -> None:
+                 source: Callable[[], Job | None] | None = None, split: RowSplit | None = None) -> None:
         self.body, self.device, self.batch, self.num_slots = body, device, batch, num_slots
-        self._source = source
+        self._source, self._split = source, split
         self._free: deque[int] = deque(range(num_slots))
         self._pending: deque[Job] = deque()  # added, not on the device yet
         self._ready: deque[Job] = deque()  # on the device, with rows to issue in their current stage
@@ -209,15 +233,25 @@ class SlotScheduler:
                 del self._since[job]
         return segments, reached
 
-    def issue(self, segments: list[Segment]) -> None:
-        """Hand one batch's rows to the body (no synchronization)."""
-        self.body.run(*batch_rows(segments, self.device))
+    def issue(self, segments: list[Segment]) -> int:
+        """Hand one batch's rows (this process's share of them) to the body, without synchronizing;
+        the rows handed."""
+        rows = sum(segment[4] for segment in segments)
+        part = None if self._split is None else self._split.share(rows)
+        if part is not None and part[0] == part[1]:
+            return 0
+        self.body.run(*batch_rows(segments, self.device, part))
+        return rows if part is None else part[1] - part[0]
 
     def snapshot(self, reached: list[Job]) -> None:
         """Copy the counts of images at a stage end off the device (asynchronously on CUDA); images
         at their final stage free their slot at once (zeroed in stream order after the copy)."""
         if reached:
-            snapshot, event = counts_to_host(self._counts, [job.slot for job in reached])
+            slots = [job.slot for job in reached]
+            if self._split is None:
+                snapshot, event = counts_to_host(self._counts, slots)
+            else:  # every process's sum, before anything is decided
+                snapshot, event = self._split.summed(self._counts[to_device(torch.tensor(slots), self.device)]), None
             self._release([job for job in reached if job.final])
             self._waiting.append((reached, snapshot, event))
 

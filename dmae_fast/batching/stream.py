@@ -25,7 +25,7 @@ import torch
 from dmae_fast.batching.body_options import Sound
 from dmae_fast.batching.core import zero_counts
 from dmae_fast.batching.engine_loop import BatchFailed, EngineLoop
-from dmae_fast.batching.scheduler import BatchBody, Job
+from dmae_fast.batching.scheduler import BatchBody, Job, RowSplit
 from dmae_fast.data import check_finite
 from dmae_fast.data.grid import check_on_grid, quantize
 from dmae_fast.engines.base import Engine
@@ -115,19 +115,26 @@ class StreamingCertifier:
     ``body`` runs the batches (default :class:`ImageBatches`); the schedule, and so the
     counts, do not depend on it beyond the classifier's floating-point rounding. With ``sound``
     (``--sound``; the body's noise must be on the same grid) images off its grid are refused.
+    With ``split`` (``--shard samples``) this process is one of ``split.world`` that see the same
+    images in the same order: each counts its share of every batch of ``split.world * batch_size``
+    rows, and all yield the same counts (:class:`~dmae_fast.batching.scheduler.RowSplit`).
+    ``samples``: the noisy samples this process counted so far.
     """
 
     def __init__(self, engine: Engine, plan: SamplingPlan, sigma: float, seed: int, batch_size: int,
-                 body: BatchBody | None = None, sound: Sound | None = None) -> None:
-        self.engine, self.plan, self.sound = engine, plan, sound
+                 body: BatchBody | None = None, sound: Sound | None = None, split: RowSplit | None = None) -> None:
+        self.engine, self.plan, self.sound, self.split = engine, plan, sound, split
         self.sigma, self.seed, self.batch_size = sigma, seed, batch_size
         self.body = body or ImageBatches(engine, sigma, seed, batch_size)
         self.device = engine.device
         self.shape = engine.spec.input_shape
+        self.samples = 0
+        # the batch the schedule packs: every process's rows together
+        self.schedule_batch = batch_size * (split.world if split is not None else 1)
         # At most ceil(B / stage) + 1 images meet in one batch and one carries over; in
         # sequential mode as many again may wait for the host's decision.
         shortest = min(np.diff((0,) + plan.stage_ends))
-        per_batch = math.ceil(batch_size / shortest) + 2
+        per_batch = math.ceil(self.schedule_batch / shortest) + 2
         self.num_slots = per_batch * (2 if plan.looks else 1)
 
     def run(self, images: Iterable[tuple[int, torch.Tensor, int]],
@@ -176,14 +183,19 @@ class StreamingCertifier:
             self.body.finish()
 
     def _engine(self, next_job: Callable[[], Job | None]) -> EngineLoop:
-        return EngineLoop(self.body, self.device, self.batch_size, self.num_slots, source=next_job)
+        return EngineLoop(self.body, self.device, self.schedule_batch, self.num_slots, source=next_job,
+                          on_batch=self._counted, split=self.split)
+
+    def _counted(self, rows: int, seconds: float) -> None:
+        self.samples += rows
 
     def _replace_body(self, error: Exception) -> None:
         """After ``error`` in a batch: the body's next body (said in one line), unless the error is
-        the user's, a signal's that surfaced as another error, or the body has no chain."""
+        the user's, a signal's that surfaced as another error, the body has no chain, or the batches
+        are split between processes (which must all run the same schedule)."""
         raise_if_interrupted()
         chain = getattr(self.body, "chain", None)
-        if isinstance(error, UserError) or chain is None:
+        if isinstance(error, UserError) or chain is None or self.split is not None:
             raise error
         failed, self.body = self.body, chain.replace(error)
         failed.finish()

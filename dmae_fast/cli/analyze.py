@@ -15,7 +15,7 @@ from dmae_fast.analysis import (
     recorded_cap,
     rounding_warning,
 )
-from dmae_fast.cli.common import Parser, run_reporting_errors
+from dmae_fast.command import Parser, run_reporting_errors
 from dmae_fast.errors import UserError
 from dmae_fast.run.results import read_results
 

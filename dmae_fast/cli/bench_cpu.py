@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from dmae_fast.cli.common import Parser, run_reporting_errors
+from dmae_fast.command import Parser, run_reporting_errors
 
 PROG = "dmae-bench cpu"
 

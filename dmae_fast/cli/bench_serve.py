@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from dmae_fast.bench.config import ServeBenchConfig
-from dmae_fast.cli.common import Parser, run_reporting_errors
+from dmae_fast.command import Parser, run_reporting_errors
 
 PROG = "dmae-bench serve"
 

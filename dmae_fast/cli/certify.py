@@ -23,7 +23,7 @@ from dmae_fast.batching.choices import (
     SHARD_CHOICES,
 )
 from dmae_fast.cli.body_args import add_body_arguments, body_options
-from dmae_fast.cli.common import Parser, run_reporting_errors
+from dmae_fast.command import Parser, run_reporting_errors
 
 # Only light modules here: --help and option errors answer without importing torch.
 from dmae_fast.demo_files import DEMO, DEMO_CHECKPOINT

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from dmae_fast.cli.common import Parser, import_torch_while_starting, parse_normalization, run_reporting_errors
+from dmae_fast.command import Parser, import_torch_while_starting, run_reporting_errors
 from dmae_fast.engines.sidecar import BatchRange
 from dmae_fast.export.config import (
     DEFAULT_BATCH,
@@ -21,6 +21,7 @@ from dmae_fast.export.config import (
     MAX_PARITY_SAMPLES,
     ExportConfig,
 )
+from dmae_fast.model.config import parse_normalization
 
 PROG = "dmae-export"
 

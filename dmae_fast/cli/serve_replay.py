@@ -17,7 +17,7 @@ import sys
 
 from dmae_fast.batching.choices import PRECISION_CHOICES
 from dmae_fast.cli.body_args import add_body_arguments, body_options
-from dmae_fast.cli.common import Parser, import_torch_while_starting, run_reporting_errors
+from dmae_fast.command import Parser, import_torch_while_starting, run_reporting_errors
 from dmae_fast.demo_files import DEMO, DEMO_CHECKPOINT
 from dmae_fast.errors import UserError
 from dmae_fast.files import read_regular_file

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from dmae_fast.cli.common import Parser, run_reporting_errors
+from dmae_fast.command import Parser, run_reporting_errors
 from dmae_fast.stats.rounded_gaussian import sound_table
 from dmae_fast.stats.sound_table_file import write_sound_table
 

@@ -18,7 +18,7 @@ import math
 import sys
 from pathlib import Path
 
-from dmae_fast.cli.common import Parser, import_torch_while_starting, run_reporting_errors
+from dmae_fast.command import Parser, import_torch_while_starting, run_reporting_errors
 
 # Only light modules here (the checkpointing module and the run, which import torch, are imported
 # where a run needs them): --help, option errors and 'dmae-train presets' answer without importing torch.

@@ -10,12 +10,17 @@ mean/std are non-persistent buffers (they live in the checkpoint's metadata inst
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
 from dmae_fast.model.config import ClassifierSpec
+
+if TYPE_CHECKING:
+    from dmae_fast.kernels.frontend_reference import FrontEnd
 
 
 class SmoothingClassifier(VisionTransformer):
@@ -61,6 +66,27 @@ class SmoothingClassifier(VisionTransformer):
         plus position embeddings. ``forward(x) == forward_tokens(tokens(x))``.
         """
         return self._pos_embed(self.patch_embed(self.preprocess(images)))
+
+    def fused_front_end(self, sigma: float) -> FrontEnd:
+        """This classifier's front end folded for ``sigma`` (float32), what the fused kernel computes with
+        (:mod:`dmae_fast.kernels.frontend_reference`): W' = W * sigma / std_c, the class token plus
+        position 0, the patches' positions. ValueError where no fused front end can serve it."""
+        from dmae_fast.kernels.frontend_reference import FrontEnd
+
+        reason = self.spec.fused_unsupported_reason
+        if reason is not None:
+            raise ValueError(f"no fused front end: {reason}")
+        weight = self.patch_embed.proj.weight.detach().float()  # [D, C, p, p]
+        scale = sigma / self.std.detach().float().view(1, -1, 1, 1)
+        folded = (weight * scale).flatten(1).t().contiguous()
+        pos = self.pos_embed.detach().float()[0]
+        return FrontEnd(folded, self.cls_token.detach().float()[0, 0] + pos[0], pos[1:].contiguous(),
+                        self.spec.encoder.patch_size, self.spec.input_shape)
+
+    @torch.no_grad()
+    def clean_embedding(self, images: torch.Tensor) -> torch.Tensor:
+        """E = PatchEmbed(normalize(x)) [N, L, D] in float32: what the fused front end computes once per image."""
+        return self.patch_embed(self.preprocess(images.float())).float()
 
     def forward_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
         """The body after the front end: tokens [B, 1 + L, D] -> logits [B, num_classes]."""

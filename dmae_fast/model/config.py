@@ -147,6 +147,15 @@ class ClassifierSpec:
     def to_json_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    @property
+    def fused_unsupported_reason(self) -> str | None:
+        """Why the fused front end (noise added to the patch embedding) cannot serve this classifier, or
+        None if it can: it holds only where noise is added at the encoder's own resolution."""
+        if self.input_size != self.encoder.img_size:
+            return (f"the classifier resizes its {self.input_size}x{self.input_size} input to "
+                    f"{self.encoder.img_size}x{self.encoder.img_size} inside")
+        return None
+
     @classmethod
     def from_json_dict(cls, data: dict[str, Any]) -> ClassifierSpec:
         """Rebuild a spec from :meth:`to_json_dict`'s output; ValueError/TypeError/KeyError if malformed."""

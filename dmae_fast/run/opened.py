@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader, Dataset
 from dmae_fast.batching.bodies import ResolvedBody
 from dmae_fast.batching.choices import PROG
 from dmae_fast.batching.fast_stream import StageTimer
-from dmae_fast.batching.scheduler import BatchBody
+from dmae_fast.batching.scheduler import BatchBody, RowSplit
 from dmae_fast.batching.smoother import Smoother, open_smoother
 from dmae_fast.batching.stream import StreamingCertifier
 from dmae_fast.data import TensorImageDataset, open_dataset, subset_indices
@@ -95,10 +95,10 @@ class OpenedRun:
     def body(self, timer: StageTimer | None = None) -> ResolvedBody:
         return self.smoother.body(self.config.procedure.seed, self.config.batch, timer)
 
-    def streamer(self, body: BatchBody) -> StreamingCertifier:
+    def streamer(self, body: BatchBody, split: RowSplit | None = None) -> StreamingCertifier:
         c = self.config
         return StreamingCertifier(self.engine, self.procedure.plan, self.smoother.sigma, c.procedure.seed, c.batch,
-                                  body, c.body.sound)
+                                  body, c.body.sound, split)
 
     def announce(self, images: int, body: ResolvedBody, ranks: str = "") -> None:
         """The start line: what runs, on which body and why."""

@@ -214,6 +214,14 @@ class Ranks(World):
             raise UserError(message)
         raise AlreadyReported(2)
 
+    def summed(self, local: torch.Tensor) -> torch.Tensor:
+        """Every rank's ``local`` counts summed, on the host (sample sharding; a collective)."""
+        # NCCL sums device tensors; with gloo (CPU ranks, or ranks sharing one GPU) the counts go by the host
+        summed = local.clone() if dist.get_backend() != "gloo" else local.to("cpu", copy=True)
+        with self.reaching_peers():
+            dist.all_reduce(summed)
+        return summed.cpu()
+
     def share_stream(self, source: Iterable[T] | None) -> Iterator[T]:
         """Rank 0 reads ``source`` and every rank gets each item (sample sharding: one reader)."""
         items = iter(source) if self.primary else None

@@ -5,8 +5,9 @@ drives them; a single process is a world of one).
 whenever its stream has room (from the store under torchrun, so faster ranks take more; in turn in a
 world of one) and writes its rows: a world of one to ``--out`` itself, a rank to its own part file
 (:mod:`dmae_fast.run.parts`), merged by rank 0 at the end sorted by ``idx``.
-``--shard samples`` (:class:`SampleShards`, torchrun only): rank 0 reads each image and every rank
-counts a share of its samples (:mod:`dmae_fast.run.sample_shards`), rank 0 writing the rows.
+``--shard samples`` (:class:`SampleShards`, torchrun only): rank 0 reads the images, every rank runs the
+same schedule of them and counts its share of each batch's rows, the counts summed across the ranks at
+each stage end (:class:`~dmae_fast.batching.scheduler.RowSplit`); rank 0 writes the rows.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from dmae_fast.batching.scheduler import BatchBody
+from dmae_fast.batching.scheduler import BatchBody, RowSplit
 from dmae_fast.batching.stream import ImageCounts
 from dmae_fast.run.opened import OpenedRun
 from dmae_fast.run.output import kept_after_interrupt, rows_file
@@ -25,7 +26,6 @@ from dmae_fast.run.ranks import Ranks, World
 from dmae_fast.run.record import RowWriter, progress_bar, show_progress
 from dmae_fast.run.results import Mode
 from dmae_fast.run.results_writer import ResultsWriter, Row
-from dmae_fast.run.sample_shards import SampleShardedCertifier
 
 
 @dataclasses.dataclass
@@ -114,7 +114,7 @@ class ImageShards(_Shards):
 
 
 class SampleShards(_Shards):
-    """``--shard samples``: every rank counts a share of each image's samples; rank 0 writes --out."""
+    """``--shard samples``: every rank counts a share of each batch of the same schedule; rank 0 writes --out."""
 
     ranks: Ranks
 
@@ -123,10 +123,8 @@ class SampleShards(_Shards):
         self.writing = rows_file(self.opened.config, self.mode)  # rank 0's
         if not self.ranks.primary:
             self.on_row = lambda row: None  # every rank has each row: rank 0 passes them on
-        engine = self.opened.engine
-        self.certifier = SampleShardedCertifier(self.body, self.opened.procedure.plan, self.opened.config.batch,
-                                                engine.spec.input_shape, engine.device, self.ranks,
-                                                self.opened.config.body.sound)
+        ranks = self.ranks
+        self.certifier = self.opened.streamer(self.body, RowSplit(ranks.rank, ranks.world, ranks.summed))
 
     def run(self) -> None:
         ranks = self.ranks

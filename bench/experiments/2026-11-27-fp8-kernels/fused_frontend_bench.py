@@ -2,7 +2,7 @@
 
 Times ``dmae_fast.kernels.fused_frontend.fused_tokens`` for each entry of its ``TILES`` (the first is
 what the fast body uses), interleaved for ``--rounds`` rounds, on the front end of a random-weight
-ViT-B/16 at 224 built as the fused body builds it (``FrontEnd.from_model(model, sigma)`` cast to
+ViT-B/16 at 224 built as the fused body builds it (``model.fused_front_end(sigma)`` cast to
 fp16; float32 clean embeddings E of 8 slots; a preallocated fp16 token buffer): B = 1024 rows, D 768,
 16x16 patches. ``per-element`` is the kernel as it was before (one Philox call and one Box-Muller per
 element, D tiled by 256), for the A/B. Each variant's tokens are compared with ``per-element``'s
@@ -32,7 +32,6 @@ from dmae_fast.kernels.fused_frontend import INTERPRETED, TILES, fused_tokens  #
 import triton
 
 from dmae_fast.bench.throughput import build_model
-from dmae_fast.kernels.frontend_reference import FrontEnd, clean_embedding
 from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier
 
 SIGMA, SEED, SLOTS = 0.25, 2**63 + 12345, 8
@@ -67,8 +66,8 @@ def main() -> None:
         model = SmoothingClassifier(spec).eval().to(device)
     else:
         model = build_model("vit-b16", device)
-    front = FrontEnd.from_model(model, SIGMA).cast(torch.float16)
-    embeddings = clean_embedding(model, torch.rand(SLOTS, *front.image_shape, device=device))
+    front = model.fused_front_end(SIGMA).cast(torch.float16)
+    embeddings = model.clean_embedding(torch.rand(SLOTS, *front.image_shape, device=device))
     slot = torch.arange(args.batch, device=device) % SLOTS
     image, phase = slot + 2**31, torch.ones_like(slot)
     sample = torch.randint(0, 2**32, (args.batch,), device=device)

@@ -1,4 +1,4 @@
-"""What every command-line entry point shares: one-line errors for bad input."""
+"""What every command-line entry point shares (dmae_fast.cli's and bench's): one-line errors for bad input."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from dmae_fast.errors import (
     interrupt_on_signals,
     starting,
 )
-from dmae_fast.model.config import parse_normalization  # noqa: F401 (the commands' import)
 
 
 def import_torch_while_starting(prog: str) -> None:
