@@ -1,5 +1,5 @@
-"""The engine loop over the slot scheduler: the one surface of its drivers (the streamer, the server,
-sample sharding), the scheduler's state private to it, one meaning of a row's ``position``."""
+"""The engine loop over the slot scheduler: the one surface of its drivers (the streamer, the server),
+the scheduler's state private to it, sample sharding as the scheduler's row split."""
 
 from __future__ import annotations
 
