@@ -30,20 +30,25 @@ MAX_RECORD_BYTES = 16 * 2**20  # a run record is a few KiB
 Style = Literal["text", "markdown", "latex"]
 
 
+def _first_few(values: Sequence[object]) -> str:
+    """'3, 8, 9 (+2 more)': the first five of ``values``."""
+    return ", ".join(map(str, values[:5])) + (f" (+{len(values) - 5} more)" if len(values) > 5 else "")
+
+
 def _some_indices(table: ResultsTable, rows: Sequence[int] | np.ndarray) -> str:
     """'idx 3, 8, 9 (+2 more)': the images of the first few of ``rows``."""
-    shown = ", ".join(str(table.idx[row]) for row in rows[:5])
-    return f"idx {shown}" + (f" (+{len(rows) - 5} more)" if len(rows) > 5 else "")
+    return f"idx {_first_few([table.idx[row] for row in rows])}"
 
 
 def _require_rows(table: ResultsTable) -> None:
+    """Refuse no rows, repeated images, an inconsistent ``correct``, abstains above radius 0 and radii
+    above :data:`RADIUS_CEILING`."""
     if len(table) == 0:
         raise UserError(f"{table.path} has a header but no result rows")
     repeated = table.duplicate_indices()
     if repeated:
-        shown = ", ".join(map(str, repeated[:5])) + (f" (+{len(repeated) - 5} more)" if len(repeated) > 5 else "")
-        raise UserError(f"{table.path}: image idx {shown} appear(s) in more than one row; every image must be "
-                        "counted once (remove the repeated rows)")
+        raise UserError(f"{table.path}: image idx {_first_few(repeated)} appear(s) in more than one row; every image "
+                        "must be counted once (remove the repeated rows)")
     inconsistent = np.flatnonzero(table.correct != ((table.predict == table.label) & (table.predict != ABSTAIN)))
     if table.radius is not None:
         inconsistent = np.union1d(inconsistent, np.flatnonzero((table.predict == ABSTAIN) & (table.radius > 0)))
@@ -100,11 +105,9 @@ def check_rows(table: ResultsTable) -> str | None:
     """Refuse (UserError, one line) a results file with a row its run cannot have written; returns a
     one-line warning when the rows could only be checked without their run record, else None.
 
-    Rows with counts (dmae-certify's) are checked as ``--resume`` checks them
-    (:func:`dmae_fast.run.resume.row_problems`) under the procedure rebuilt from the run record
-    ``<file>.json``; without a usable record, by what they prove at every alpha
-    (:meth:`RowRules.unknown`). Rows without counts (Cohen et al.'s) get the range checks of every
-    summary: consistent ``correct``, abstains at radius 0, radii at most :data:`RADIUS_CEILING`.
+    Rows with counts (dmae-certify's) are checked as ``--resume`` checks them under the procedure
+    rebuilt from the run record ``<file>.json``, else by what they prove at every alpha. Rows without
+    counts (Cohen et al.'s) get the range checks of every summary (:func:`_require_rows`).
     """
     if not any(name in table.extra for name in COUNT_COLUMNS[table.kind]):
         _require_rows(table)
@@ -183,44 +186,32 @@ def _render(header: list[str], rows: list[list[str]], style: Style) -> str:
         lines = [header, [":---"] + ["---:"] * (len(header) - 1), *rows]
         return "\n".join("| " + " | ".join(cells) + " |" for cells in lines)
     if style == "latex":
-        body = [" & ".join(cells) + r" \\" for cells in rows]
-        return "\n".join([
-            r"\begin{tabular}{l" + "r" * (len(header) - 1) + "}",
-            r"\toprule",
-            " & ".join(header) + r" \\",
-            r"\midrule",
-            *body,
-            r"\bottomrule",
-            r"\end{tabular}",
-        ])
+        lines = [" & ".join(cells) + r" \\" for cells in [header, *rows]]
+        return "\n".join([r"\begin{tabular}{l" + "r" * (len(header) - 1) + "}", r"\toprule", lines[0], r"\midrule",
+                          *lines[1:], r"\bottomrule", r"\end{tabular}"])
     widths = [max(len(cells[i]) for cells in [header, *rows]) for i in range(len(header))]
 
     def line(cells: list[str]) -> str:
-        first = cells[0].ljust(widths[0])
-        return "  ".join([first] + [c.rjust(w) for c, w in zip(cells[1:], widths[1:])]).rstrip()
+        return "  ".join([cells[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(cells[1:], widths[1:])]).rstrip()
 
     return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, rows)])
 
 
-CAP_REASON = "the largest radius n samples can certify at the run's alpha"
-
-
-def reachable_radii(radii: Sequence[float], cap: float | None,
-                    what: str = CAP_REASON) -> tuple[list[float], str | None]:
+def reachable_radii(radii: Sequence[float], cap: float | None) -> tuple[list[float], str | None]:
     """(the radii a run could certify, a one-line note on those left out, or None).
 
     ``cap`` is the largest radius the run could certify (all samples voting for the top class:
-    sigma * Phi^-1(alpha^(1/n))), None when unknown; ``what`` says where the cap comes from.
-    A table column above the cap would be 0% by construction, not a measurement.
+    sigma * Phi^-1(alpha^(1/n))), None when unknown. A table column above the cap would be 0% by
+    construction, not a measurement.
     """
     if cap is None:
         return list(radii), None
     kept = [r for r in radii if r <= cap]
-    left = [r for r in radii if r > cap]
+    left = ", ".join(f"{r:g}" for r in radii if r > cap)
     if not left:
         return kept, None
-    shown = ", ".join(f"{r:g}" for r in left)
-    return kept, (f"radii above {cap:.3f} ({what}) cannot be certified by this run and are not listed: {shown}")
+    return kept, (f"radii above {cap:.3f} (the largest radius n samples can certify at the run's alpha) cannot be "
+                  f"certified by this run and are not listed: {left}")
 
 
 def recorded_cap(table: ResultsTable) -> float | None:
@@ -229,6 +220,13 @@ def recorded_cap(table: ResultsTable) -> float | None:
     record, _ = run_record(table)
     value = None if record is None else record.get("max_radius")
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def _names(tables: Sequence[ResultsTable], labels: Sequence[str] | None) -> list[str]:
+    names = list(labels) if labels is not None else [t.name for t in tables]
+    if len(names) != len(tables):
+        raise UserError(f"got {len(names)} labels for {len(tables)} results files")
+    return names
 
 
 def format_table(tables: Sequence[ResultsTable], radii: Sequence[float] = DEFAULT_RADII,
@@ -241,37 +239,26 @@ def format_table(tables: Sequence[ResultsTable], radii: Sequence[float] = DEFAUL
     """
     if style not in ("text", "markdown", "latex"):
         raise ValueError(f"unknown table style {style!r}")
-    names = list(labels) if labels is not None else [t.name for t in tables]
-    if len(names) != len(tables):
-        raise UserError(f"got {len(names)} labels for {len(tables)} results files")
-    names = [_escape(name, style) for name in names]
+    names = [_escape(name, style) for name in _names(tables, labels)]
     radius_header = [f"$r={r:g}$" if style == "latex" else f"r={r:g}" for r in radii]
-    certify_rows = [
-        [name, *(f"{100 * a:.1f}" for a in certified_accuracy(t, radii)),
-         f"{average_certified_radius(t):.3f}"]
-        for name, t in zip(names, tables) if t.kind == "certify"
-    ]
-    predict_rows = [
-        [name, f"{100 * clean_accuracy(t):.1f}", f"{100 * abstain_rate(t):.1f}"]
-        for name, t in zip(names, tables) if t.kind == "predict"
-    ]
+    certify_rows = [[name, *(f"{100 * a:.1f}" for a in certified_accuracy(t, radii)),
+                     f"{average_certified_radius(t):.3f}"] for name, t in zip(names, tables) if t.kind == "certify"]
+    predict_rows = [[name, f"{100 * clean_accuracy(t):.1f}", f"{100 * abstain_rate(t):.1f}"]
+                    for name, t in zip(names, tables) if t.kind == "predict"]
     percent = r"\%" if style == "latex" else "%"
     parts = []
     if certify_rows:
         parts.append(_render(["file", *radius_header, "ACR"], certify_rows, style))
     if predict_rows:
-        header = ["file", f"accuracy ({percent})", f"abstain ({percent})"]
-        parts.append(_render(header, predict_rows, style))
+        parts.append(_render(["file", f"accuracy ({percent})", f"abstain ({percent})"], predict_rows, style))
     return "\n\n".join(parts)
 
 
 def plot_certified_accuracy(tables: Sequence[ResultsTable], out_path: str | os.PathLike[str],
-                            labels: Sequence[str] | None = None,
-                            max_radius: float | None = None) -> None:
-    """Plot certified accuracy against radius, one step curve per file, to a PNG or PDF.
+                            labels: Sequence[str] | None = None) -> None:
+    """Plot certified accuracy against radius, one step curve per file, to a PNG or PDF (overwritten).
 
-    The radius grid has step 0.01 and ends at ``max_radius``, by default the largest
-    radius in the data plus 0.25. An existing plot is overwritten.
+    The radius grid has step 0.01 and ends at the largest radius in the data plus 0.25.
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -283,15 +270,9 @@ def plot_certified_accuracy(tables: Sequence[ResultsTable], out_path: str | os.P
         raise UserError(f"cannot write {out}: directory {out.parent} does not exist")
     if not tables:
         raise UserError("no results files to plot")
-    names = list(labels) if labels is not None else [t.name for t in tables]
-    if len(names) != len(tables):
-        raise UserError(f"got {len(names)} labels for {len(tables)} results files")
-    if max_radius is None:
-        max_radius = max(float(_certified_radii(t).max()) for t in tables) + 0.25
-    elif not (math.isfinite(max_radius) and max_radius > 0):
-        raise UserError(f"maximum plot radius must be a finite number > 0, got {max_radius}")
+    names = _names(tables, labels)
+    max_radius = max(float(_certified_radii(t).max()) for t in tables) + 0.25
     grid = np.arange(int(max_radius / PLOT_RADIUS_STEP + 1e-9) + 1) * PLOT_RADIUS_STEP
-
     fig = Figure(figsize=(6.4, 4.8), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()

@@ -1,14 +1,11 @@
-"""Reading and writing checkpoints in every layout users bring.
+"""Reading and writing checkpoints in every layout users bring, recognised from the keys (after
+unwrapping ``{'model': ...}`` training files and DDP ``module.`` prefixes):
 
-Layouts recognised from the keys (after unwrapping ``{'model': ...}`` training files and
-DDP ``module.`` prefixes):
-
-* DMAE/MAE pre-training (official release: a bare state dict; or a training checkpoint
-  ``{'model', 'optimizer', 'epoch', 'scaler', 'args'}``): mask_token, decoder_*, norm.*;
-* fine-tuned classifiers in timm's layout: fc_norm.* + head.* (average pool), or norm.* +
-  head.* (class-token pool, e.g. plain timm models); the linear-probe head
-  head.0 (BatchNorm1d, affine=False) + head.1 (Linear);
-* the project's own format: one ``.safetensors`` file whose header metadata holds the
+* DMAE/MAE pre-training (the official bare state dict, or a training checkpoint ``{'model',
+  'optimizer', 'epoch', 'scaler', 'args'}``): mask_token, decoder_*, norm.*;
+* fine-tuned classifiers in timm's layout: fc_norm.* + head.* (average pool) or norm.* + head.*
+  (class-token pool); the linear probe's head.0 (BatchNorm1d, affine=False) + head.1 (Linear);
+* the project's own format: one ``.safetensors`` file whose metadata holds the
   :class:`ClassifierSpec` as JSON under the key ``dmae_fast``.
 
 Pickled files are only ever read with ``torch.load(weights_only=True)``.
@@ -33,13 +30,7 @@ from timm.layers import resample_abs_pos_embed
 
 from dmae_fast.errors import UserError
 from dmae_fast.integrity import CONTENT_KEY, check_tensors, tensors_sha256
-from dmae_fast.model import (
-    ClassifierSpec,
-    DecoderConfig,
-    DMAEPretrain,
-    EncoderConfig,
-    SmoothingClassifier,
-)
+from dmae_fast.model import ClassifierSpec, DecoderConfig, DMAEPretrain, EncoderConfig, SmoothingClassifier
 from dmae_fast.model.config import HEADS_BY_WIDTH, IMAGENET_MEAN, IMAGENET_STD
 
 METADATA_KEY = "dmae_fast"
@@ -83,7 +74,7 @@ def read_checkpoint(path: str | Path) -> RawCheckpoint:
         return _read_safetensors(path)
     with open(path, "rb") as handle:
         magic = handle.read(2)
-    if not _looks_like_torch(magic):
+    if not magic.startswith((b"PK", b"\x80")):  # torch.save's zip archive, or a legacy pickle (protocol byte)
         raise UserError(f"{path} is not a PyTorch checkpoint (neither a torch.save zip archive nor a pickle)"
                         + (": it is a safetensors file, name it .safetensors" if _is_safetensors(path) else ""))
     try:
@@ -100,9 +91,7 @@ def read_checkpoint(path: str | Path) -> RawCheckpoint:
         payload = payload["model"]
     elif isinstance(payload, dict) and isinstance(payload.get("state_dict"), dict):
         payload = payload["state_dict"]
-    if not isinstance(payload, dict) or not payload or not all(
-        isinstance(v, torch.Tensor) for v in payload.values()
-    ):
+    if not isinstance(payload, dict) or not payload or not all(isinstance(v, torch.Tensor) for v in payload.values()):
         raise UserError(f"checkpoint {path} holds no state dict of tensors (unknown layout)")
     state = {k.removeprefix("module."): v for k, v in payload.items()}
     _check_finite(path, state)
@@ -121,11 +110,6 @@ def _check_content(path: Path, state: Any, expected: Any) -> None:
     """The project's files carry their tensors' hash: refuse a damaged one (see dmae_fast.integrity)."""
     if expected is not None and isinstance(state, dict) and all(isinstance(v, torch.Tensor) for v in state.values()):
         check_tensors(path, state, str(expected))
-
-
-def _looks_like_torch(magic: bytes) -> bool:
-    """torch.save writes a zip archive ('PK'), or in the legacy format a pickle (protocol byte 0x80)."""
-    return magic.startswith(b"PK") or magic.startswith(b"\x80")
 
 
 def _is_safetensors(path: Path) -> bool:
@@ -178,11 +162,9 @@ def _heads_from_args(raw: RawCheckpoint) -> int | None:
 
 
 def infer_encoder(raw: RawCheckpoint, num_heads: int | None = None) -> EncoderConfig:
-    """The encoder's shape from the tensors: width, depth, patch and image size.
-
-    The number of attention heads is not visible in the weights: it comes from the
-    argument, the training args, or the standard ViT widths (head width 64).
-    """
+    """The encoder's shape from the tensors: width, depth, patch and image size. The number of attention
+    heads, not visible in the weights, comes from the argument, the training args, or the standard ViT
+    widths (head width 64)."""
     width, in_chans, patch, _ = _shape(raw, "patch_embed.proj.weight", 4)
     tokens = _shape(raw, "pos_embed", 3)[1]
     grid = math.isqrt(max(tokens - 1, 0))
@@ -191,9 +173,7 @@ def infer_encoder(raw: RawCheckpoint, num_heads: int | None = None) -> EncoderCo
     depth = _count_blocks(raw, "blocks")
     heads = num_heads or _heads_from_args(raw) or HEADS_BY_WIDTH.get(width)
     if heads is None:
-        raise UserError(
-            f"checkpoint {raw.path}: cannot infer the number of attention heads for width {width}"
-        )
+        raise UserError(f"checkpoint {raw.path}: cannot infer the number of attention heads for width {width}")
     hidden = _shape(raw, "blocks.0.mlp.fc1.weight", 2)[0]
     try:
         return EncoderConfig(width, depth, heads, patch, grid * patch, in_chans, hidden / width)
@@ -201,24 +181,14 @@ def infer_encoder(raw: RawCheckpoint, num_heads: int | None = None) -> EncoderCo
         raise UserError(f"checkpoint {raw.path}: {error}") from None
 
 
-def classifier_spec(
-    raw: RawCheckpoint,
-    *,
-    input_size: int | None = None,
-    mean: tuple[float, ...] | None = None,
-    std: tuple[float, ...] | None = None,
-    num_heads: int | None = None,
-) -> ClassifierSpec:
-    """The spec of a fine-tuned classifier: stored metadata, else inferred from the keys.
-
-    ``input_size``, ``mean`` and ``std`` override what the file says (foreign files say
-    nothing: the default is ImageNet normalization and noise at the encoder's size).
-    """
+def classifier_spec(raw: RawCheckpoint, *, input_size: int | None = None, mean: tuple[float, ...] | None = None,
+                    std: tuple[float, ...] | None = None, num_heads: int | None = None) -> ClassifierSpec:
+    """The spec of a fine-tuned classifier: stored metadata, else inferred from the keys. ``input_size``,
+    ``mean`` and ``std`` override what the file says (foreign files say nothing: the default is ImageNet
+    normalization and noise at the encoder's size)."""
     if raw.layout is Layout.PRETRAIN:
-        raise UserError(
-            f"{raw.path} is a {Layout.PRETRAIN.value} checkpoint without a classification head: "
-            "fine-tune it into a classifier first"
-        )
+        raise UserError(f"{raw.path} is a {Layout.PRETRAIN.value} checkpoint without a classification head: "
+                        "fine-tune it into a classifier first")
     if raw.layout is Layout.ENCODER:
         raise UserError(f"{raw.path} has no classification head (no head.* keys): not a classifier")
     spec = raw.spec
@@ -226,16 +196,10 @@ def classifier_spec(
         encoder = infer_encoder(raw, num_heads)
         linear_probe = "head.1.weight" in raw.state
         head_weight = raw.state["head.1.weight" if linear_probe else "head.weight"]
-        spec = ClassifierSpec(
-            encoder=encoder,
-            num_classes=head_weight.shape[0],
-            input_size=encoder.img_size,
-            mean=IMAGENET_MEAN,
-            std=IMAGENET_STD,
-            pool="avg" if "fc_norm.weight" in raw.state else "token",
-            head="bn_linear" if linear_probe else "linear",
-            provenance={"source": str(raw.path)},
-        )
+        spec = ClassifierSpec(encoder=encoder, num_classes=head_weight.shape[0], input_size=encoder.img_size,
+                              mean=IMAGENET_MEAN, std=IMAGENET_STD,
+                              pool="avg" if "fc_norm.weight" in raw.state else "token",
+                              head="bn_linear" if linear_probe else "linear", provenance={"source": str(raw.path)})
     overrides = {k: v for k, v in (("input_size", input_size), ("mean", mean), ("std", std)) if v is not None}
     try:
         return replace(spec, **overrides)
@@ -243,13 +207,13 @@ def classifier_spec(
         raise UserError(f"classifier {raw.path}: {error}") from None
 
 
-def _resample_pos_embed(state: StateDict, key: str, grid: int) -> StateDict:
-    """Interpolate an absolute position embedding (class-token row first) to grid x grid."""
-    table = state.get(key)
+def _resample_pos_embed(state: StateDict, grid: int) -> StateDict:
+    """Interpolate the absolute position embedding (class-token row first) to grid x grid."""
+    table = state.get("pos_embed")
     if table is None or table.shape[1] == grid * grid + 1:
         return state
     resampled = resample_abs_pos_embed(table, new_size=[grid, grid], num_prefix_tokens=1, verbose=False)
-    return {**state, key: resampled}
+    return {**state, "pos_embed": resampled}
 
 
 def load_strict(module: torch.nn.Module, state: StateDict, path: Path, what: str) -> None:
@@ -268,19 +232,11 @@ def load_strict(module: torch.nn.Module, state: StateDict, path: Path, what: str
     module.load_state_dict(state, strict=True)
 
 
-def load_classifier(
-    path: str | Path,
-    *,
-    input_size: int | None = None,
-    mean: tuple[float, ...] | None = None,
-    std: tuple[float, ...] | None = None,
-    num_heads: int | None = None,
-    img_size: int | None = None,
-) -> SmoothingClassifier:
-    """A fine-tuned classifier from any supported file, in eval mode on the CPU.
-
-    ``img_size`` changes the encoder's resolution (position embeddings interpolated).
-    """
+def load_classifier(path: str | Path, *, input_size: int | None = None, mean: tuple[float, ...] | None = None,
+                    std: tuple[float, ...] | None = None, num_heads: int | None = None,
+                    img_size: int | None = None) -> SmoothingClassifier:
+    """A fine-tuned classifier from any supported file, in eval mode on the CPU; ``img_size`` changes the
+    encoder's resolution (position embeddings interpolated)."""
     raw = read_checkpoint(path)
     spec = classifier_spec(raw, input_size=input_size, mean=mean, std=std, num_heads=num_heads)
     state = raw.state
@@ -289,22 +245,20 @@ def load_classifier(
             spec = replace(spec, encoder=replace(spec.encoder, img_size=img_size))
         except ValueError as error:
             raise UserError(f"cannot use {raw.path} at image size {img_size}: {error}") from None
-        state = _resample_pos_embed(state, "pos_embed", spec.encoder.grid_size)
+        state = _resample_pos_embed(state, spec.encoder.grid_size)
     model = SmoothingClassifier(spec)
     load_strict(model, state, raw.path, f"a {spec.pool}-pool ViT classifier of width {spec.encoder.embed_dim}")
     return model.eval()
 
 
-def load_pretrain(path: str | Path, decoder: DecoderConfig | None = None, num_heads: int | None = None) -> DMAEPretrain:
+def load_pretrain(path: str | Path, num_heads: int | None = None) -> DMAEPretrain:
     """A DMAE/MAE pre-training model (official bare state dict or training checkpoint)."""
     raw = read_checkpoint(path)
     if raw.layout is not Layout.PRETRAIN:
         raise UserError(f"{raw.path} is a {raw.layout.value} checkpoint, not a pre-training one")
     encoder = infer_encoder(raw, num_heads)
-    if decoder is None:
-        width = _shape(raw, "decoder_embed.weight", 2)[0]
-        depth = _count_blocks(raw, "decoder_blocks")
-        decoder = DecoderConfig(width, depth)  # MAE/DMAE decoders use 16 heads
+    # MAE/DMAE decoders use 16 heads
+    decoder = DecoderConfig(_shape(raw, "decoder_embed.weight", 2)[0], _count_blocks(raw, "decoder_blocks"))
     # Every official recipe pre-trains with norm_pix_loss; a bare release file records nothing.
     model = DMAEPretrain(encoder, decoder, norm_pix_loss=bool(raw.args.get("norm_pix_loss", True)))
     load_strict(model, raw.state, raw.path, "a DMAE pre-training model")
@@ -312,14 +266,12 @@ def load_pretrain(path: str | Path, decoder: DecoderConfig | None = None, num_he
 
 
 def encoder_state(path: str | Path, grid_size: int | None = None) -> StateDict:
-    """The encoder tensors of any checkpoint, ready to initialize a classifier for fine-tuning.
-
-    Keeps cls_token, pos_embed (resampled to ``grid_size``), patch_embed.*, blocks.*.
-    """
+    """The encoder tensors of any checkpoint, ready to initialize a classifier for fine-tuning: cls_token,
+    pos_embed (resampled to ``grid_size``), patch_embed.*, blocks.*."""
     raw = read_checkpoint(path)
     keep = ("cls_token", "pos_embed", "patch_embed.", "blocks.")
     state = {k: v for k, v in raw.state.items() if k.startswith(keep)}
-    return _resample_pos_embed(state, "pos_embed", grid_size) if grid_size else state
+    return _resample_pos_embed(state, grid_size) if grid_size else state
 
 
 def save_classifier(model: SmoothingClassifier, path: str | Path) -> Path:

@@ -27,15 +27,6 @@ import torch
 from dmae_fast.demo_files import DEMO_CHECKPOINT  # re-exported: the demo model file
 
 
-def demo_commands(work: Path) -> list[list[str]]:
-    """The two ``dmae-train`` invocations that build the demo classifier in ``work``."""
-    return [
-        ["pretrain", "--preset", "demo-pretrain", "--out", str(work / "pretrain"), "--quiet"],
-        ["finetune", "--preset", "demo-finetune", "--init", str(work / "pretrain" / "pretrain.pth"),
-         "--out", str(work / "finetune"), "--quiet"],
-    ]
-
-
 def main() -> int:
     from dmae_fast.checkpoints import load_classifier
     from dmae_fast.cli import train
@@ -46,7 +37,10 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=DEMO_CHECKPOINT, help="where to copy the classifier")
     args = parser.parse_args()
     start = time.perf_counter()
-    for command in demo_commands(args.work):
+    pretrain = ["pretrain", "--preset", "demo-pretrain", "--out", str(args.work / "pretrain"), "--quiet"]
+    finetune = ["finetune", "--preset", "demo-finetune", "--init", str(args.work / "pretrain" / "pretrain.pth"),
+                "--out", str(args.work / "finetune"), "--quiet"]
+    for command in (pretrain, finetune):
         status = train.main(command)
         if status:
             return status

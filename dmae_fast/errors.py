@@ -49,14 +49,11 @@ class Interrupted(BaseException):
         return 128 + self.signum
 
 
-# The last signal received since interrupt_on_signals(): kept, because the exception the
-# handler raises can be swallowed where it lands. torch.compile's guards evaluate Python lambdas
-# and take an exception in one for a failed guard (torch 2.15: a few SIGINTs in 1,500 sent during
-# compiled-noise calls vanished there; bench/results/2026-11-25-signal-loss/).
+# The last signal since interrupt_on_signals(): the exception the handler raises can be swallowed where it
+# lands (torch.compile's guards take one for a failed guard: bench/results/2026-11-25-signal-loss/).
 _received: int | None = None
-# torch's DataLoader handler of SIGCHLD, set aside from the first signal until forget_signal(): the signal
-# may also have killed the DataLoader workers (a process group gets it), and that handler would raise their
-# deaths as a second error wherever this process then is (torch.compile took it for a failed compile).
+# torch's DataLoader handler of SIGCHLD, set aside from the first signal until forget_signal(): the signal may
+# also have killed the DataLoader workers, and that handler would raise their deaths as a second error.
 _child_handler: Callable[[int, FrameType | None], Any] | int | None = None
 
 
@@ -99,16 +96,12 @@ def raise_if_interrupted() -> None:
 def exit_on_signals(prog: str | None) -> dict[int, Any]:
     """Make SIGINT and SIGTERM end the process at once with ``prog: interrupted by SIGTERM while
     starting; nothing was written``, exit status 128 + N (silently for ``prog`` None: a rank whose
-    launcher says it, or a command that has ended); the handlers replaced. Only for a command that
-    has written nothing yet, until :func:`interrupt_on_signals` takes over (:func:`starting`), or
-    one whose ``main`` has returned.
+    launcher says it, or a command that has ended); returns the handlers replaced. For a command that
+    has written nothing yet (:func:`starting`) or whose ``main`` has returned. Main thread only.
 
-    At once, not by raising :class:`Interrupted`: start-up is imports, and an exception raised inside
-    one can be swallowed by an extension module's initialisation, leaving a module half-imported
-    (torch's C extension imports numpy and discards numpy's errors: the next ``import numpy`` then
-    fails with a RecursionError or "cannot load module more than once"); after ``main``, Python's exit
-    handlers run, where it is printed as "Exception ignored" with a traceback (a rank that ended on a
-    lost peer, then stopped by its launcher). Main thread only; elsewhere a no-op.
+    Not by raising :class:`Interrupted`: one raised inside an import can be swallowed by an extension's
+    initialisation, leaving a module half-imported (torch's C extension discards numpy's errors), and
+    after ``main`` Python's exit handlers print it as "Exception ignored" with a traceback.
     """
     if threading.current_thread() is not threading.main_thread():
         return {}

@@ -1,23 +1,16 @@
 """The noise contract at memory speed: the reference function compiled into one kernel.
 
-:func:`dmae_fast.noise.gaussian_rows` written as torch ops runs dozens of elementwise
-passes over int64 tensors per batch. ``torch.compile`` (Inductor) turns the same function,
-together with the gather of the clean images and ``x + sigma * eta``, into one kernel: vectorized
-C++ on a CPU, one Triton kernel on a GPU. The Philox words are the same bit for bit; the
-Gaussians agree with the reference to float32 rounding (the compiled log/sin/cos may round
-differently in the last bit).
-
-With ``serial=True`` (the CPU fast path) the kernel is compiled for one thread and with
-Inductor's C++ wrapper, which releases the GIL: several worker threads then each make their own
-rows' noise at once, one core each, instead of waiting on one multi-threaded call.
-
-For the CPU fast path's patch-input classifiers, :func:`noisy_patches` writes the same noise
-values in a :class:`~dmae_fast.patch_layout.PatchLayout`, normalized.
+``torch.compile`` (Inductor) turns :func:`dmae_fast.noise.gaussian_rows`, together with the gather of
+the clean images and ``x + sigma * eta``, into one kernel (vectorized C++ on a CPU, Triton on a GPU)
+instead of dozens of elementwise passes over int64 tensors. The Philox words are the same bit for
+bit; the Gaussians agree with the reference to float32 rounding (the compiled log/sin/cos may round
+differently in the last bit). With ``serial=True`` (the CPU fast path) the kernel runs on one thread
+and releases the GIL, so that several worker threads make their own rows' noise at once.
+:func:`noisy_patches` writes the same values in a :class:`~dmae_fast.patch_layout.PatchLayout`, normalized.
 
 With a ``grid`` (``--sound``) the noise is :mod:`dmae_fast.sound_noise`'s exact rounded Gaussian and the
 inputs are the grid points ``(X + Z) / L`` (:func:`sound_images`, :func:`sound_patches`); on a GPU the
-Triton kernel :mod:`dmae_fast.kernels.sound_noise` draws them. Every implementation draws the same
-integers, checked on the first batch as above.
+Triton kernel :mod:`dmae_fast.kernels.sound_noise` draws them. Every implementation draws the same integers.
 
 Where compiling is impossible (no C++ compiler, no Triton) or the compiled kernel does not
 reproduce the reference on a check batch, :class:`NoiseSource` says so in one line (to its
@@ -36,14 +29,7 @@ from typing import Any
 
 import torch
 
-from dmae_fast.noise import (
-    box_muller,
-    check_seed,
-    gaussian_noise,
-    gaussian_rows,
-    key_words,
-    philox4x32,
-)
+from dmae_fast.noise import box_muller, check_seed, gaussian_noise, gaussian_rows, key_words, philox4x32
 from dmae_fast.patch_layout import PatchLayout
 from dmae_fast.sound_noise import guide_lookup, guide_table, interleave, signed_uniform, sound_rows
 from dmae_fast.stats.rounded_gaussian import sound_table
@@ -113,17 +99,6 @@ def sound_patches(clean: torch.Tensor, slot: torch.Tensor, table: tuple[torch.Te
     return (total.to(torch.float32) / grid - mean) / std
 
 
-def _reference(clean: torch.Tensor, sigma: float, seed: int, rows: tuple[torch.Tensor, ...],
-               layout: PatchLayout | None) -> torch.Tensor:
-    """:func:`noisy_rows` (or :func:`noisy_patches` with a layout) with the torch-op reference noise."""
-    slot, image, phase, sample = rows
-    if layout is None:
-        return clean[slot] + sigma * gaussian_noise(seed, image, phase, sample, tuple(clean.shape[1:]))
-    eta = layout.arrange(gaussian_noise(seed, image, phase, sample, (layout.channels, layout.size, layout.size)))
-    mean, std = layout.normalization
-    return (clean[slot] + sigma * eta - mean) / std
-
-
 def _sound_kernel(device: torch.device) -> Callable[..., torch.Tensor] | None:
     """The Triton kernel's ``sound_rows`` on a GPU (None elsewhere, or without triton)."""
     if device.type != "cuda":
@@ -152,19 +127,16 @@ def _quiet_compiler():
 
 
 class NoiseSource:
-    """Builds the noisy inputs of a batch of rows, compiled when possible (see the module doc).
+    """Builds the noisy inputs of a batch of rows, compiled when possible (see the module doc);
+    ``implementation`` says which runs.
 
-    ``implementation`` says which runs: ``"compiled"`` or ``"torch ops"`` (the reference).
-    ``serial``: a one-thread kernel that releases the GIL, for calls from several threads at once
-    after the first call (which compiles and checks it, and must not be made concurrently).
-    Dynamo guards on the calling thread's torch thread count and grad mode, so the first call
-    must be made in the state of the later ones (as :class:`ChunkedCpuBatches` does), or each
-    thread recompiles an unchecked kernel, concurrently (an error in torch 2.11).
-    ``layout``: make a :class:`~dmae_fast.patch_layout.PatchLayout`'s normalized patch rows
-    (:func:`noisy_patches`) from clean images stored arranged, instead of noisy images.
-    ``notice``: where the one-line fallback notice goes (default: stderr).
-    ``grid``: ``--sound``'s inputs on the 1/``grid`` grid and its exact rounded Gaussian (None: the
-    Gaussian noise contract); on a GPU its images come from the Triton kernel.
+    ``serial``: a one-thread kernel that releases the GIL, for calls from several threads at once after
+    the first call (which compiles and checks it). Dynamo guards on the calling thread's torch thread
+    count and grad mode, so the first call must be made in the state of the later ones (as
+    :class:`ChunkedCpuBatches` does), or each thread recompiles an unchecked kernel, concurrently.
+    ``layout``: make a :class:`~dmae_fast.patch_layout.PatchLayout`'s normalized patch rows from clean
+    images stored arranged. ``notice``: where the one-line fallback notice goes (default: stderr).
+    ``grid``: ``--sound``'s inputs on the 1/``grid`` grid (None: the Gaussian noise contract).
     """
 
     def __init__(self, device: torch.device, compiled: bool = True, serial: bool = False,
@@ -212,14 +184,19 @@ class NoiseSource:
         return self._reference(clean, sigma, seed, rows)
 
     def _reference(self, clean: torch.Tensor, sigma: float, seed: int, rows: tuple[torch.Tensor, ...]) -> torch.Tensor:
-        """The torch-op reference of this source's noise (with a grid the sound one, on the cached table, key
-        and layout tensors)."""
-        if self.grid is None:
-            return _reference(clean, sigma, seed, rows, self.layout)
-        function = sound_images if self.layout is None else sound_patches
+        """The torch-op reference of this source's noise: :func:`noisy_rows` or :func:`noisy_patches`, or with a
+        grid the sound one (on the cached table, key and layout tensors)."""
         slot, image, phase, sample = rows
-        return function(clean, slot, self._parameter(sigma), self._key_tensor(seed), image, phase, sample,
-                        *self._layout_tensors, grid=self.grid, fused=False)
+        layout = self.layout
+        if self.grid is not None:
+            function = sound_images if layout is None else sound_patches
+            return function(clean, slot, self._parameter(sigma), self._key_tensor(seed), image, phase, sample,
+                            *self._layout_tensors, grid=self.grid, fused=False)
+        if layout is None:
+            return clean[slot] + sigma * gaussian_noise(seed, image, phase, sample, tuple(clean.shape[1:]))
+        eta = layout.arrange(gaussian_noise(seed, image, phase, sample, (layout.channels, layout.size, layout.size)))
+        mean, std = layout.normalization
+        return (clean[slot] + sigma * eta - mean) / std
 
     def _run_kernel(self, clean: torch.Tensor, sigma: float, seed: int, rows: tuple[torch.Tensor, ...]) -> torch.Tensor:
         thresholds, _ = self._parameter(sigma)

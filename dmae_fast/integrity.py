@@ -52,9 +52,7 @@ def is_sha256(value: object) -> bool:
 
 def check_tensors(path: Path, state: dict[str, torch.Tensor], expected: str | None) -> None:
     """Refuse ``path`` when its stored tensor hash (if any) does not match its tensors."""
-    if expected is None:
-        return
-    if not is_sha256(expected) or tensors_sha256(state) != expected:
+    if expected is not None and (not is_sha256(expected) or tensors_sha256(state) != expected):
         raise UserError(f"{path}: its weights do not match the content hash stored in it (the file was damaged "
                         "or altered after it was written); restore or re-create it")
 

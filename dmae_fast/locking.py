@@ -8,6 +8,7 @@ so a crash (even SIGKILL) never leaves an output locked; the lock file is remove
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 from pathlib import Path
@@ -16,17 +17,13 @@ from types import TracebackType
 from dmae_fast.errors import UserError
 
 
-def lock_path(target: Path) -> Path:
-    """``results.tsv`` -> ``results.tsv.lock``; a directory ``run/`` -> ``run/.lock``."""
-    return target / ".lock" if target.is_dir() else target.with_name(target.name + ".lock")
-
-
 class OutputLock:
     """An exclusive, non-blocking lock on ``target`` for this process (a context manager)."""
 
     def __init__(self, target: str | os.PathLike[str], what: str = "output") -> None:
         self.target, self.what = Path(target), what
-        self.path = lock_path(self.target)
+        # results.tsv -> results.tsv.lock; a directory run/ -> run/.lock
+        self.path = self.target / ".lock" if self.target.is_dir() else self.target.with_name(self.target.name + ".lock")
         self._fd: int | None = None
 
     def __enter__(self) -> OutputLock:
@@ -55,9 +52,7 @@ class OutputLock:
                  tb: TracebackType | None) -> None:
         if self._fd is None:
             return
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(self.path)
-        except OSError:
-            pass
         os.close(self._fd)  # releases the lock
         self._fd = None

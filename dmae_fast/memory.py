@@ -1,23 +1,17 @@
 """The process's allocator: keep freed host memory instead of handing large blocks back to the OS.
 
-glibc's malloc serves a request above a threshold (dynamic, at most 32 MiB) with a fresh
-``mmap`` and unmaps it on ``free``. A CPU forward pass whose activations take megabytes then
-page-faults all of its memory in again on every batch. On the 2-core development machine,
-keeping freed memory made Cohen et al.'s loop 1.07-1.42x faster and our plain body 1.21-1.46x
-(bench/results/2026-11-25-cpu-fast/allocator/); without it the cost depended on what the
-process had allocated before, which made the reference loops' figures drift between runs.
+glibc's malloc serves a request above a threshold (dynamic, at most 32 MiB) with a fresh ``mmap``
+and unmaps it on ``free``, and gives threads other than the main one arenas of 64 MiB heaps that
+are unmapped once empty, whatever the thresholds: a CPU forward pass then page-faults its megabytes
+of activations in again on every batch. Keeping freed memory made Cohen et al.'s loop 1.07-1.42x
+faster and our plain body 1.21-1.46x, and steadied the figures (bench/results/2026-11-25-cpu-fast/
+allocator/); one arena cut ``dmae-serve``'s device thread from 12,317 minor faults per 1,000 demo
+samples to 27.
 
-:func:`keep_freed_memory` sets glibc's mmap and trim thresholds to 1 GiB (``mallopt``): freed
-blocks below that stay in the process and are reused. It also makes every thread allocate from
-the one main arena (``M_ARENA_MAX`` 1): glibc gives other threads arenas of 64 MiB heaps that are
-unmapped once empty, whatever the thresholds, so a batch body on a thread of its own
-page-faulted its activations in again on every batch (``dmae-serve``'s device thread: 12,317
-minor faults per 1,000 demo samples, 27 with one arena; the ``--fast`` workers on 224x224
-inputs: 1,500-4,100, 11-530 with one arena, at the same speed within the variation). CPU
-certification bodies and ``dmae-bench cpu`` (for the reference loops as well as ours) apply it;
-the price is that the process keeps its peak heap size until it exits. It must run before the
-threads that allocate start (a thread keeps the arena it first got). Nothing is changed when the
-allocator is not glibc's or when the user set ``MALLOC_MMAP_THRESHOLD_``,
+:func:`keep_freed_memory` sets the mmap and trim thresholds to 1 GiB and ``M_ARENA_MAX`` to 1
+(``mallopt``); the price is that the process keeps its peak heap size until it exits. It must run
+before the threads that allocate start (a thread keeps the arena it first got). Nothing is changed
+when the allocator is not glibc's or when the user set ``MALLOC_MMAP_THRESHOLD_``,
 ``MALLOC_TRIM_THRESHOLD_`` or ``MALLOC_ARENA_MAX`` themselves.
 """
 

@@ -2,14 +2,12 @@
 verdict of its parity check against PyTorch, and OpenVINO's compiled models.
 
 The folder is ``$DMAE_FAST_CACHE``, else ``$XDG_CACHE_HOME/dmae-fast``, else ``~/.cache/dmae-fast``;
-``DMAE_FAST_CACHE=off`` disables it. An entry is named by :func:`cache_key`, the SHA-256 of
-everything it depends on, and holds the SHA-256 of its payload (hex), a newline, then the payload.
-An entry that cannot be read, is not a regular file (a FIFO would block the read forever), is
-larger than :data:`MAX_ENTRY_BYTES`, or whose payload does not match its digest, is a miss: it is
-rebuilt and replaced, never trusted. Writes go to a temporary file in the folder, renamed into
-place, so that no reader sees half an entry. A folder that cannot be written runs uncached. An
-entry whose digest holds can still be wrong (edited, digest recomputed): the entries a build read
-are listed (``reads``), so that a body built from them that fails is named, dropped
+``DMAE_FAST_CACHE=off`` disables it, and a folder that cannot be written runs uncached. An entry is
+named by :func:`cache_key` and holds the SHA-256 of its payload (hex), a newline, then the payload;
+it is written to a temporary file renamed into place, so that no reader sees half an entry. One that
+cannot be read, is not a regular file, is too large or does not match its digest is a miss, rebuilt
+and replaced. One whose digest holds can still be wrong (edited, digest recomputed): a build lists
+the entries it read (``reads``), so that a body built from them that fails is named, dropped
 (:func:`drop_entries`) and rebuilt (:mod:`dmae_fast.batching.fallback`).
 """
 
@@ -131,7 +129,7 @@ class ModelCache:
         path = self._path(key)
         try:
             data = read_regular_file(path, MAX_ENTRY_BYTES, "model-cache entry")
-        except UserError:  # missing, unreadable, not a regular file (a FIFO would block), too large: a miss
+        except UserError:  # a FIFO would block the read forever; read_regular_file refuses it
             return None
         digest, _, payload = data.partition(b"\n")
         if digest.decode("ascii", "replace") != hashlib.sha256(payload).hexdigest():

@@ -50,9 +50,8 @@ def key_words(seed: int) -> tuple[int, int]:
     return seed & MASK32, (seed >> 32) & MASK32
 
 
-def philox4x32(
-    counter: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], seed: int | tuple[Any, Any]
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def philox4x32(counter: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
+               seed: int | tuple[Any, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Philox4x32-10 on int64 tensors holding uint32 values (broadcast together).
 
     ``seed`` is the 64-bit seed, or its key words (k0, k1) as ints or int64 tensors (a compiled
@@ -68,9 +67,8 @@ def philox4x32(
     return c0, c1, c2, c3
 
 
-def _counters(
-    image: torch.Tensor, phase: torch.Tensor | int, sample: torch.Tensor, numel: int
-) -> tuple[torch.Tensor, ...]:
+def _counters(image: torch.Tensor, phase: torch.Tensor | int, sample: torch.Tensor,
+              numel: int) -> tuple[torch.Tensor, ...]:
     """Counter words [B, ceil(numel/4)] for B samples (image, phase, sample index each)."""
     device = sample.device
     blocks = torch.arange((numel + 3) // 4, device=device, dtype=torch.int64)[None, :]
@@ -84,9 +82,8 @@ def check_seed(seed: int) -> None:
         raise ValueError(f"seed must be in [0, 2**64), got {seed}")
 
 
-def uint32_stream(
-    seed: int, image: torch.Tensor, phase: torch.Tensor | int, sample: torch.Tensor, numel: int
-) -> torch.Tensor:
+def uint32_stream(seed: int, image: torch.Tensor, phase: torch.Tensor | int, sample: torch.Tensor,
+                  numel: int) -> torch.Tensor:
     """The raw Philox words [B, 4 * ceil(numel/4)] as int64 holding uint32 values."""
     check_seed(seed)
     words = philox4x32(_counters(image, phase, sample, numel), seed)
@@ -98,9 +95,8 @@ def words_to_uniform(words: torch.Tensor) -> torch.Tensor:
     return ((words >> 9).to(torch.float32) + 0.5) * (2.0**-23)
 
 
-def gaussian_rows(
-    key: tuple[Any, Any], image: torch.Tensor, phase: torch.Tensor | int, sample: torch.Tensor, numel: int
-) -> torch.Tensor:
+def gaussian_rows(key: tuple[Any, Any], image: torch.Tensor, phase: torch.Tensor | int, sample: torch.Tensor,
+                  numel: int) -> torch.Tensor:
     """Standard Gaussians [B, numel] (float32) for B (image, phase, sample) triples and the key words.
 
     Box-Muller runs on the four word planes before they are interleaved: the same arithmetic
@@ -119,13 +115,8 @@ def box_muller(words: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
     return r01 * torch.cos(t01), r01 * torch.sin(t01), r23 * torch.cos(t23), r23 * torch.sin(t23)
 
 
-def gaussian_noise(
-    seed: int,
-    image: torch.Tensor,
-    phase: torch.Tensor | int,
-    sample: torch.Tensor,
-    shape: tuple[int, ...],
-) -> torch.Tensor:
+def gaussian_noise(seed: int, image: torch.Tensor, phase: torch.Tensor | int, sample: torch.Tensor,
+                   shape: tuple[int, ...]) -> torch.Tensor:
     """Standard Gaussian noise [B, *shape] (float32) for B (image, phase, sample) triples.
 
     ``image``, ``sample`` (and ``phase``, unless an int) are 1-D integer tensors of length B

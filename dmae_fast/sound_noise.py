@@ -151,9 +151,8 @@ def sound_rows(clean: torch.Tensor, slot: torch.Tensor, grid: int | torch.Tensor
     :func:`rounded_gaussian_rows` takes it.
     """
     shape = clean.shape[1:]
-    grid_integers = torch.round(clean[slot] * grid).to(torch.int64)
     noise = rounded_gaussian_rows((key[0], key[1]), thresholds, K, image, phase, sample, math.prod(shape), guide)
-    total = grid_integers + noise.view(-1, *shape)
+    total = torch.round(clean[slot] * grid).to(torch.int64) + noise.view(-1, *shape)
     # a float32 tensor on the device, not a Python number: CUDA divides by a host scalar as a product with
     # its reciprocal, which rounds differently from the true division the contract (and C++) computes
     levels = torch.as_tensor(grid, dtype=torch.float32, device=total.device)

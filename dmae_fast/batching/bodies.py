@@ -1,37 +1,25 @@
-"""Which batch body runs a certification: the one place that maps :class:`BodyOptions` and device
-to a body (:func:`resolve_body`, which returns the body built and why, :class:`ResolvedBody`).
+"""Which batch body runs a certification: :func:`resolve_body` maps :class:`BodyOptions` and the device
+to a body, and says why (:class:`ResolvedBody`).
 
 * plain (default): :class:`~dmae_fast.batching.stream.ImageBatches`, any engine;
-* ``--fast`` on a CPU: :class:`~dmae_fast.batching.cpu_batches.ChunkedCpuBatches`
-  (compiled noise, one worker per core on cache-sized chunks; OpenVINO, ONNX Runtime or PyTorch body);
-* ``--fast`` on CUDA, or any ``--fast-parts`` (fused, compile, cuda-graphs) or ``--profile``:
-  :class:`~dmae_fast.batching.fast_stream.FastBatches`.
+* ``--fast`` on a CPU: :class:`~dmae_fast.batching.cpu_batches.ChunkedCpuBatches`;
+* ``--fast`` on CUDA, or any ``--fast-parts`` or ``--profile``: :class:`~dmae_fast.batching.fast_stream.FastBatches`.
 
-A body on the CPU makes the process keep freed memory (:mod:`dmae_fast.memory`). A fast body
-is used only after it has built, run and agreed with the plain body on a trial batch; where a
-stage fails (Triton, torch.compile, CUDA-graph capture, a runtime session, the agreement), or
-it fails mid-run, the run says so in one line and continues on the next simpler body
-(:mod:`dmae_fast.batching.fallback`).
-
-Every body gives the same counts up to the classifier's floating-point rounding.
+A fast body is used only after it has agreed with the plain body on a trial batch, else the next
+simpler one runs (:mod:`dmae_fast.batching.fallback`). Every body gives the same counts up to the
+classifier's floating-point rounding.
 """
 
 from __future__ import annotations
 
 import functools
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from dmae_fast.batching.body_options import BodyOptions
-from dmae_fast.batching.cpu_batches import (
-    ChunkedCpuBatches,
-    chunk_rows,
-    chunk_sizes,
-    cpu_workers,
-)
-from dmae_fast.batching.fallback import BodyChain, Candidate
+from dmae_fast.batching.cpu_batches import ChunkedCpuBatches, chunk_rows, chunk_sizes, cpu_workers
+from dmae_fast.batching.fallback import BodyChain, Candidate, print_notice
 from dmae_fast.batching.fast_stream import FastBatches, FastPath, StageTimer
 from dmae_fast.batching.scheduler import BatchBody
 from dmae_fast.batching.stream import ImageBatches
@@ -43,8 +31,8 @@ from dmae_fast.memory import keep_freed_memory
 
 @dataclass(frozen=True)
 class ResolvedBody:
-    """A body built for ``options``, and why. ``name``, ``reason`` and ``description`` follow the body
-    in use: a body that failed mid-run was replaced by the next simpler one (:meth:`BodyChain.replace`)."""
+    """A body built for ``options``, and why; ``name`` and ``reason`` follow the body in use (one that failed
+    mid-run is replaced by the next simpler one: :meth:`BodyChain.replace`)."""
 
     body: BatchBody
     options: BodyOptions
@@ -78,35 +66,28 @@ class ResolvedBody:
         return {"name": self.name, "reason": self.reason}
 
 
-def _notice(message: str) -> None:
-    print(f"dmae-fast: {message}", file=sys.stderr)
-
-
 def resolve_body(engine: Engine, sigma: float, seed: int, batch: int, options: BodyOptions,
                  timer: StageTimer | None = None) -> ResolvedBody:
-    """The batch body for ``engine`` and ``options`` (see the module doc), and why: the fastest one
-    asked for that builds, runs and agrees with the plain body on a trial batch, else the next simpler
-    one (:mod:`dmae_fast.batching.fallback`). ``body.fallbacks`` lists the one-line notices of
-    the bodies that were passed over (also printed); ``body.chain`` gives the next body if this one
+    """The batch body for ``engine`` and ``options`` (see the module doc), and why. ``body.fallbacks`` lists
+    the notices of the bodies passed over (also printed); ``body.chain`` gives the next body if this one
     fails mid-run. A ``timer`` (a per-stage profile) times the fast path's stages."""
     options = replace(options, profile=options.profile or timer is not None)
-    grid = None if options.sound is None else options.sound.grid
-    noise = functools.partial(NoiseSource, engine.device, options.noise == "compiled", grid=grid)
     if engine.device.type == "cpu":
         keep_freed_memory()
-    chain = BodyChain(engine, _notice)
+    chain = BodyChain(engine)
+    grid = None if options.sound is None else options.sound.grid
+    noise = functools.partial(NoiseSource, engine.device, options.noise == "compiled", grid=grid, notice=chain.notice)
     path = _fast_path(options, engine.device.type)
     if options.fast and engine.device.type == "cpu" and not options.profile and engine.input == "image":
-        candidates = _cpu_candidates(engine, sigma, seed, batch, options, noise, chain.notice)
+        candidates = _cpu_candidates(engine, sigma, seed, batch, options, noise)
     elif path is not None or engine.input == "tokens":
-        candidates = _fast_candidates(engine, sigma, seed, batch, path or FastPath(), timer, noise, chain.notice)
+        candidates = _fast_candidates(engine, sigma, seed, batch, path or FastPath(), timer, noise)
     else:
         candidates = []
     # the trial's reference: the torch-op noise
-    reference_noise = functools.partial(NoiseSource, engine.device, False, grid=grid)
-    reference = _plain(engine, sigma, seed, batch, None, reference_noise, chain.notice) if candidates else None
-    body = chain.choose(candidates, functools.partial(_plain, engine, sigma, seed, batch, timer, noise,
-                                                      chain.notice), reference)
+    reference_noise = functools.partial(NoiseSource, engine.device, False, grid=grid, notice=chain.notice)
+    reference = _plain(engine, sigma, seed, batch, None, reference_noise) if candidates else None
+    body = chain.choose(candidates, functools.partial(_plain, engine, sigma, seed, batch, timer, noise), reference)
     if timer is not None:
         timer.reset()  # the trial batches are not part of the profile
     return ResolvedBody(body, options)
@@ -128,16 +109,15 @@ def _fast_path(options: BodyOptions, device_type: str) -> FastPath | None:
 
 
 def _plain(engine: Engine, sigma: float, seed: int, batch: int, timer: StageTimer | None,
-           noise: Callable[..., NoiseSource], notice: Callable[[str], None]) -> BatchBody:
-    """The plain body; for a token engine, which no plain body runs, the eager unfused fast body.
-    ``noise`` makes the body's :class:`NoiseSource` (its device, compiled or not, grid given)."""
+           noise: Callable[..., NoiseSource]) -> BatchBody:
+    """The plain body; for a token engine, which no plain body runs, the eager unfused fast body."""
     if engine.input == "tokens":
-        return FastBatches(engine, sigma, seed, batch, FastPath(), timer, noise(notice=notice))
-    return ImageBatches(engine, sigma, seed, batch, noise(notice=notice))
+        return FastBatches(engine, sigma, seed, batch, FastPath(), timer, noise())
+    return ImageBatches(engine, sigma, seed, batch, noise())
 
 
 def _fast_candidates(engine: Engine, sigma: float, seed: int, batch: int, path: FastPath, timer: StageTimer | None,
-                     noise: Callable[..., NoiseSource], notice: Callable[[str], None]) -> list[Candidate]:
+                     noise: Callable[..., NoiseSource]) -> list[Candidate]:
     """``path``, then the same without CUDA graphs, without compiling, unfused (those that differ)."""
     chain = [path]
     for part in ("cuda_graphs", "compile", "fused"):
@@ -145,32 +125,31 @@ def _fast_candidates(engine: Engine, sigma: float, seed: int, batch: int, path: 
             chain.append(replace(chain[-1], **{part: False}))
 
     def build(option: FastPath) -> FastBatches:
-        return FastBatches(engine, sigma, seed, batch, option, timer, noise(notice=notice))
+        return FastBatches(engine, sigma, seed, batch, option, timer, noise())
 
     return [Candidate(f"the fast body ({option.describe()})", functools.partial(build, option)) for option in chain]
 
 
 def _cpu_candidates(engine: Engine, sigma: float, seed: int, batch: int, options: BodyOptions,
-                    noise: Callable[..., NoiseSource], notice: Callable[[str], None]) -> list[Candidate]:
+                    noise: Callable[..., NoiseSource]) -> list[Candidate]:
     """The CPU fast body on the runtime asked for (auto: the fastest installed), then, for an fp32
     checkpoint, on PyTorch."""
     ignored = [part for part in options.parts if part.startswith("--fast-parts")]
     if ignored:
-        _notice(f"{ignored[0]} ignored: --fast on a CPU runs its own body (one worker per core, "
-                "an exported graph per worker); drop --fast to use them")
+        print_notice(f"{ignored[0]} ignored: --fast on a CPU runs its own body (one worker per core, "
+                     "an exported graph per worker); drop --fast to use them")
     workers = options.workers or cpu_workers()
     chunk = options.chunk or chunk_rows(engine.spec)
 
     def build(runtime: str, cache_reads: list[Path]) -> ChunkedCpuBatches:
-        classifier = cpu_classifier(engine, engine.precision, sigma, _notice, workers, runtime,
+        classifier = cpu_classifier(engine, engine.precision, sigma, print_notice, workers, runtime,
                                     chunk_sizes(batch, chunk, workers), options.patch_input, cache_reads)
         # made by each worker for its own chunks, as the classifier takes them
         return ChunkedCpuBatches(classifier, engine.spec, sigma, seed, batch, workers, chunk,
-                                 noise(serial=True, layout=classifier.layout, notice=notice))
+                                 noise(serial=True, layout=classifier.layout))
 
     reads: list[Path] = []
     candidates = [Candidate("the CPU fast body", functools.partial(build, options.cpu_runtime, reads), reads)]
-    checkpoint = engine.model is not None
-    if checkpoint and engine.precision == "fp32" and options.cpu_runtime != "torch":
+    if engine.model is not None and engine.precision == "fp32" and options.cpu_runtime != "torch":
         candidates.append(Candidate("the CPU fast body on PyTorch", functools.partial(build, "torch", [])))
     return candidates

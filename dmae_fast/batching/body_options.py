@@ -1,6 +1,5 @@
-"""What a run's batch body is asked to be: :class:`BodyOptions`, the one set of body options that
-dmae-certify, dmae-serve and its replay take (no torch here: the commands check them before loading
-anything). :func:`dmae_fast.batching.bodies.resolve_body` builds the body they ask for."""
+"""What a run's batch body is asked to be: :class:`BodyOptions`, the body options of dmae-certify,
+dmae-serve and its replay (no torch here: the commands check them before loading anything)."""
 
 from __future__ import annotations
 
@@ -34,11 +33,9 @@ class Sound:
 class BodyOptions:
     """How the batches of a run are computed (none of it changes the results beyond rounding).
 
-    ``fast`` asks for the fastest body for the device (CPU: one worker per core; CUDA: fused +
-    compiled + CUDA graphs). The fast path's parts (``fused``, ``compile``, ``cuda_graphs``, and
-    ``profile``, whose stages are the fast path's) without ``fast`` run that fast body, with exactly
-    those parts, on any device. ``reason`` says why these options (e.g. "--fast-parts fused"), for the start
-    line and the records.
+    ``fast`` asks for the fastest body for the device; the fast path's parts (``fused``, ``compile``,
+    ``cuda_graphs``, ``profile``) without ``fast`` run the GPU-style fast body with exactly those parts,
+    on any device.
     """
 
     fast: bool = False

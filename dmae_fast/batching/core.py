@@ -10,13 +10,7 @@ import torch
 
 from dmae_fast.engines.base import Engine
 from dmae_fast.noise import gaussian_noise
-from dmae_fast.stats.decisions import (
-    Certificate,
-    Prediction,
-    certify_from_counts,
-    finite_counts,
-    predict_from_counts,
-)
+from dmae_fast.stats.decisions import Certificate, Prediction, certify_from_counts, finite_counts, predict_from_counts
 from dmae_fast.stats.plan import Phase
 
 
@@ -27,10 +21,8 @@ def zero_counts(num_slots: int, num_phases: int, num_classes: int, device: torch
 
 
 class Smooth:
-    """The smoothed classifier around ``engine``, one image at a time (the reference loop).
-
-    Noise follows the noise contract, so its counts equal the streaming certifier's.
-    """
+    """The smoothed classifier around ``engine``, one image at a time (the reference loop); its noise
+    follows the noise contract, so its counts equal the streaming certifier's."""
 
     def __init__(self, engine: Engine, sigma: float, seed: int = 0, batch_size: int = 1000) -> None:
         self.engine, self.sigma, self.seed, self.batch_size = engine, sigma, seed, batch_size

@@ -1,23 +1,12 @@
 """The CPU batch body of ``dmae-certify --fast``: one worker per core, each noising and
-classifying its own cache-sized chunks of the batch.
+classifying its own cache-sized chunks of the batch (docs/performance.md).
 
-A batch's rows are cut into chunks of up to 128 rows (sized to the L2 cache), as many per
-worker; ``workers`` threads each take the next chunk, build its noisy images with the
-compiled noise kernel (one thread, GIL released: :mod:`dmae_fast.fast_noise`) and classify
-them, on one core; the predicted classes are counted with one ``index_add_`` as in the plain
-body. Measured on a 2-core CPU (bench/results/2026-11-25-cpu-fast/), this is faster than one
-large forward pass on all cores because:
-
-* a chunk whose activations fit in a core's L2 cache runs faster per sample than a batch of
-  hundreds of rows that streams through memory;
-* small-matrix transformer layers scale badly across intra-op threads, while independent
-  chunks on separate cores scale almost linearly;
-* the only wait is at the end of a batch: making the noise inside the workers instead of in
-  a multi-threaded call before them removed a barrier per few chunks that cost a third of
-  the time on 32x32 inputs.
-
-The classifier of a chunk is a CPU runtime (:mod:`dmae_fast.engines.cpu_runtimes`: OpenVINO,
-ONNX Runtime or PyTorch, chosen and checked there).
+A batch's rows are cut into chunks of up to ``MAX_CHUNK`` rows sized to the L2 cache, as many per
+worker; each worker thread takes the next chunk, makes its noisy images with the compiled noise
+kernel (GIL released: :mod:`dmae_fast.fast_noise`) and classifies them with a CPU runtime
+(:mod:`dmae_fast.engines.cpu_runtimes`), on one core; the classes are counted with one ``index_add_``.
+Cache-sized chunks on separate cores beat one large forward pass on all cores (small matrix products
+scale badly across intra-op threads), and noise made inside the workers leaves one wait per batch.
 """
 
 from __future__ import annotations
@@ -46,12 +35,8 @@ def l2_cache_bytes() -> int:
 
 
 def chunk_rows(model_spec, l2_bytes: int | None = None) -> int:
-    """Rows per chunk: the largest power of two whose widest activation (tokens x MLP width,
-    fp32) stays within four L2 caches, between 1 and MAX_CHUNK.
-
-    Measured with ONNX Runtime on 2 cores (docs/performance.md): fewer rows pay the per-call
-    overhead, many more stream through memory; within a factor of two of this the rate is flat.
-    """
+    """Rows per chunk: the largest power of two, 1 to MAX_CHUNK, whose widest activation (tokens x MLP
+    width, fp32) fits four L2 caches (fewer rows pay the per-call overhead, more stream through memory)."""
     encoder = model_spec.encoder
     tokens = 1 + (encoder.img_size // encoder.patch_size) ** 2
     widest = tokens * int(encoder.embed_dim * encoder.mlp_ratio) * 4
@@ -125,20 +110,12 @@ class ChunkedCpuBatches:
         predicted += self._pool.map(self._classify_chunk, chunks)
         count(self._counts, slot, position, torch.cat(predicted), self._ones)
 
-    def _noisy(self, rows: tuple[torch.Tensor, ...]) -> torch.Tensor:
-        slot, index, phase, sample = rows
-        return self.noise(self._slots, slot, self.sigma, self.seed, index, phase, sample)
-
-    @torch.inference_mode()
-    def _noisy_on_worker(self, rows: tuple[torch.Tensor, ...]) -> torch.Tensor:
-        """On a worker: this chunk's noisy images, on one core."""
-        torch.set_num_threads(1)  # this worker's own intra-op threads (torch-op noise, PyTorch classifier)
-        return self._noisy(rows)
-
     @torch.inference_mode()
     def _classify_chunk(self, rows: tuple[torch.Tensor, ...]) -> torch.Tensor:
         """On a worker: this chunk's noisy images, then their classes, on one core."""
-        return self.classifier.classify(self._noisy_on_worker(rows))
+        torch.set_num_threads(1)  # this worker's own intra-op threads (torch-op noise, PyTorch classifier)
+        slot, index, phase, sample = rows
+        return self.classifier.classify(self.noise(self._slots, slot, self.sigma, self.seed, index, phase, sample))
 
     def finish(self) -> None:
         """After a run: restore the process's intra-op thread count (the workers set their own)."""

@@ -1,12 +1,10 @@
 """The engine loop: jobs in, ``step()`` until done; the one surface every driver of the scheduler uses.
 
-nano-vllm's shape: :class:`EngineLoop` owns a :class:`~dmae_fast.batching.scheduler.SlotScheduler`
-(whose state is private to the two) and each :meth:`EngineLoop.step` runs at most one batch and
-returns the jobs that ended. The dataset run (:class:`~dmae_fast.batching.stream.StreamingCertifier`)
-and the server's device thread (:class:`~dmae_fast.serve.scheduler.Scheduler`) are each a short
-loop over ``step()``. A batch whose body raises ends every job on the device with
-:class:`BatchFailed` (counts zeroed, slots freed) and leaves the queued ones queued: the dataset
-run moves to the body's next body, the server answers those images with the failure and keeps serving.
+:class:`EngineLoop` owns a :class:`~dmae_fast.batching.scheduler.SlotScheduler` and each
+:meth:`EngineLoop.step` runs at most one batch and returns the jobs that ended (nano-vllm's shape). A
+batch whose body raises ends every job on the device with :class:`BatchFailed` (counts zeroed, slots
+freed) and leaves the queued ones queued: the dataset run moves to the next body, the server answers
+those images with the failure and keeps serving.
 """
 
 from __future__ import annotations
@@ -38,12 +36,9 @@ class LoopStats:
 
 
 class EngineLoop:
-    """One body, ``num_slots`` images on the device, batches of ``batch`` rows (see the module doc).
-
-    Jobs come from :meth:`add`, then from ``source`` (see :class:`SlotScheduler`). ``on_batch(rows,
-    seconds)`` is told of every batch issued (the rows this process ran, and the host time to issue
-    them; on a CPU, to run them). ``split``: this process is one of several sharing each batch's rows.
-    """
+    """One body, ``num_slots`` images on the device, batches of ``batch`` rows; jobs from :meth:`add`,
+    then from ``source`` (see :class:`SlotScheduler`). ``on_batch(rows, seconds)`` is told of every batch
+    issued (the rows this process ran, and the host time to issue them; on a CPU, to run them)."""
 
     def __init__(self, body: BatchBody, device: torch.device, batch: int, num_slots: int,
                  source: Callable[[], Job | None] | None = None,

@@ -1,31 +1,20 @@
 """A fast body is used only once it has run and agreed with the plain body: the fallback chain.
 
-:func:`~dmae_fast.batching.bodies.batch_body` lists the bodies that could run a
-certification, fastest first (e.g. fused + compiled + CUDA graphs, then without the graphs,
-without the compile, unfused), and a :class:`BodyChain` builds each in turn and runs it on a
-trial batch: ``TRIAL_ROWS`` rows, each a different random image (a slot of its own), so every
-row's predicted class is visible in the counts. The plain body (the reference, with the torch-op
-noise) runs the same rows. A body is kept when it builds and runs (Triton compiles, torch.compile
-compiles, the CUDA graph captures, the runtime session loads) and its classes agree with the plain
-body's on at least ``AGREEMENT[precision]`` of the rows; otherwise one line says what failed and
-the next simpler body is tried. The plain body itself is used unchecked: it is the reference.
-
-A body built from model-cache entries (:mod:`dmae_fast.model_cache`) that fails is built once more
-from scratch, the entries named and dropped first: a damaged entry is replaced, not a reason to run
-slower from then on. A body that fails mid-run (a runtime's ``infer`` error, ``bad_alloc``) is
-replaced the same way by the next one that works (:meth:`BodyChain.replace`; the streamer restarts
-the images it had on the device, so the rows are the ones the new body gives from the start).
-
-The agreement asked for detects a broken body (a wrong kernel, layout or weights disagree on
-most rows), not rounding: fp16 bodies on cast weights flip ~1% of a random-weight ViT's votes
-against the plain body's autocast, which is the classifier as executed, not a fault.
-Errors in the user's input (:class:`~dmae_fast.errors.UserError`) and interrupts are raised, not
-fallen back from. Every notice, the compiled noise's fallback included, is printed and kept in
-:attr:`BodyChain.notices` (the run record's ``body_fallbacks``).
+A :class:`BodyChain` builds the candidate bodies, fastest first, and runs each on a trial batch of
+``TRIAL_ROWS`` rows, each a different random image in a slot of its own, beside the plain body (the
+reference, with the torch-op noise, itself used unchecked). A body is kept when it builds, runs and its
+classes agree with the reference's on at least ``AGREEMENT[precision]`` of the rows: enough to detect a
+broken body (a wrong kernel, layout or weights disagree on most rows), not rounding (fp16 on cast weights
+flips ~1% of a random ViT's votes). Otherwise one line says what failed and the next simpler body is
+tried (docs/performance.md). A body built from model-cache entries that fails is built once more from
+scratch, the entries dropped; a body that fails mid-run is replaced the same way
+(:meth:`BodyChain.replace`). User errors and interrupts are raised, not fallen back from. Every notice,
+the compiled noise's included, is printed and kept in :attr:`BodyChain.notices` (``body_fallbacks``).
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +42,11 @@ class Candidate:
     cache_reads: list[Path] = field(default_factory=list)
 
 
+def print_notice(message: str) -> None:
+    """Say ``message`` on stderr, in one line, as the package's notices are."""
+    print(f"dmae-fast: {message}", file=sys.stderr)
+
+
 def one_line(error: BaseException) -> str:
     """``Type: message`` on one line, at most 200 characters."""
     text = " ".join(f"{type(error).__name__}: {error}".split())
@@ -75,16 +69,12 @@ def trial_classes(body: BatchBody, engine: Engine, rows: int) -> torch.Tensor:
 
 
 class BodyChain:
-    """The bodies a run may use, fastest first, then ``last`` (the plain body, built unchecked).
+    """The bodies a run may use, fastest first, then ``last`` (the plain body, built unchecked). ``body`` is
+    the one in use; ``notices`` lists what was passed over and why. Each body handed out carries ``chain``
+    (this) and ``fallbacks`` (the notices)."""
 
-    :meth:`choose` gives the first that builds, runs and agrees with ``reference`` on a trial batch;
-    :meth:`replace` the next one after it failed mid-run. ``body`` is the one in use; ``notices``
-    lists, in order, what was passed over and why. Each body handed out carries ``chain`` (this) and
-    ``fallbacks`` (the notices).
-    """
-
-    def __init__(self, engine: Engine, say: Callable[[str], None]) -> None:
-        self.engine, self._say = engine, say
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
         self.notices: list[str] = []
         self.candidates: list[Candidate] = []
         self.position = 0  # the body in use: candidates[position], or the last one
@@ -93,11 +83,12 @@ class BodyChain:
     def notice(self, message: str) -> None:
         """Say ``message`` in one line and keep it in :attr:`notices`."""
         self.notices.append(message)
-        self._say(message)
+        print_notice(message)
 
     def choose(self, candidates: list[Candidate], last: Callable[[], BatchBody],
                reference: BatchBody | None) -> BatchBody:
-        """The first working body of ``candidates``, else ``last()`` (see the class doc)."""
+        """The first of ``candidates`` that builds, runs and agrees with ``reference`` on a trial batch, else
+        ``last()``."""
         self.candidates, self._last, self._reference_body = candidates, last, reference
         return self._first_working(0)
 

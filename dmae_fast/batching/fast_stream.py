@@ -1,34 +1,21 @@
-"""The fast batch body of the streaming certifier: fused front end, compiled body, CUDA graphs.
+"""The fast batch body (:class:`FastBatches`): fused front end, compiled body, CUDA graphs.
 
-The scheduler (:class:`~dmae_fast.batching.stream.StreamingCertifier`) is the same
-for every body; this one differs only in how a batch's rows become counts:
-
-* front end: with ``fused``, the Triton kernel turns rows straight into ViT tokens from
-  each image's clean patch embedding E (computed once, when the image is loaded), with
-  the noise generated in-kernel (:mod:`dmae_fast.kernels.fused_frontend`); otherwise the
-  noisy images ``x + sigma * eta`` are built as in the plain body. Classifiers that resize
-  inside (CIFAR-10 32 -> 224) fall back to the noisy images, with a one-line notice.
-* body: the transformer -> argmax, eager or ``torch.compile``-d; for fp16/bf16 a copy of the
-  weights cast to that type (``autocast=True``: fp32 weights under autocast, as
-  :class:`~dmae_fast.engines.TorchEngine`); or an exported token engine
-  (``dmae-export --input tokens``: .pt2, ONNX, TensorRT) fed float32 tokens, its front
-  end read from the ``.frontend.safetensors`` file the exporter wrote beside it.
+* front end: with ``fused``, a Triton kernel turns rows straight into ViT tokens from each image's
+  clean patch embedding (computed once, at load), the noise made in-kernel
+  (:mod:`dmae_fast.kernels.fused_frontend`); otherwise the noisy images, as in the plain body.
+* body: the transformer -> argmax, eager or ``torch.compile``-d, on weights cast to fp16/bf16 (or
+  under autocast); or an exported token engine (``dmae-export --input tokens``) fed float32 tokens.
 * counting: ``counts[slot, phase, class] += 1`` with one ``index_add_`` on the device.
-* CUDA graphs: the three stages above are captured once per run and replayed for every
-  batch. Every batch is padded to the full batch size (only the last one of a run is
-  short): padded rows point at a spare slot whose counts nobody reads.
+* CUDA graphs: the three stages are captured once per run and replayed for every batch, each padded
+  to the full batch size with rows that point at a spare slot whose counts nobody reads.
 
-Where the plan switches from selection to estimation samples nothing is decided on the
-host: both phases' full class counts are kept on the device (the estimation phase's
-target class, the argmax of the selection counts, is only needed to read the final
-counts), so the schedule is fixed in advance and the host never waits for the device
-before issuing the next batch. It reads each image's counts once, asynchronously.
+Both phases' full counts are kept on the device, so the schedule is fixed in advance and the host
+never waits for the device before issuing the next batch.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
@@ -38,6 +25,7 @@ import torch
 from torch.profiler import record_function
 
 from dmae_fast.batching.core import zero_counts
+from dmae_fast.batching.fallback import print_notice
 from dmae_fast.batching.stream import count
 from dmae_fast.engines.base import Engine, TokenBody, predicted_classes
 from dmae_fast.engines.torch_engine import PRECISIONS
@@ -58,9 +46,8 @@ class FastPath:
     # 11,315 samples/s) and autotunes every matrix product at each start
     compile_mode: str = "default"
     cuda_graphs: bool = False  # capture front end + body + counting, replay per batch
-    # fp16/bf16 torch bodies: False runs a copy of the weights cast to the precision (as exported
-    # engines do: no per-batch casts, half the activation bytes); True keeps fp32 weights under
-    # autocast, as the plain body (a residual stream in fp32, LayerNorms writing fp32)
+    # fp16/bf16 torch bodies: False runs weights cast to the precision (as exported engines: no per-batch
+    # casts, half the activation bytes); True keeps fp32 weights under autocast, as the plain body does
     autocast: bool = False
 
     def describe(self) -> str:
@@ -70,11 +57,8 @@ class FastPath:
 
 
 class StageTimer:
-    """Per-stage wall time (synchronizing around each stage) and profiler ranges.
-
-    Used by ``--profile``: the synchronization serializes the pipeline, so the shares
-    are what each stage costs, not how they overlap in an unprofiled run.
-    """
+    """``--profile``'s per-stage wall time and profiler ranges; it synchronizes around each stage, so the
+    shares are what each stage costs, not how they overlap in an unprofiled run."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
@@ -111,10 +95,6 @@ class StageTimer:
         return "\n".join(lines)
 
 
-def _notice(message: str) -> None:
-    print(f"dmae-fast: {message}", file=sys.stderr)
-
-
 def _front_and_body(engine: Engine) -> tuple[SmoothingClassifier, TokenBody | None]:
     """(the classifier whose front end makes the tokens, the token engine that runs the body or
     None when the classifier's own torch body does)."""
@@ -128,8 +108,8 @@ def _front_and_body(engine: Engine) -> tuple[SmoothingClassifier, TokenBody | No
 
 
 class FastBatches:
-    """A batch body (see :class:`~dmae_fast.batching.stream.BatchBody`) for PyTorch
-    classifiers and for exported token engines."""
+    """A batch body (:class:`~dmae_fast.batching.scheduler.BatchBody`) for PyTorch classifiers and
+    exported token engines."""
 
     def __init__(self, engine: Engine, sigma: float, seed: int, batch_size: int, options: FastPath = FastPath(),
                  timer: StageTimer | None = None, noise: NoiseSource | None = None) -> None:
@@ -147,9 +127,9 @@ class FastBatches:
         if self.token_body is None:
             self._description = f"torch {self.options.describe()} {engine.precision} on {self.device}"
         else:
+            front = "fused" if self.options.fused else "unfused"
             graphs = " + cuda-graphs" if self.options.cuda_graphs else ""
-            self._description = (f"{'fused' if self.options.fused else 'unfused'} front end{graphs} + "
-                                 f"{engine.description}")
+            self._description = f"{front} front end{graphs} + {engine.description}"
         if self.options.fused:
             from dmae_fast.kernels import fused_frontend
 
@@ -181,20 +161,19 @@ class FastBatches:
                     reason = "triton is not installed"
                 else:
                     if self.device.type != "cuda" and not fused_frontend.INTERPRETED:
-                        reason = ("its Triton kernels are compiled for the GPU in this process, "
-                                  f"not for {self.device}; "
-                                  "TRITON_INTERPRET=1 before the start runs them on the CPU, slowly")
+                        reason = (f"its Triton kernels are compiled for the GPU in this process, not for "
+                                  f"{self.device}; TRITON_INTERPRET=1 before the start runs them on the CPU, slowly")
             if reason is not None:
-                _notice(f"fused front end unavailable ({reason}); using the unfused front end")
+                print_notice(f"fused front end unavailable ({reason}); using the unfused front end")
                 options = dataclasses.replace(options, fused=False)
         if options.compile and self.token_body is not None:
-            _notice(f"torch.compile off ({self.token_body.file.name} is compiled already)")
+            print_notice(f"torch.compile off ({self.token_body.file.name} is compiled already)")
             options = dataclasses.replace(options, compile=False)
         if options.compile and self.precision == "fp8" and options.compile_mode.startswith("max-autotune"):
             # on an H200, autotuning the float8 products of even the tiny demo model had not
             # finished after 85 s; the default mode compiles it in seconds
-            _notice(f"fp8: torch.compile mode 'default' instead of {options.compile_mode!r} (autotuning the fp8 "
-                    "matrix products takes minutes)")
+            print_notice(f"fp8: torch.compile mode 'default' instead of {options.compile_mode!r} (autotuning the "
+                         "fp8 matrix products takes minutes)")
             options = dataclasses.replace(options, compile_mode="default")
         if options.cuda_graphs:
             why = None
@@ -205,7 +184,7 @@ class FastBatches:
             elif self.token_body is not None and self.token_body.kind != "aoti":
                 why = f"{self.token_body.kind} engines are not captured; .pt2 engines are"
             if why is not None:
-                _notice(f"CUDA graphs off ({why})")
+                print_notice(f"CUDA graphs off ({why})")
                 options = dataclasses.replace(options, cuda_graphs=False)
         return options
 
@@ -225,11 +204,8 @@ class FastBatches:
             return self._counts[:num_slots]
         self._spare = num_slots
         self._phase_ids = phase_ids
-        if self.options.fused:
-            self._slots = torch.zeros((num_slots + 1, self._front.num_patches, self._front.embed_dim),
-                                      device=self.device)
-        else:
-            self._slots = torch.zeros((num_slots + 1, *self.spec.input_shape), device=self.device)
+        shape = (self._front.num_patches, self._front.embed_dim) if self.options.fused else self.spec.input_shape
+        self._slots = torch.zeros((num_slots + 1, *shape), device=self.device)
         self._counts = zero_counts(num_slots + 1, len(phase_ids), self.spec.num_classes, self.device)
         self._rows = torch.zeros((4, self.batch_size), dtype=torch.int64, device=self.device)
         self._rows[0] = num_slots
@@ -292,10 +268,8 @@ class FastBatches:
             return predicted_classes(self._body_model(images.to(self.dtype or images.dtype)))
 
     def _capture(self) -> None:
-        """Warm up (compiling, autotuning) on the real rows, then capture the step and replay it.
-
-        The warm-up batches count into a copy that is restored, so the capture adds nothing.
-        """
+        """Warm up (compiling, autotuning) on the real rows, then capture the step and replay it; the
+        warm-up batches count into a copy that is restored, so the capture adds nothing."""
         saved = self._counts.clone()
         side = torch.cuda.Stream(self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))

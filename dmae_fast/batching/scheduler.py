@@ -1,28 +1,18 @@
 """The one scheduler: the noisy samples of many images packed into full batches, counts on the device.
 
-Each image (a :class:`Job`) brings its own :class:`~dmae_fast.stats.plan.SamplingPlan`
-(e.g. n0 selection then n estimation samples, or PREDICT's n) and, for sequential CERTIFY, a
-stopping rule consulted at the plan's looks. The rows of the images on the device are laid end to
-end, oldest image first, and cut into batches of ``batch`` rows, so a batch mixes the tail of one
-image with the head of the next and never runs half empty while rows are waiting.
+Each image (a :class:`Job`) brings its own :class:`~dmae_fast.stats.plan.SamplingPlan` and, for
+sequential CERTIFY, a stopping rule consulted at the plan's looks. The rows of the images on the device
+are laid end to end, oldest image first, and cut into batches of ``batch`` rows, so no batch runs half
+empty while rows are waiting. A row is (slot, image index, phase, sample index): the slot holds the clean
+image, the noise is the contract's pure function of the rest, and the predicted class is added to
+``counts[slot, phase, class]`` on the device. The host knows from the schedule alone when an image's
+stage ends; it then copies that image's counts back asynchronously, so nothing waits for the device per
+batch. An image that finishes, stops early or is cancelled frees its slot for the next.
 
-A row is (slot, image index, phase, sample index): the slot holds the clean image on the device,
-the noise is the contract's pure function of (seed, image index, phase, sample index), and the
-predicted class is added to ``counts[slot, phase, class]`` on the device (the counts buffer holds
-all three phases, so PREDICT and CERTIFY images share batches). The host knows from the schedule
-alone when an image's stage ends; it then takes a device-side snapshot of that image's counts and
-copies it back asynchronously; nothing waits for the device per batch. An image that finishes, is
-stopped early or is cancelled frees its slot for the next image.
-
-Because the noise does not depend on how rows are packed, an image's counts are the same whatever
-batch size or other images shared its batches, and whichever process counted a row: under a
-:class:`RowSplit` (``--shard samples``) every process runs the same schedule and counts only its share
-of each batch's rows, and the counts of an image at a stage end are summed across the processes before
-anything is decided, so every process takes the same decisions. :class:`SlotScheduler` is driven only through
-:class:`~dmae_fast.batching.engine_loop.EngineLoop`, by the offline streamer
-(:class:`~dmae_fast.batching.stream.StreamingCertifier`, images from a dataset) and by the
-server's device thread (:class:`~dmae_fast.serve.scheduler.Scheduler`, images from requests, with a
-clock for partial batches).
+The counts do not depend on the packing, so under a :class:`RowSplit` (``--shard samples``) each
+process runs the same schedule, counts its share of each batch's rows, and sums the counts at a stage
+end before anything is decided. :class:`SlotScheduler` is driven only through
+:class:`~dmae_fast.batching.engine_loop.EngineLoop`.
 """
 
 from __future__ import annotations
@@ -157,11 +147,9 @@ def counts_to_host(counts: torch.Tensor, slots: list[int]) -> tuple[torch.Tensor
 
 
 class SlotScheduler:
-    """Slots, packing, snapshots and decisions (see the module doc). Its state is private: only
-    :class:`~dmae_fast.batching.engine_loop.EngineLoop` drives it. Jobs come from :meth:`add`,
-    then from ``source`` (called only when a slot is free and no image has rows left, so a dataset
-    is read no further ahead than the device needs; None from it means it has no more). With
-    ``split``, this process counts its share of each batch (see the module doc)."""
+    """Slots, packing, snapshots and decisions (see the module doc), driven only by the engine loop. Jobs
+    come from :meth:`add`, then from ``source`` (called only when a slot is free and no image has rows
+    left, so a dataset is read no further ahead than the device needs; None: it has no more)."""
 
     def __init__(self, body: BatchBody, device: torch.device, batch: int, num_slots: int,
                  source: Callable[[], Job | None] | None = None, split: RowSplit | None = None) -> None:
@@ -206,10 +194,9 @@ class SlotScheduler:
         return rows, oldest
 
     def pack(self, block: bool) -> tuple[list[Segment], list[Job]]:
-        """The next batch's rows, oldest image first, and the images whose stage ends in it. When no
-        image has rows left and a slot is free, the next job is loaded; with ``block``, a batch short
-        of images waits for the first pending snapshot (whose images may continue or free their
-        slots) instead of ending early."""
+        """The next batch's rows, oldest image first, and the images whose stage ends in it; the next job is
+        loaded when no image has rows left and a slot is free. With ``block``, a batch short of images
+        waits for the first pending snapshot (whose images may continue or free their slots)."""
         segments: list[Segment] = []
         reached: list[Job] = []
         room = self.batch
@@ -234,8 +221,7 @@ class SlotScheduler:
         return segments, reached
 
     def issue(self, segments: list[Segment]) -> int:
-        """Hand one batch's rows (this process's share of them) to the body, without synchronizing;
-        the rows handed."""
+        """Hand one batch's rows (this process's share) to the body, without synchronizing; the rows handed."""
         rows = sum(segment[4] for segment in segments)
         part = None if self._split is None else self._split.share(rows)
         if part is not None and part[0] == part[1]:

@@ -1,15 +1,10 @@
 """The streaming certifier: the images of a dataset through the one scheduler, in full batches.
 
-:class:`StreamingCertifier` is a loop over the steps of an
-:class:`~dmae_fast.batching.engine_loop.EngineLoop` fed from an iterable of images, each with the
-run's :class:`~dmae_fast.stats.plan.SamplingPlan`; it yields each image's class counts as soon as
-they are on the host. :class:`ImageBatches` is the
-plain batch body (noise, classify, count on the device). Because the noise does not depend on how
-rows are packed, the counts are identical for any batch size (and equal to
-:class:`dmae_fast.batching.core.Smooth`'s), and a body that fails mid-run can be replaced by
-the next one its chain offers (:mod:`dmae_fast.batching.fallback`): the images not yet
-yielded start again on the new body, so no count of the failed batch, nor of a batch before it,
-is mixed into the new body's.
+:class:`StreamingCertifier` is a loop over an :class:`~dmae_fast.batching.engine_loop.EngineLoop`'s
+steps that yields each image's class counts as soon as they are on the host; :class:`ImageBatches` is
+the plain batch body. The noise does not depend on how rows are packed, so the counts are the same for
+any batch size (and equal :class:`~dmae_fast.batching.core.Smooth`'s), and a body that fails mid-run
+can be replaced by its chain's next body: the images not yet yielded start again on it.
 """
 
 from __future__ import annotations
@@ -45,13 +40,8 @@ class ImageCounts:
 
 
 class ImageBatches:
-    """The plain batch body: noisy images ``x[slot] + sigma * eta`` -> ``engine.classify`` -> counts.
-
-    Works with any :class:`Engine`. The noise comes from ``noise`` (default: the contract
-    compiled into one kernel, :class:`~dmae_fast.fast_noise.NoiseSource`). The fast bodies
-    live in :mod:`dmae_fast.batching.fast_stream` (GPU) and
-    :mod:`dmae_fast.batching.cpu_batches` (CPU) and keep this interface.
-    """
+    """The plain batch body, for any :class:`Engine`: noisy images ``x[slot] + sigma * eta`` ->
+    ``engine.classify`` -> counts (``noise`` default: the contract compiled into one kernel)."""
 
     def __init__(self, engine: Engine, sigma: float, seed: int, batch_size: int,
                  noise: NoiseSource | None = None) -> None:
@@ -65,7 +55,6 @@ class ImageBatches:
         return f"{self.engine.description}, {self.noise.description}"
 
     def allocate(self, num_slots: int, phase_ids: torch.Tensor) -> torch.Tensor:
-        """Per-run buffers; returns the counts [slots, phases, classes] the scheduler reads."""
         self._slot_images = torch.zeros((num_slots, *self.shape), device=self.device)
         self._phase_ids = phase_ids
         self._counts = zero_counts(num_slots, len(phase_ids), self.engine.spec.num_classes, self.device)
@@ -80,12 +69,10 @@ class ImageBatches:
     def run(self, slot: torch.Tensor, index: torch.Tensor, position: torch.Tensor, sample: torch.Tensor) -> None:
         """Noise, classify and count one batch of rows (device tensors), without synchronizing."""
         noisy = self.noise(self._slot_images, slot, self.sigma, self.seed, index, self._phase_ids[position], sample)
-        predicted = self.engine.classify(noisy)
-        count(self._counts, slot, position, predicted, self._ones)
+        count(self._counts, slot, position, self.engine.classify(noisy), self._ones)
 
 
-def checked_image(index: int, image: torch.Tensor, shape: tuple[int, ...], sound: Sound | None = None,
-                  what: str = "the data") -> torch.Tensor:
+def checked_image(index: int, image: torch.Tensor, shape: tuple[int, ...], sound: Sound | None) -> torch.Tensor:
     """``image`` if it can be certified as image ``index``: the classifier's shape, an index inside
     the noise contract, finite pixels (checked on the host only: no device synchronisation); with
     ``sound``, on its grid (or rounded onto it where ``sound.quantize``)."""
@@ -98,7 +85,7 @@ def checked_image(index: int, image: torch.Tensor, shape: tuple[int, ...], sound
     if sound is not None and sound.quantize:
         return quantize(image, sound.grid)
     if sound is not None:
-        check_on_grid(image[None], sound.grid, what, first=index)
+        check_on_grid(image[None], sound.grid, "the data", first=index)
     return image
 
 
@@ -112,13 +99,10 @@ def count(counts: torch.Tensor, slot: torch.Tensor, position: torch.Tensor, pred
 class StreamingCertifier:
     """Counts the classes of noisy samples for a stream of images, in full batches.
 
-    ``body`` runs the batches (default :class:`ImageBatches`); the schedule, and so the
-    counts, do not depend on it beyond the classifier's floating-point rounding. With ``sound``
-    (``--sound``; the body's noise must be on the same grid) images off its grid are refused.
-    With ``split`` (``--shard samples``) this process is one of ``split.world`` that see the same
-    images in the same order: each counts its share of every batch of ``split.world * batch_size``
-    rows, and all yield the same counts (:class:`~dmae_fast.batching.scheduler.RowSplit`).
-    ``samples``: the noisy samples this process counted so far.
+    ``body`` runs the batches (default :class:`ImageBatches`). With ``sound`` (the body's noise on the
+    same grid) images off its grid are refused. With ``split`` (``--shard samples``) this process
+    counts its share of every batch of ``split.world * batch_size`` rows, and all processes yield the
+    same counts. ``samples``: the noisy samples this process counted so far.
     """
 
     def __init__(self, engine: Engine, plan: SamplingPlan, sigma: float, seed: int, batch_size: int,
@@ -126,8 +110,7 @@ class StreamingCertifier:
         self.engine, self.plan, self.sound, self.split = engine, plan, sound, split
         self.sigma, self.seed, self.batch_size = sigma, seed, batch_size
         self.body = body or ImageBatches(engine, sigma, seed, batch_size)
-        self.device = engine.device
-        self.shape = engine.spec.input_shape
+        self.device, self.shape = engine.device, engine.spec.input_shape
         self.samples = 0
         # the batch the schedule packs: every process's rows together
         self.schedule_batch = batch_size * (split.world if split is not None else 1)
@@ -139,13 +122,9 @@ class StreamingCertifier:
 
     def run(self, images: Iterable[tuple[int, torch.Tensor, int]],
             decide: Decide | None = None) -> Iterator[ImageCounts]:
-        """Yield each image's counts as soon as they are on the host.
-
-        Without looks (fixed n) images finish in input order. With looks, ``decide`` is
-        called at each look with the counts so far; images that stop early free their
-        slot for the next image, so batches stay full. A batch that fails moves the run to
-        the body's next body (see the module doc), or raises when it has none.
-        """
+        """Yield each image's counts as soon as they are on the host: in input order without looks;
+        with looks, ``decide`` is called at each look with the counts so far and images that stop early
+        free their slot. A batch that fails moves the run to the body's next body, or raises."""
         if self.plan.looks and decide is None:
             raise ValueError("a plan with looks needs a decide callback")
         source = iter(images)

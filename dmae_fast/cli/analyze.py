@@ -33,32 +33,21 @@ def _radius(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``dmae-certify analyze``."""
-    parser = Parser(
-        prog=PROG,
-        description="Summarize randomized-smoothing results files (ours or those of Cohen "
-                    "et al.'s certify.py / predict.py): certified accuracy in percent at each "
-                    "radius and the average certified radius (ACR) for certification files, "
-                    "clean accuracy and abstain rate for prediction files.",
-    )
-    parser.add_argument("files", nargs="+", metavar="FILE",
-                        help="tab-separated results file(s) written by dmae-certify or by "
-                             "the reference implementation")
-    parser.add_argument("--radii", nargs="+", type=_radius, metavar="R",
-                        default=list(DEFAULT_RADII),
-                        help="l2 radii at which to report certified accuracy "
-                             "(default: 0 to 3 in steps of 0.25)")
-    parser.add_argument("--plot", metavar="OUT",
-                        help="also write a certified-accuracy-vs-radius plot to OUT "
-                             "(.png or .pdf; the directory must exist; an existing file is "
-                             "replaced)")
+    parser = Parser(prog=PROG, description="Summarize randomized-smoothing results files (ours or those of Cohen "
+                    "et al.'s certify.py / predict.py): certified accuracy in percent at each radius and the average "
+                    "certified radius (ACR) for certification files, clean accuracy and abstain rate for prediction "
+                    "files.")
+    parser.add_argument("files", nargs="+", metavar="FILE", help="tab-separated results file(s) written by "
+                        "dmae-certify or by the reference implementation")
+    parser.add_argument("--radii", nargs="+", type=_radius, metavar="R", default=list(DEFAULT_RADII),
+                        help="l2 radii at which to report certified accuracy (default: 0 to 3 in steps of 0.25)")
+    parser.add_argument("--plot", metavar="OUT", help="also write a certified-accuracy-vs-radius plot to OUT "
+                        "(.png or .pdf; the directory must exist; an existing file is replaced)")
     style = parser.add_mutually_exclusive_group()
     style.add_argument("--markdown", action="store_true", help="print a Markdown table")
-    style.add_argument("--latex", action="store_true",
-                       help="print a LaTeX tabular (uses the booktabs rules)")
-    parser.add_argument("--labels", nargs="+", metavar="NAME",
-                        help="row and legend names, one per FILE (default: file names "
-                             "without directory and extension)")
+    style.add_argument("--latex", action="store_true", help="print a LaTeX tabular (uses the booktabs rules)")
+    parser.add_argument("--labels", nargs="+", metavar="NAME", help="row and legend names, one per FILE (default: "
+                        "file names without directory and extension)")
     return parser
 
 

@@ -1,17 +1,11 @@
-"""``dmae-bench``: throughput and end-to-end certification timings, reference loops vs ours.
-
-    dmae-bench --all --out DIR         # everything incl. exported engines, bounded by --budget seconds
-    dmae-bench --smoke --out DIR       # a few seconds on the CPU: tiny model, files and table only
-    dmae-bench throughput [--models ...] [--batches ...] [--engines FILE ...] --out DIR
-    dmae-bench certify [--certify-model vit-b16] [--images 20] [--n0 100] [--n 10000] --out DIR
-
-Writes DIR/<date>-<device>[-throughput|-certify].json, .md and .png (see docs/performance.md); the run
-itself is :func:`dmae_fast.bench.suite.run_bench`.
-"""
+"""``dmae-bench``: throughput and end-to-end certification timings, reference loops vs ours; a parser over
+:func:`dmae_fast.bench.suite.run_bench`, which writes DIR/<date>-<device>[-throughput|-certify].json, .md and .png
+(docs/performance.md). Its subcommands cpu, serve and scaling live in bench_cpu.py, bench_serve.py and so on."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from dataclasses import replace
 
@@ -23,14 +17,14 @@ from dmae_fast.errors import UserError
 # Options only one stage reads: naming one for the other stage alone is an error, not ignored.
 THROUGHPUT_ONLY = ("models", "batches", "main_batch", "seconds", "engines", "export_models", "engine_dir", "variants")
 CERTIFY_ONLY = ("certify_model", "images", "n0", "n", "reference_budget_s")
+SUBCOMMANDS = ("cpu", "serve", "scaling")  # dmae-bench NAME: dmae_fast.cli.bench_NAME
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog=PROG, description="Throughput (noisy samples/s) and end-to-end CERTIFY timings of the "
                     "reference loops (Cohen et al., DMAE) and ours, on one device.")
-    parser.add_argument("command", nargs="?", choices=["throughput", "certify"],
-                        help="only the throughput table, or only the CERTIFY timing ('dmae-bench cpu --help': "
-                        "the CPU comparison at equal thread counts)")
+    parser.add_argument("command", nargs="?", choices=["throughput", "certify"], help="only the throughput table, or "
+                        "only the CERTIFY timing ('dmae-bench cpu --help': the CPU comparison at equal thread counts)")
     parser.add_argument("--all", action="store_true", help="throughput sweeps for every model and variant, then "
                         "the CERTIFY timing, within --budget seconds")
     parser.add_argument("--smoke", action="store_true", help="a few seconds on the CPU with a tiny model")
@@ -68,30 +62,15 @@ def _config_from_args(args: argparse.Namespace) -> BenchConfig:
     base = BenchConfig.smoke_run(args.out, args.device or "cpu") if args.smoke else BenchConfig(args.out)
     if args.command is not None:
         base = replace(base, throughput=args.command == "throughput", certify=args.command == "certify")
-    fields = ("models", "batches", "main_batch", "variants", "precisions", "seconds", "budget_s", "compile_mode",
-              "engines", "export_models", "engine_dir", "certify_model", "images", "n0", "n", "reference_budget_s",
-              "device")
+    fields = (*THROUGHPUT_ONLY, *CERTIFY_ONLY, "precisions", "budget_s", "compile_mode", "device")
     values = {k: getattr(args, k) for k in fields if getattr(args, k) is not None}
-    _check_unused(args.command, values)
-    for key in ("models", "batches", "engines", "export_models", "variants", "precisions"):
-        if key in values:
-            values[key] = tuple(values[key])
-    return replace(base, **values)
-
-
-def _check_unused(command: str | None, given: dict) -> None:
-    """An option the chosen run never reads is an error: it would be silently ignored."""
-    unused = {"certify": THROUGHPUT_ONLY, "throughput": CERTIFY_ONLY}.get(command, ())
-    if "engine_dir" in given and "export_models" in given and not given["export_models"]:
+    if "engine_dir" in values and "export_models" in values and not values["export_models"]:
         raise UserError("--engine-dir is where exported engines go, but --export-models names none")
-    ignored = [_flag(field) for field in unused if field in given]
-    if ignored:
-        stage = "the throughput table" if command == "certify" else "the CERTIFY timing"
-        raise UserError(f"'dmae-bench {command}' does not use {', '.join(ignored)} (options of {stage})")
-
-
-def _flag(field: str) -> str:
-    return "--" + field.removesuffix("_s").replace("_", "-")
+    unused = {"certify": THROUGHPUT_ONLY, "throughput": CERTIFY_ONLY}.get(args.command, ())
+    if ignored := ["--" + field.removesuffix("_s").replace("_", "-") for field in unused if field in values]:
+        stage = "the throughput table" if args.command == "certify" else "the CERTIFY timing"
+        raise UserError(f"'dmae-bench {args.command}' does not use {', '.join(ignored)} (options of {stage})")
+    return replace(base, **{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})  # nargs: tuples
 
 
 def _run(argv: list[str]) -> int:
@@ -105,18 +84,8 @@ def _run(argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["cpu"]:
-        from dmae_fast.cli.bench_cpu import main as cpu_main
-
-        return cpu_main(argv[1:])
-    if argv[:1] == ["serve"]:
-        from dmae_fast.cli.bench_serve import main as serve_main
-
-        return serve_main(argv[1:])
-    if argv[:1] == ["scaling"]:
-        from dmae_fast.cli.bench_scaling import main as scaling_main
-
-        return scaling_main(argv[1:])
+    if argv and argv[0] in SUBCOMMANDS:
+        return importlib.import_module(f"dmae_fast.cli.bench_{argv[0]}").main(argv[1:])
     return run_reporting_errors(PROG, lambda: _run(argv))
 
 

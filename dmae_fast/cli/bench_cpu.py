@@ -1,8 +1,5 @@
-"""``dmae-bench cpu``: the reference loops and ours on this CPU, at equal thread counts.
-
-    dmae-bench cpu                       # demo, small-32, small-224; 1 and 2 threads; bench/results
-    dmae-bench cpu --models demo --threads 2 --rounds 5
-"""
+"""``dmae-bench cpu``: the reference loops and ours on this CPU, at equal thread counts
+(:func:`dmae_fast.bench.cpu.run_cpu_bench`)."""
 
 from __future__ import annotations
 
@@ -31,13 +28,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     def body() -> int:
-        args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+        args = build_parser().parse_args(argv)
         from dmae_fast.bench.cpu import CpuBenchConfig, run_cpu_bench
 
         commands = args.commands if args.commands is not None else ([] if args.quick else [10, 100])
         config = CpuBenchConfig(out=args.out, rounds=args.rounds, quick=args.quick, commands=tuple(commands),
                                 **{k: tuple(v) for k, v in (("models", args.models), ("threads", args.threads)) if v})
-        record, paths = run_cpu_bench(config)
+        _, paths = run_cpu_bench(config)
         print(paths[1].read_text(encoding="utf-8"))
         print(f"{PROG}: wrote {', '.join(map(str, paths))}", file=sys.stderr)
         return 0

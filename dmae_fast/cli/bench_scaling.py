@@ -1,6 +1,5 @@
 """``dmae-bench scaling``: dmae-certify with 1, 2, ... processes; speedup and efficiency.
 
-    dmae-bench scaling                                   # demo, 1 and 2 CPU processes of one thread
     dmae-bench scaling --procs 1 2 4 8 -- --ckpt m.safetensors --data /imagenet/val --skip 50 --fast
 """
 
@@ -33,9 +32,8 @@ def main(argv: list[str] | None = None) -> int:
         args_list = sys.argv[1:] if argv is None else list(argv)
         split = args_list.index("--") if "--" in args_list else len(args_list)
         args = build_parser().parse_args(args_list[:split])
-        certify = tuple(args_list[split + 1:]) or DEFAULT_CERTIFY
-        config = ScalingConfig(out=args.out, procs=tuple(args.procs), rounds=args.rounds,
-                               threads=args.threads or None, certify=certify)
+        config = ScalingConfig(out=args.out, procs=tuple(args.procs), rounds=args.rounds, threads=args.threads or None,
+                               certify=tuple(args_list[split + 1:]) or DEFAULT_CERTIFY)
         config.validate()  # before torch is imported: option errors answer at once
         from dmae_fast.bench.scaling import run_scaling
 

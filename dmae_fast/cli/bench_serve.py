@@ -1,9 +1,5 @@
 """``dmae-bench serve``: dmae-serve's saturation throughput against the offline streamer, and its
-latency at 25/50/90% of saturation, for several --max-wait-ms values (loopback, one run).
-
-    dmae-bench serve --out bench/results/2026-11-25-cpu-serve
-    dmae-bench serve --device cuda --batch 2000 --n 500 --out DIR      # the same on a GPU
-"""
+latency at 25/50/90% of saturation, for several --max-wait-ms values (loopback, one run)."""
 
 from __future__ import annotations
 
@@ -43,13 +39,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     def body() -> int:
-        args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+        args = build_parser().parse_args(argv)
         config = ServeBenchConfig(**{**vars(args), "max_waits_ms": tuple(args.max_waits_ms),
                                      "loads": tuple(args.loads)})
         config.validate()  # before torch is imported: option errors answer at once
         from dmae_fast.bench.serve import run_serve_bench
 
-        record, paths = run_serve_bench(config)
+        _, paths = run_serve_bench(config)
         print(paths[1].read_text(encoding="utf-8"))
         print(f"{PROG}: wrote {', '.join(map(str, paths))}", file=sys.stderr)
         return 0

@@ -41,7 +41,6 @@ def add_body_arguments(parser: argparse.ArgumentParser) -> argparse._ArgumentGro
 
 
 def _parts(text: str) -> list[str]:
-    """``--fast-parts``' comma-separated list, each a part of :data:`FAST_PARTS`."""
     parts = [part.strip() for part in text.split(",") if part.strip()]
     unknown = [part for part in parts if part not in FAST_PARTS]
     if unknown or not parts:

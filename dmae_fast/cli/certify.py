@@ -1,11 +1,8 @@
-"""``dmae-certify``: certify (or predict) a dataset with a smoothed classifier.
+"""``dmae-certify``: certify (or predict) a dataset with a smoothed classifier; a parser over
+:class:`dmae_fast.run.driver.Run`, which writes rows as images finish and records the run in ``<out>.json``.
 
-    dmae-certify --data demo                      # the embedded demo, default settings
     dmae-certify --ckpt model.safetensors --data /imagenet/val --sigma 0.5 --skip 50
     dmae-certify analyze results.tsv --plot curve.png
-
-A parser over :func:`dmae_fast.run.driver.certify_dataset`; rows are written as
-images finish and ``<out>.json`` beside the results records the run.
 """
 
 from __future__ import annotations
@@ -17,22 +14,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dmae_fast.batching.choices import (
-    PRECISION_CHOICES,
-    PROG,
-    SHARD_CHOICES,
-)
+from dmae_fast.batching.choices import PRECISION_CHOICES, PROG, SHARD_CHOICES
 from dmae_fast.cli.body_args import add_body_arguments, body_options
 from dmae_fast.command import Parser, run_reporting_errors
 
 # Only light modules here: --help and option errors answer without importing torch.
 from dmae_fast.demo_files import DEMO, DEMO_CHECKPOINT
 from dmae_fast.errors import AlreadyReported, Interrupted, UserError, starting
-from dmae_fast.run.launch import (
-    in_launched_rank,
-    launch_local,
-    leave_to_launcher,
-)
+from dmae_fast.run.launch import in_launched_rank, launch_local, leave_to_launcher
 from dmae_fast.run.torchrun_env import world_size
 from dmae_fast.stats.settings import FUTILITY_MODES, SEQUENTIAL_TESTS
 
@@ -42,12 +31,9 @@ if TYPE_CHECKING:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(
-        prog=PROG,
-        description="Certify (CERTIFY) or predict (PREDICT) with a Gaussian-smoothed classifier, "
-        "Cohen et al.'s procedures, samples from many images packed into full batches. "
-        "Subcommand: 'dmae-certify analyze FILE...' summarizes results files.",
-    )
+    parser = Parser(prog=PROG, description="Certify (CERTIFY) or predict (PREDICT) with a Gaussian-smoothed "
+                    "classifier, Cohen et al.'s procedures, samples from many images packed into full batches. "
+                    "Subcommand: 'dmae-certify analyze FILE...' summarizes results files.")
     model = parser.add_argument_group("classifier")
     source = model.add_mutually_exclusive_group()
     source.add_argument("--ckpt", help="checkpoint: ours (.safetensors), official DMAE/MAE, timm; "
@@ -57,9 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "noise is added (default: from the checkpoint; e.g. 32 for DMAE CIFAR-10 models)")
     model.add_argument("--normalize", help="input normalization for checkpoints without metadata: "
                        "imagenet (default), cifar10, or 'm1,m2,m3:s1,s2,s3'")
-    model.add_argument("--precision", default="auto", choices=PRECISION_CHOICES,
-                       help="classifier precision (auto: fp32 on CPU, fp16 on CUDA; "
-                       "fp8: opt-in, float8 matrix products on Ada/Hopper GPUs)")
+    model.add_argument("--precision", default="auto", choices=PRECISION_CHOICES, help="classifier precision (auto: "
+                       "fp32 on CPU, fp16 on CUDA; fp8: opt-in, float8 matrix products on Ada/Hopper GPUs)")
     data = parser.add_argument_group("data")
     data.add_argument("--data", required=True, help="'demo', an ImageFolder directory, a CIFAR-10 "
                       "python-batches directory, an image directory (with --labels) or a list file")
@@ -96,17 +81,14 @@ def build_parser() -> argparse.ArgumentParser:
     seq = parser.add_argument_group("sequential certification (opt-in; same alpha guarantee, fewer samples)")
     seq.add_argument("--sequential", action="store_true", help="stop sampling an image as soon as the largest "
                      "reachable radius of interest is certified, or the next one is out of reach; --n is the cap")
-    seq.add_argument("--sequential-test", default="exact", choices=SEQUENTIAL_TESTS,
-                     help="exact (default): exact group-sequential boundaries per radius of interest, tested in "
-                     "order at the full alpha, certifying grid radii; "
-                     "bonferroni: Clopper-Pearson at alpha/K at K looks")
-    seq.add_argument("--looks", type=int, nargs="+", help="cumulative estimation samples at which to decide "
-                     "(last = --n; default: exact every 100 samples to 2,000 then x1.1; bonferroni 6 looks "
-                     "doubling up to --n)")
-    seq.add_argument("--futility", choices=FUTILITY_MODES,
-                     help="early abstain/lower-radius stop (it never certifies): deterministic (only when even all "
-                     "remaining samples could not reach the next radius), upper (also by a 99%% upper bound), none; "
-                     "default upper for exact, deterministic for bonferroni")
+    seq.add_argument("--sequential-test", default="exact", choices=SEQUENTIAL_TESTS, help="exact (default): exact "
+                     "group-sequential boundaries per radius of interest, tested in order at the full alpha, "
+                     "certifying grid radii; bonferroni: Clopper-Pearson at alpha/K at K looks")
+    seq.add_argument("--looks", type=int, nargs="+", help="cumulative estimation samples at which to decide (last = "
+                     "--n; default: exact every 100 samples to 2,000 then x1.1; bonferroni 6 looks doubling up to --n)")
+    seq.add_argument("--futility", choices=FUTILITY_MODES, help="early abstain/lower-radius stop (it never certifies): "
+                     "deterministic (only when even all remaining samples could not reach the next radius), upper "
+                     "(also by a 99%% upper bound), none; default upper for exact, deterministic for bonferroni")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument("--nproc-per-node", type=int, help="run as this many processes on this machine (torch's "
                      "elastic launcher, like torchrun --standalone; one per GPU, or CPU processes sharing the cores)")
@@ -128,23 +110,12 @@ def _config_from_args(args: argparse.Namespace) -> CertifyConfig:
     engine = args.engine or args.ckpt or (str(DEMO_CHECKPOINT) if args.data == DEMO else None)
     if engine is None:
         raise UserError("--ckpt (or --engine) is required unless --data demo")
-    if engine == DEMO:
-        engine = str(DEMO_CHECKPOINT)
+    engine = str(DEMO_CHECKPOINT) if engine == DEMO else engine
     out = args.out or f"certify-{Path(args.data).name or 'data'}-{datetime.now():%Y%m%d-%H%M%S}.tsv"
     settings = {k: v for k, v in vars(args).items() if k in SETTINGS and v is not None}
     settings.update(engine=engine, out=out, progress=not args.quiet, sigma=args.sigma,
                     radii=tuple(args.radii) if args.radii else None, looks=tuple(args.looks) if args.looks else None)
     return CertifyConfig.from_settings(settings, body_options(args, os.environ, profile=args.profile is not None))
-
-
-def certify(config: CertifyConfig) -> int:
-    """Run the certification, then print the summary table (rank 0 only under torchrun); returns the exit status."""
-    with starting(_starting_prog()):  # torch, the engines: seconds of imports before anything is written
-        from dmae_fast.run.driver import Run
-    result = Run(config).certify()  # config: validated by _run, before the slow imports
-    if result.primary:
-        _print_summary(result)
-    return 0
 
 
 def _print_summary(result: RunResult) -> None:
@@ -170,8 +141,7 @@ def _print_summary(result: RunResult) -> None:
     table = read_results(out)
     if len(table) == 0:
         return
-    warning = rounding_warning(table)  # rows of an older run that this one resumed
-    if warning:
+    if warning := rounding_warning(table):  # rows of an older run that this one resumed
         print(f"{PROG}: warning: {warning}", file=sys.stderr)
     procedure = Procedure(config.procedure_spec())
     cap = procedure.max_radius() if table.kind == "certify" else None
@@ -194,10 +164,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(argv: list[str]) -> int:
-    """Parse ``argv``, check ``--out``, then launch ``--nproc-per-node`` ranks or certify. In a rank of
-    ``--nproc-per-node`` the launcher says that the run was interrupted, and what it kept."""
+    """Parse ``argv``, check ``--out``, then launch ``--nproc-per-node`` ranks or certify and print the summary
+    table (rank 0 only under torchrun). In a rank of ``--nproc-per-node`` the launcher says that the run was
+    interrupted, and what it kept, and that a signal ended it while it started."""
+    prog = None if in_launched_rank() else PROG
     try:
-        with starting(_starting_prog()):  # nothing is written before the run begins
+        with starting(prog):  # nothing is written before the run begins
             args = build_parser().parse_args(argv)  # before any heavy import: --help and option errors are quick
             config = _config_from_args(args)
             config.validate()
@@ -207,17 +179,16 @@ def _run(argv: list[str]) -> int:
                 check_out_before_loading(config)  # before torch: an --out this run must not write is refused at once
         if args.nproc_per_node is not None and world_size() == 1 and not in_launched_rank():
             return launch_local(argv, config, args.nproc_per_node, args.max_restarts)
-        return certify(config)
+        with starting(prog):  # torch, the engines: seconds of imports before anything is written
+            from dmae_fast.run.driver import Run
+        result = Run(config).certify()
+        if result.primary:
+            _print_summary(result)
+        return 0
     except Interrupted as stop:
         if leave_to_launcher(stop.kept):
             raise AlreadyReported(stop.exit_status) from None
         raise
-
-
-def _starting_prog() -> str | None:
-    """Who says that a signal ended the command while it started: the command, or (in a rank of
-    ``--nproc-per-node``) only its launcher."""
-    return None if in_launched_rank() else PROG
 
 
 if __name__ == "__main__":  # python -m (torchrun's ranks): as the console script

@@ -15,8 +15,7 @@ from dmae_fast.run.launch import die_with_launcher  # noqa: E402
 
 
 def rank_main() -> int:
-    """``dmae-certify`` with this process's arguments, in this rank; the rank dies with the launcher and
-    says nothing of a signal (the launcher does)."""
+    """``dmae-certify`` with this process's arguments, as a rank that dies with its launcher (which reports signals)."""
     die_with_launcher()
     return start(None, "dmae_fast.cli.certify")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import sys
+from functools import partial
 
 from dmae_fast.errors import Interrupted, exit_on_signals
 
@@ -28,25 +29,10 @@ def start(prog: str | None, module: str) -> int:
     return status
 
 
-def certify() -> int:
-    return start("dmae-certify", "dmae_fast.cli.certify")
-
-
-def train() -> int:
-    return start("dmae-train", "dmae_fast.cli.train")
-
-
-def export() -> int:
-    return start("dmae-export", "dmae_fast.cli.export")
-
-
-def bench() -> int:
-    return start("dmae-bench", "dmae_fast.cli.bench")
-
-
-def sound_table() -> int:
-    return start("dmae-sound-table", "dmae_fast.cli.sound_table")
-
-
-def serve() -> int:
-    return start("dmae-serve", "dmae_fast.cli.serve")
+# The console scripts (pyproject.toml's [project.scripts]).
+certify = partial(start, "dmae-certify", "dmae_fast.cli.certify")
+train = partial(start, "dmae-train", "dmae_fast.cli.train")
+export = partial(start, "dmae-export", "dmae_fast.cli.export")
+bench = partial(start, "dmae-bench", "dmae_fast.cli.bench")
+sound_table = partial(start, "dmae-sound-table", "dmae_fast.cli.sound_table")
+serve = partial(start, "dmae-serve", "dmae_fast.cli.serve")

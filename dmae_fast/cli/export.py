@@ -1,12 +1,6 @@
-"""``dmae-export``: a classifier checkpoint -> verified engine files with JSON sidecars.
-
-    dmae-export --ckpt demo --format all --out engines/
-    dmae-export --ckpt model.safetensors --fp16 --format tensorrt --batch 1:500:1000
-    dmae-export --ckpt model.safetensors --input tokens --format torch --precision bf16
-
-Every engine is run against the fp32 PyTorch model right after writing; one that agrees on
-fewer than 99.9% (fp32) / 99% (fp16, bf16) of top-1 classes is deleted and the run fails.
-"""
+"""``dmae-export``: a classifier checkpoint -> verified engine files with JSON sidecars. Every engine is run
+against the fp32 PyTorch model right after writing; one that agrees on fewer than 99.9% (fp32) / 99% (fp16, bf16)
+of top-1 classes is deleted and the run fails."""
 
 from __future__ import annotations
 
@@ -15,12 +9,7 @@ import sys
 
 from dmae_fast.command import Parser, import_torch_while_starting, run_reporting_errors
 from dmae_fast.engines.sidecar import BatchRange
-from dmae_fast.export.config import (
-    DEFAULT_BATCH,
-    FORMATS,
-    MAX_PARITY_SAMPLES,
-    ExportConfig,
-)
+from dmae_fast.export.config import DEFAULT_BATCH, FORMATS, MAX_PARITY_SAMPLES, ExportConfig
 from dmae_fast.model.config import parse_normalization
 
 PROG = "dmae-export"
@@ -31,13 +20,11 @@ def build_parser() -> argparse.ArgumentParser:
                     "AOTInductor package (.pt2), each verified against PyTorch and described by a JSON sidecar.")
     parser.add_argument("--ckpt", required=True, help="classifier checkpoint (any layout dmae-certify reads); "
                         "'demo' for the embedded demo model")
-    parser.add_argument("--format", default="onnx", choices=[*FORMATS, "all"],
-                        help="engine kind: onnx, tensorrt, torch (.pt2) or all (default onnx; all skips TensorRT "
-                        "when it is not installed)")
+    parser.add_argument("--format", default="onnx", choices=[*FORMATS, "all"], help="engine kind: onnx, tensorrt, "
+                        "torch (.pt2) or all (default onnx; all skips TensorRT when it is not installed)")
     precision = parser.add_mutually_exclusive_group()
-    precision.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "bf16"],
-                           help="weights and compute precision (bf16: --format torch only); inputs and logits "
-                           "stay float32")
+    precision.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "bf16"], help="weights and compute "
+                           "precision (bf16: --format torch only); inputs and logits stay float32")
     precision.add_argument("--fp16", dest="precision", action="store_const", const="fp16",
                            help="same as --precision fp16")
     parser.add_argument("--input", default="image", choices=["image", "tokens"],
@@ -67,17 +54,14 @@ def build_parser() -> argparse.ArgumentParser:
 def config_from_args(args: argparse.Namespace) -> ExportConfig:
     mean, std = parse_normalization(args.normalize)
     everything = args.format == "all"
-    return ExportConfig(
-        ckpt=args.ckpt, out=args.out, formats=FORMATS if everything else (args.format,),
-        precision=args.precision, input=args.input, batch=BatchRange.parse(args.batch), name=args.name,
-        device=args.device, parity_samples=args.parity_samples, seed=args.seed, input_size=args.input_size,
-        mean=mean, std=std, timing_cache=args.timing_cache, overwrite=args.overwrite, strict_formats=not everything,
-    )
+    return ExportConfig(ckpt=args.ckpt, out=args.out, formats=FORMATS if everything else (args.format,),
+                        precision=args.precision, input=args.input, batch=BatchRange.parse(args.batch), name=args.name,
+                        device=args.device, parity_samples=args.parity_samples, seed=args.seed,
+                        input_size=args.input_size, mean=mean, std=std, timing_cache=args.timing_cache,
+                        overwrite=args.overwrite, strict_formats=not everything)
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-
     def body() -> int:
         config = config_from_args(build_parser().parse_args(argv))
         config.validate()  # before torch is imported: --help and option errors answer at once

@@ -1,18 +1,12 @@
-"""``dmae-serve``: certified predictions over HTTP, samples of concurrent requests batched together.
-
-    dmae-serve --ckpt demo                                   # the embedded demo model on 127.0.0.1:8000
-    dmae-serve --engine model.onnx --port 9000 --batch 2000 --max-wait-ms 10 --token-file token.txt
-    dmae-serve replay answer.json digit.png --ckpt demo     # re-run an answer offline, compare the counts
-
-A parser over :func:`dmae_fast.serve.server.serve` (docs/serving.md).
-"""
+"""``dmae-serve``: certified predictions over HTTP, samples of concurrent requests batched together; a parser
+over :func:`dmae_fast.serve.server.serve` (docs/serving.md). ``dmae-serve replay``: serve_replay.py."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
-from dataclasses import replace
+from dataclasses import fields, replace
 
 # Only light modules here: --help and option errors answer without importing torch or uvicorn.
 from dmae_fast.batching.body_options import BYTE_GRID, DEMO_GRID, BodyOptions, Sound
@@ -22,12 +16,6 @@ from dmae_fast.command import Parser, import_torch_while_starting, run_reporting
 from dmae_fast.demo_files import DEMO, DEMO_CHECKPOINT
 from dmae_fast.errors import UserError
 from dmae_fast.serve.config import PROG, Defaults, Limits, ServeConfig
-
-LIMIT_FLAGS = {  # flag -> Limits field
-    "--max-body-bytes": "max_body_bytes", "--max-image-pixels": "max_image_pixels", "--max-images": "max_images",
-    "--max-n": "max_n", "--max-n0": "max_n0", "--max-request-samples": "max_request_samples",
-    "--min-alpha": "min_alpha", "--max-alpha": "max_alpha", "--timeout": "timeout_s",
-}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -84,29 +72,26 @@ def build_parser() -> argparse.ArgumentParser:
     defaults.add_argument("--n", type=int, default=Defaults.n, help=f"samples (default {Defaults.n:,})")
     defaults.add_argument("--alpha", type=float, default=Defaults.alpha, help=f"default {Defaults.alpha}")
     limits = parser.add_argument_group("request limits")
-    for flag, field in LIMIT_FLAGS.items():
-        default = getattr(Limits, field)
-        limits.add_argument(flag, dest=field, type=type(default),
+    for field in fields(Limits):  # a flag per field, named after it (timeout_s: --timeout)
+        default = field.default
+        limits.add_argument("--" + field.name.removesuffix("_s").replace("_", "-"), dest=field.name, type=type(default),
                             help=f"default {default:,}" if isinstance(default, int) else f"default {default:g}")
     return parser
 
 
 def config_from_args(args: argparse.Namespace) -> ServeConfig:
     engine = args.engine or args.ckpt
-    if engine == DEMO:
-        engine = str(DEMO_CHECKPOINT)
+    engine = str(DEMO_CHECKPOINT) if engine == DEMO else engine
     if args.token_file == "":
         raise UserError("--token-file must name a file")
-    limits = Limits(**{field: getattr(args, field) for field in LIMIT_FLAGS.values()
-                       if getattr(args, field) is not None})
+    limits = Limits(**{f.name: getattr(args, f.name) for f in fields(Limits) if getattr(args, f.name) is not None})
     return ServeConfig(
         engine=engine, host=args.host, port=args.port, batch=args.batch, max_wait_ms=args.max_wait_ms,
         max_queue=args.max_queue, slots=args.slots, token_file=args.token_file, seed=args.seed,
         first_index=args.first_index, sigma=args.sigma, device=args.device, precision=args.precision,
         input_size=args.input_size, normalize=args.normalize, body=_with_sound(body_options(args, os.environ), args),
         max_connections=args.max_connections, keep_alive_s=args.keep_alive, read_timeout_s=args.read_timeout,
-        access_log=args.access_log, limits=limits,
-        defaults=Defaults(args.n0, args.n, args.alpha))
+        access_log=args.access_log, limits=limits, defaults=Defaults(args.n0, args.n, args.alpha))
 
 
 def _with_sound(options: BodyOptions, args: argparse.Namespace) -> BodyOptions:

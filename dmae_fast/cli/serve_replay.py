@@ -1,19 +1,13 @@
-"""``dmae-serve replay``: check a server answer against its receipt, re-running its counts offline.
-
-    curl -s ... /v1/certify --data-binary @digit.png -H 'Content-Type: image/png' > answer.json
-    dmae-serve replay answer.json digit.png --ckpt demo
-
-One line for each difference (the procedure and plan the receipt's settings give, the model's and
-inputs' SHA-256, each result's counts and decision fields); exit status 0 when there is none, 1
-when any field differs, 2 on bad input (a malformed answer included).
-"""
+"""``dmae-serve replay ANSWER IMAGE... --ckpt CKPT``: check a server answer against its receipt, re-running
+its counts offline. One line for each difference (the procedure and plan the receipt's settings give, the model's
+and inputs' SHA-256, each result's counts and decision fields); exit status 0 when there is none, 1 when any field
+differs, 2 on bad input (a malformed answer included)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import sys
 
 from dmae_fast.batching.choices import PRECISION_CHOICES
 from dmae_fast.cli.body_args import add_body_arguments, body_options
@@ -66,9 +60,8 @@ def replay(args: argparse.Namespace) -> int:
     answer = read_answer(document)
     engine_path = args.engine or args.ckpt
     engine_path = str(DEMO_CHECKPOINT) if engine_path == DEMO else engine_path
-    smoother = open_smoother(engine_path, answer.receipt.spec.sigma, options, args.device, args.precision,
-                             args.input_size, args.normalize)
-    engine = smoother.engine
+    engine = open_smoother(engine_path, answer.receipt.spec.sigma, options, args.device, args.precision,
+                           args.input_size, args.normalize).engine
     shape = tuple(engine.spec.input_shape)
     images = []
     for path in args.images:
@@ -90,4 +83,4 @@ def replay(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_reporting_errors(PROG, lambda: replay(build_parser().parse_args(sys.argv[1:] if argv is None else argv)))
+    return run_reporting_errors(PROG, lambda: replay(build_parser().parse_args(argv)))

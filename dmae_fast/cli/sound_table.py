@@ -1,10 +1,5 @@
-"""``dmae-sound-table``: write the exact thresholds of ``--sound``'s noise for the C++ library.
-
-    dmae-sound-table --sigma 0.25 --grid 255 --out sound-0.25.npy
-    dmae-smooth certify --sound sound-0.25.npy ...
-
-The file format is :mod:`dmae_fast.stats.sound_table_file`'s (docs/cpp.md).
-"""
+"""``dmae-sound-table``: write the exact thresholds of ``--sound``'s noise for the C++ library
+(``dmae-smooth certify --sound FILE``), in :mod:`dmae_fast.stats.sound_table_file`'s format (docs/cpp.md)."""
 
 from __future__ import annotations
 

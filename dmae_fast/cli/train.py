@@ -1,14 +1,6 @@
-"""``dmae-train``: DMAE pre-training, fine-tuning, linear probing and the pre-training figure.
-
-    dmae-train pretrain  [--preset NAME] [--set FIELD=VALUE ...] [--init PATH] --out DIR
-    dmae-train finetune  [--preset NAME] [--set ...] --init PRETRAINED --out DIR
-    dmae-train linprobe  [--preset NAME] [--set ...] --init PRETRAINED --out DIR
-    dmae-train visualize [--preset NAME] [--set ...] --init PRETRAINED --out FIGURE.png
-    dmae-train pretrain|finetune|linprobe --resume --out DIR      (continue a run exactly)
-    dmae-train presets                                             (list the presets)
-
-Every training subcommand runs unchanged under ``torchrun --nproc-per-node K``.
-"""
+"""``dmae-train``: DMAE pre-training, fine-tuning, linear probing and the pre-training figure (``visualize``),
+each from a preset and ``--set`` overrides; ``--resume --out DIR`` continues a run exactly, ``presets`` lists the
+presets. Every training subcommand runs unchanged under ``torchrun --nproc-per-node K``."""
 
 from __future__ import annotations
 

@@ -21,17 +21,5 @@ from dmae_fast.data.decode import decoded_image_tensor
 from dmae_fast.data.sources import demo_digits, image_folder, image_list, open_dataset
 from dmae_fast.demo_files import DEMO
 
-__all__ = [
-    "CIFAR_SUBDIR",
-    "CIFAR_TRAIN_BATCHES",
-    "DEMO",
-    "TensorImageDataset",
-    "check_finite",
-    "cifar10",
-    "decoded_image_tensor",
-    "demo_digits",
-    "image_folder",
-    "image_list",
-    "open_dataset",
-    "subset_indices",
-]
+__all__ = ["CIFAR_SUBDIR", "CIFAR_TRAIN_BATCHES", "DEMO", "TensorImageDataset", "check_finite", "cifar10",
+           "decoded_image_tensor", "demo_digits", "image_folder", "image_list", "open_dataset", "subset_indices"]

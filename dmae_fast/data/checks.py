@@ -18,10 +18,8 @@ def check_split(split: str) -> None:
 
 
 def ensure_readable(path: Path) -> bool:
-    """Raise UserError unless ``path`` exists and can be read (and listed, for a directory).
-
-    Returns whether ``path`` is a directory.
-    """
+    """Raise UserError unless ``path`` exists and can be read (and listed, for a directory); returns
+    whether ``path`` is a directory."""
     try:
         is_dir = stat.S_ISDIR(os.stat(path).st_mode)
     except (FileNotFoundError, NotADirectoryError):
@@ -36,10 +34,8 @@ def ensure_readable(path: Path) -> bool:
 
 
 def file_problem(path: str | os.PathLike) -> str | None:
-    """Why ``path`` cannot be read as an image file (``None`` if it is a regular file).
-
-    Checked before PIL opens it: opening a FIFO would wait for a writer forever.
-    """
+    """Why ``path`` cannot be read as an image file (``None`` if it is a regular file). Checked before PIL
+    opens it: opening a FIFO would wait for a writer forever."""
     try:
         mode = os.stat(path).st_mode
     except OSError as exc:

@@ -28,12 +28,9 @@ CIFAR_IMAGE_SHAPE = (3, 32, 32)
 
 
 def cifar10(root: str | os.PathLike, split: str = "test") -> TensorImageDataset:
-    """CIFAR-10 from its python batches in ``root`` (or ``root/cifar-10-batches-py``).
-
-    ``split="train"`` reads ``data_batch_1`` .. ``data_batch_5``, ``split="test"`` reads
-    ``test_batch``; label names come from ``batches.meta`` when present.  The pickles
-    are read with :class:`_NumpyOnlyUnpickler`, which refuses anything but numpy arrays.
-    """
+    """CIFAR-10 from its python batches in ``root`` (or ``root/cifar-10-batches-py``): ``data_batch_1``
+    .. ``data_batch_5`` for ``split="train"``, ``test_batch`` for ``"test"``; label names from
+    ``batches.meta`` when present."""
     check_split(split)
     ensure_readable(Path(root))
     directory = cifar_dir(Path(root))
@@ -65,12 +62,10 @@ def _latin1_encode(text: str, encoding: str) -> bytes:
         raise pickle.UnpicklingError(f"unexpected encoding {encoding!r}")
     return text.encode("latin1")
 
+
 _ALLOWED_GLOBALS: dict[tuple[str, str], Any] = {
-    **{
-        (module, name): getattr(_multiarray, name)
-        for module in ("numpy.core.multiarray", "numpy._core.multiarray")
-        for name in ("_reconstruct", "scalar")
-    },
+    **{(module, name): getattr(_multiarray, name)
+       for module in ("numpy.core.multiarray", "numpy._core.multiarray") for name in ("_reconstruct", "scalar")},
     ("numpy", "ndarray"): np.ndarray,
     ("numpy", "dtype"): np.dtype,
     ("_codecs", "encode"): _latin1_encode,
@@ -124,10 +119,8 @@ def _read_cifar_batch(path: Path) -> tuple[np.ndarray, list[int]]:
     if isinstance(labels, np.ndarray):
         labels = labels.tolist()
     if not (isinstance(labels, list) and len(labels) == len(data) and all(map(_is_label, labels))):
-        raise UserError(
-            f"not a valid CIFAR-10 python batch: {path}: 'labels' must be {len(data)} integers "
-            f"in [0, {MAX_LABEL}]"
-        )
+        raise UserError(f"not a valid CIFAR-10 python batch: {path}: 'labels' must be {len(data)} integers "
+                        f"in [0, {MAX_LABEL}]")
     return data, [int(label) for label in labels]
 
 

@@ -17,21 +17,14 @@ from dmae_fast.errors import UserError
 class TensorImageDataset(Dataset):
     """Images held in memory as one float32 tensor ``[N, C, H, W]`` with values in [0, 1]."""
 
-    def __init__(
-        self,
-        images: torch.Tensor,
-        labels: torch.Tensor,
-        class_names: list[str] | None = None,
-    ) -> None:
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor, class_names: list[str] | None = None) -> None:
         if images.ndim != 4 or len(images) != len(labels):
-            raise ValueError(
-                f"images must be [N, C, H, W] with one label each, got {tuple(images.shape)} "
-                f"and {len(labels)} labels"
-            )
+            raise ValueError(f"images must be [N, C, H, W] with one label each, got {tuple(images.shape)} "
+                             f"and {len(labels)} labels")
         self.images = images
         self.labels = labels
         self.class_names = class_names
-        self.num_classes = _num_classes(labels.tolist(), class_names)
+        self.num_classes = len(class_names) if class_names is not None else max(labels.tolist(), default=-1) + 1
         self.image_shape: tuple[int, int, int] = tuple(images.shape[1:])
 
     def __len__(self) -> int:
@@ -44,7 +37,7 @@ class TensorImageDataset(Dataset):
 class ImageFolderDataset(datasets.ImageFolder):
     """ImageNet layout (one subfolder of images per class) with the evaluation transform."""
 
-    def __init__(self, root: str | os.PathLike, image_size: int) -> None:
+    def __init__(self, root: str | os.PathLike, image_size: int | None) -> None:
         if image_size is None:
             raise UserError(f"an image size is required for the class-folder dataset {root}")
         image_size = check_image_size(image_size)
@@ -66,23 +59,16 @@ class ImageFolderDataset(datasets.ImageFolder):
 
 
 class ImageListDataset(Dataset):
-    """Images named by ``(path, label)`` pairs, decoded lazily with PIL.
+    """Images named by ``(path, label)`` pairs, decoded lazily with PIL. With ``image_size`` they are
+    resized and center-cropped (the evaluation transform); without it they must all be ``image_shape``."""
 
-    With ``image_size`` the images are resized and center-cropped (the evaluation transform);
-    without it they are used as they are and must all have the size of ``image_shape``.
-    """
-
-    def __init__(
-        self,
-        samples: list[tuple[Path, int]],
-        image_size: int | None,
-        image_shape: tuple[int, int, int],
-    ) -> None:
+    def __init__(self, samples: list[tuple[Path, int]], image_size: int | None,
+                 image_shape: tuple[int, int, int]) -> None:
         self.samples = samples
         self.image_size = image_size
         self.transform = to_tensor if image_size is None else eval_transform(image_size)
         self.class_names: list[str] | None = None
-        self.num_classes = _num_classes([label for _, label in samples], None)
+        self.num_classes = max((label for _, label in samples), default=-1) + 1
         self.image_shape = image_shape
 
     def __len__(self) -> int:
@@ -109,24 +95,12 @@ def check_finite(image: torch.Tensor, index: int) -> None:
 
 
 def _check_no_directory_twice(root: Path) -> None:
-    """Refuse a folder tree that reaches one directory twice through symbolic links.
-
-    ImageFolder follows links, so a link to a parent (a loop) would list the same images
-    over and over (until the OS gives up at its symlink-depth limit).
-    """
+    """Refuse a folder tree that reaches one directory twice through symbolic links: ImageFolder follows
+    links, so a loop would list the same images over and over (until the OS's symlink-depth limit)."""
     seen: dict[str, str] = {}
     for directory, _, _ in os.walk(root, followlinks=True):
         real = os.path.realpath(directory)
         if real in seen:
-            raise UserError(
-                f"image folder {root}: {directory} is the directory {seen[real]} again "
-                "(a symbolic link loop, or a second link to it); every image must be reached once"
-            )
+            raise UserError(f"image folder {root}: {directory} is the directory {seen[real]} again "
+                            "(a symbolic link loop, or a second link to it); every image must be reached once")
         seen[real] = directory
-
-
-def _num_classes(labels: list[int], class_names: list[str] | None) -> int:
-    """Number of label names when known, otherwise the largest label + 1."""
-    if class_names is not None:
-        return len(class_names)
-    return max(labels, default=-1) + 1

@@ -35,10 +35,8 @@ def check_image_size(image_size: Any) -> int:
     short = _resized_short_side(int(image_size))
     limit = Image.MAX_IMAGE_PIXELS
     if limit is not None and short * short > limit:
-        raise UserError(
-            f"image size {image_size} is too large: images would be resized to at least "
-            f"{short}x{short} pixels, above PIL's limit of {limit}"
-        )
+        raise UserError(f"image size {image_size} is too large: images would be resized to at least "
+                        f"{short}x{short} pixels, above PIL's limit of {limit}")
     return int(image_size)
 
 
@@ -47,39 +45,24 @@ def _resized_short_side(image_size: int) -> int:
 
 
 def eval_transform(image_size: int) -> Callable[[Image.Image | torch.Tensor], torch.Tensor]:
-    """Resize the short side to ``round(image_size / 0.875)``, center-crop, to tensor.
-
-    PIL images (8 bits per channel) are resized by PIL as before; high-depth images arrive as
-    float32 tensors and are resized by torchvision's tensor path.
-    """
+    """Resize the short side to ``round(image_size / 0.875)``, center-crop, to tensor. PIL images
+    (8 bits per channel) are resized by PIL; high-depth images arrive as float32 tensors and are resized
+    by torchvision's tensor path."""
     image_size = check_image_size(image_size)
-    return transforms.Compose(
-        [
-            transforms.Resize(
-                _resized_short_side(image_size), interpolation=transforms.InterpolationMode.BILINEAR
-            ),
-            transforms.CenterCrop(image_size),
-            to_tensor,
-        ]
-    )
+    resize = transforms.Resize(_resized_short_side(image_size), interpolation=transforms.InterpolationMode.BILINEAR)
+    return transforms.Compose([resize, transforms.CenterCrop(image_size), to_tensor])
 
 
-def read_image(
-    path: str | os.PathLike,
-    transform: Callable[[Image.Image | torch.Tensor], torch.Tensor],
-    image_size: int | None,
-    image_shape: tuple[int, int, int],
-) -> torch.Tensor:
+def read_image(path: str | os.PathLike, transform: Callable[[Image.Image | torch.Tensor], torch.Tensor],
+               image_size: int | None, image_shape: tuple[int, int, int]) -> torch.Tensor:
     """Decode, transform and check one image of a file dataset; UserError naming the file."""
     image = load_rgb(path)
     if image_size is not None:
         _check_resizable(image, path, image_size)
     tensor = transform(image)
     if tuple(tensor.shape) != tuple(image_shape):  # without image_size: the file changed since it was opened
-        raise UserError(
-            f"image file {path} is {tensor.shape[-1]}x{tensor.shape[-2]} but the dataset's images are "
-            f"{image_shape[2]}x{image_shape[1]} (was it replaced after the dataset was opened?)"
-        )
+        raise UserError(f"image file {path} is {tensor.shape[-1]}x{tensor.shape[-2]} but the dataset's images are "
+                        f"{image_shape[2]}x{image_shape[1]} (was it replaced after the dataset was opened?)")
     return tensor
 
 
@@ -91,10 +74,8 @@ def _check_resizable(image: Image.Image | torch.Tensor, path: str | os.PathLike,
     long_side = int(short_side * max(width, height) / min(width, height))  # as torchvision's Resize
     limit = Image.MAX_IMAGE_PIXELS
     if limit is not None and short_side * long_side > limit:
-        raise UserError(
-            f"image file {path} is {width}x{height}: resizing its short side to {short_side} would make "
-            f"{short_side * long_side} pixels, above PIL's limit of {limit}; crop it first"
-        )
+        raise UserError(f"image file {path} is {width}x{height}: resizing its short side to {short_side} would make "
+                        f"{short_side * long_side} pixels, above PIL's limit of {limit}; crop it first")
 
 
 def load_rgb(path: str | os.PathLike) -> Image.Image | torch.Tensor:
@@ -158,17 +139,13 @@ def _to_rgb(image: Image.Image, tiles: list[Any], path: str | os.PathLike) -> Im
         if (tiles and all(mode in _UNSIGNED_16 for mode in rawmodes)) or ppm_maxval > 255:
             return _grey_tensor(np.asarray(image, dtype=np.float64) / 65535.0, path, "16-bit")
         kind = ", ".join(sorted(set(rawmodes))) or "unknown"
-        raise UserError(
-            f"image file {path} has 32-bit or signed integer pixels (PIL raw mode {kind}), which have no "
-            "defined [0, 1] scale; save it as 8- or 16-bit unsigned, or as float in [0, 1]"
-        )
+        raise UserError(f"image file {path} has 32-bit or signed integer pixels (PIL raw mode {kind}), which have "
+                        "no defined [0, 1] scale; save it as 8- or 16-bit unsigned, or as float in [0, 1]")
     deep = [mode for mode in rawmodes if _DEEP_TO_8_BIT.fullmatch(mode)]
     if deep or ppm_maxval > 255:
         depth = f"raw mode {deep[0]}" if deep else f"maximum value {ppm_maxval}"
-        raise UserError(
-            f"image file {path} has 16 bits per channel ({depth}), which PIL reads as 8 bits only; "
-            "convert it to 8 bits per channel (or, if it is grey, to 16-bit grey without alpha) first"
-        )
+        raise UserError(f"image file {path} has 16 bits per channel ({depth}), which PIL reads as 8 bits only; "
+                        "convert it to 8 bits per channel (or, if it is grey, to 16-bit grey without alpha) first")
     if image.mode == "P" and "transparency" in image.info:
         image = image.convert("RGBA")  # the same colours; converting directly warns about the alpha
     return image.convert("RGB")
@@ -205,10 +182,8 @@ def common_size(paths: list[Path]) -> tuple[int, int]:
     for path in paths[1:]:
         size = _image_size(path)
         if size != first:
-            raise UserError(
-                f"image {path} is {size[0]}x{size[1]} but {paths[0]} is {first[0]}x{first[1]}; "
-                "give an image size to resize and crop all images"
-            )
+            raise UserError(f"image {path} is {size[0]}x{size[1]} but {paths[0]} is {first[0]}x{first[1]}; "
+                            "give an image size to resize and crop all images")
     return first
 
 

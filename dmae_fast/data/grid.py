@@ -23,11 +23,9 @@ def check_on_grid(images: torch.Tensor, grid: int, what: str, first: int = 0) ->
     number, *pixel = (int(i) for i in np.unravel_index(flat, tuple(images.shape)))
     value = float(images.flatten()[flat])
     needs = "8-bit inputs" if grid == 255 else f"inputs of {grid + 1} levels"
-    raise UserError(
-        f"image {first + number} of {what} is not on the 1/{grid} grid of [0, 1] (pixel {tuple(pixel)} = {value:.6g}): "
-        f"--sound needs {needs}; pass --quantize to round them onto the grid (the certificate is then for the "
-        "rounded image)"
-    )
+    raise UserError(f"image {first + number} of {what} is not on the 1/{grid} grid of [0, 1] (pixel {tuple(pixel)} = "
+                    f"{value:.6g}): --sound needs {needs}; pass --quantize to round them onto the grid (the "
+                    "certificate is then for the rounded image)")
 
 
 def quantize(images: torch.Tensor, grid: int) -> torch.Tensor:

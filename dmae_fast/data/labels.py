@@ -32,8 +32,7 @@ def _parse_label_line(line: str, base_dir: Path, where: str) -> tuple[Path, int]
     fields = line.rsplit(",", 1) if "," in line else line.rsplit(None, 1)
     if len(fields) != 2 or not fields[0].strip():
         raise UserError(f"{where}: expected 'image label', got {line!r}")
-    name, label = fields[0].strip(), _parse_label(fields[1].strip(), where)
-    image = base_dir / name
+    image, label = base_dir / fields[0].strip(), _parse_label(fields[1].strip(), where)
     problem = file_problem(image)
     if problem is not None:
         raise UserError(f"{where}: image file {str(image)!r}: {problem}")
@@ -41,11 +40,8 @@ def _parse_label_line(line: str, base_dir: Path, where: str) -> tuple[Path, int]
 
 
 def _parse_label(text: str, where: str) -> int:
-    """A label written in ASCII digits, at most ``MAX_LABEL``.
-
-    ``str.isdigit`` and ``int`` also accept other Unicode digits ('²', '٣'), and ``int`` refuses
-    more than 4,300 digits with a ValueError; neither reaches them.
-    """
+    """A label written in ASCII digits, at most ``MAX_LABEL``. ``str.isdigit`` and ``int`` also accept other
+    Unicode digits ('²', '٣'), and ``int`` refuses more than 4,300 digits with a ValueError; neither reaches them."""
     shown = text if len(text) <= 24 else text[:20] + "..."
     if re.fullmatch(r"[0-9]+", text) is None:
         raise UserError(f"{where}: label must be a non-negative integer in ASCII digits, got {shown!r}")

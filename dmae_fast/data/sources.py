@@ -26,10 +26,8 @@ def demo_digits(split: str) -> TensorImageDataset:
     """The built-in demo set: scikit-learn's 8x8 digits as ``[3, 8, 8]`` images in [0, 1].
 
     Read from ``DEMO_DIGITS`` (the 1,797 digits as stored by scikit-learn, grey levels 0-16;
-    ``scripts/make_demo_digits.py`` writes it). They are split deterministically: the first
-    500 (``DEMO_TEST_SIZE``) of ``np.random.default_rng(0).permutation(1797)`` are the test
-    set, the rest (1,297) the training set.
-    """
+    ``scripts/make_demo_digits.py`` writes it). The first ``DEMO_TEST_SIZE`` of
+    ``np.random.default_rng(0).permutation(1797)`` are the test set, the rest the training set."""
     from safetensors.numpy import load_file
 
     check_split(split)
@@ -38,13 +36,11 @@ def demo_digits(split: str) -> TensorImageDataset:
     indices = perm[:DEMO_TEST_SIZE] if split == "test" else perm[DEMO_TEST_SIZE:]
     images = torch.from_numpy((digits["images"][indices] / 16.0).astype(np.float32))
     labels = torch.from_numpy(digits["labels"][indices].astype(np.int64))
-    return TensorImageDataset(
-        images.unsqueeze(1).repeat(1, 3, 1, 1), labels, [str(d) for d in range(10)]
-    )
+    return TensorImageDataset(images.unsqueeze(1).repeat(1, 3, 1, 1), labels, [str(d) for d in range(10)])
 
 
-def image_folder(root: str | os.PathLike, image_size: int) -> ImageFolderDataset:
-    """ImageNet layout: class subfolders of images, resized and center-cropped to ``image_size``.
+def image_folder(root: str | os.PathLike, image_size: int | None) -> ImageFolderDataset:
+    """ImageNet layout: class subfolders of images, resized and center-cropped to ``image_size`` (required).
 
     Classes and images are found as by :class:`torchvision.datasets.ImageFolder` (symbolic
     links followed); a tree that reaches one directory twice (a symlink loop) is refused.
@@ -52,19 +48,16 @@ def image_folder(root: str | os.PathLike, image_size: int) -> ImageFolderDataset
     return ImageFolderDataset(root, image_size)
 
 
-def image_list(
-    path: str | os.PathLike, image_size: int | None, labels: str | os.PathLike | None = None
-) -> ImageListDataset:
+def image_list(path: str | os.PathLike, image_size: int | None,
+               labels: str | os.PathLike | None = None) -> ImageListDataset:
     """Images named by a list file, or a flat directory of images plus a labels file.
 
-    ``path`` is either a ``.txt``/``.tsv``/``.csv`` file of ``image label`` lines (image
-    paths relative to the list file's directory), or a directory of images, in which case
-    ``labels`` names a file of ``filename label`` lines relative to that directory.
-    Blank lines and lines starting with ``#`` are ignored; fields are separated by
-    whitespace or a comma; labels are ASCII digits (at most ``MAX_LABEL``).  With
-    ``image_size`` the images are resized and center-cropped as in :func:`image_folder`;
-    without it they must all have the same size.
-    """
+    ``path`` is either a ``.txt``/``.tsv``/``.csv`` file of ``image label`` lines (image paths relative
+    to the list file's directory), or a directory of images, in which case ``labels`` names a file of
+    ``filename label`` lines relative to that directory. Blank lines and lines starting with ``#`` are
+    ignored; fields are separated by whitespace or a comma; labels are ASCII digits (at most
+    ``MAX_LABEL``). With ``image_size`` the images are resized and center-cropped as in
+    :func:`image_folder`; without it they must all have the same size."""
     if image_size is not None:
         image_size = check_image_size(image_size)
     if str(path) == "":
@@ -92,13 +85,8 @@ def image_list(
     return ImageListDataset(samples, None, (3, height, width))
 
 
-def open_dataset(
-    spec: str,
-    *,
-    split: str = "test",
-    image_size: int | None = None,
-    labels: str | None = None,
-) -> Dataset:
+def open_dataset(spec: str, *, split: str = "test", image_size: int | None = None,
+                 labels: str | None = None) -> Dataset:
     """Open the dataset named by ``spec``.
 
     * ``"demo"``: :func:`demo_digits` (``split``);
@@ -128,21 +116,15 @@ def open_dataset(
 
 def _open_path(path: Path, split: str, image_size: int | None, labels: str | None) -> Dataset:
     """Dispatch an existing, readable path to the matching dataset source."""
-    if not path.is_dir():
-        return image_list(path, image_size, labels)
-    if labels is not None:
+    if not path.is_dir() or labels is not None:
         return image_list(path, image_size, labels)
     if cifar_dir(path) is not None:
         return cifar10(path, split)
     if _has_subdirectories(path):
-        if image_size is None:
-            raise UserError(f"an image size is required for the class-folder dataset {path}")
         return image_folder(path, image_size)
-    raise UserError(
-        f"no recognised dataset layout in {path}: expected CIFAR-10 python batches "
-        f"({CIFAR_TEST_BATCH}, data_batch_1..5), class subfolders of images (ImageNet layout), "
-        f"or a flat directory of images together with a labels file"
-    )
+    raise UserError(f"no recognised dataset layout in {path}: expected CIFAR-10 python batches "
+                    f"({CIFAR_TEST_BATCH}, data_batch_1..5), class subfolders of images (ImageNet layout), "
+                    "or a flat directory of images together with a labels file")
 
 
 def _has_subdirectories(path: Path) -> bool:

@@ -11,16 +11,11 @@ from dmae_fast.engines.sidecar import EMBEDDED_KEY, EngineMeta, check_embedded
 from dmae_fast.errors import UserError
 
 
-def package_device_type(meta: EngineMeta) -> str:
-    """A package runs only on the device type it was compiled for ('cpu' or a GPU's name)."""
-    return "cpu" if meta.device == "cpu" else "cuda"
-
-
 class AOTIEngine(ExportedEngine):
     """Runs the package's default model (one input tensor -> the logits tensor)."""
 
     def __init__(self, path: Path, meta: EngineMeta, device: str = "auto") -> None:
-        target = package_device_type(meta)
+        target = "cpu" if meta.device == "cpu" else "cuda"  # the device type it was compiled for
         resolved = torch.device(target if device == "auto" else device)
         if resolved.type != target:
             raise UserError(f"{path.name} was compiled for {target} ({meta.device}); it cannot run on {device} "

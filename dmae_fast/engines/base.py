@@ -17,17 +17,12 @@ INPUT_KINDS = ("image", "tokens")
 class Engine:
     """A base classifier: noisy inputs -> class indices, on its device.
 
-    ``classify`` takes a float32 batch [B, *input_shape] on ``device`` and returns the
-    int64 class indices [B] on the same device, without synchronizing with the host; a
-    sample whose logits are not all finite gets the index ``num_classes``
-    (:func:`predicted_classes`), which the certifier refuses when it reads the counts.
-    Image engines (``input == "image"``) take images in [0, 1] (``input_shape ==
-    spec.input_shape``); token engines take ``SmoothingClassifier.tokens(images)``
-    ([B, 1 + L, D]), for use behind a fused noise + patch-embedding front end.
-
-    What else an engine offers, so that no body needs to know its class (None: not offered):
-    ``model``, the checkpoint's fp32 classifier where it runs one; ``path`` and ``meta``, its
-    engine file and that file's sidecar; :meth:`token_body` and :meth:`cast_model`.
+    ``classify`` maps a float32 batch [B, *input_shape] on ``device`` to int64 class indices [B] there,
+    without a host sync; non-finite logits give ``num_classes`` (:func:`predicted_classes`), which the
+    certifier refuses. Image engines take images in [0, 1] (``spec.input_shape``); token engines take
+    ``SmoothingClassifier.tokens(images)`` [B, 1 + L, D], behind a fused noise + patch-embedding front end.
+    The optional members (None: not offered) spare bodies knowing the class: ``model`` (the checkpoint's
+    fp32 classifier, where it runs one), ``path`` and ``meta`` (the engine file and its sidecar).
     """
 
     spec: ClassifierSpec
@@ -54,9 +49,8 @@ class Engine:
 
 @dataclass(frozen=True)
 class TokenBody:
-    """A token engine behind its front end: ``front_end`` (a body-less classifier on the engine's
-    device) makes the tokens that ``engine.classify`` takes; ``file`` and ``kind`` are the engine
-    file and its kind (``aoti`` runs can be captured in CUDA graphs)."""
+    """A token engine behind its front end (a body-less classifier on the engine's device making the tokens
+    ``engine.classify`` takes); ``file`` and ``kind``: the engine file and kind (``aoti`` can be graph-captured)."""
 
     front_end: SmoothingClassifier
     engine: Engine
@@ -65,10 +59,7 @@ class TokenBody:
 
 
 def predicted_classes(logits: torch.Tensor) -> torch.Tensor:
-    """argmax over classes [B]; ``num_classes`` for a row with a NaN or infinite logit.
-
-    argmax of a NaN row is an arbitrary class (often 0), which would be counted as a vote;
-    the extra index keeps the evidence on the device until the counts are read.
-    """
+    """argmax over classes [B]; ``num_classes`` for a row with a NaN or infinite logit (whose argmax would
+    be an arbitrary class counted as a vote): the evidence stays on the device until the counts are read."""
     finite = torch.isfinite(logits).all(dim=1)
     return torch.where(finite, logits.argmax(dim=1), logits.shape[1])

@@ -1,8 +1,6 @@
-"""The CPU fast path's graphs: a checkpoint exported to ONNX in memory, checked against PyTorch, both
+"""The CPU fast path's graphs: a checkpoint exported to ONNX in memory and checked against PyTorch, both
 kept in the model cache (:mod:`dmae_fast.model_cache`) so that a later start with the same checkpoint,
-libraries and settings skips the export and the check. The runtimes that run the graph are in
-:mod:`dmae_fast.engines.cpu_runtimes`.
-"""
+libraries and settings skips them. The runtimes that run them: :mod:`dmae_fast.engines.cpu_runtimes`."""
 
 from __future__ import annotations
 

@@ -1,25 +1,16 @@
 """CPU runtimes for the CPU batch body: the classifier of one chunk of rows, on the calling core.
 
-The classifier (fp32) is the checkpoint exported to ONNX in memory, or an fp32 ``.onnx`` engine
-file, run by the first runtime installed of (``--cpu-runtime auto``):
+The classifier (fp32) is the checkpoint exported to ONNX in memory and checked against PyTorch on noisy
+inputs (:mod:`dmae_fast.engines.cpu_graphs`), or an fp32 ``.onnx`` engine file, run by the first runtime
+installed of (``--cpu-runtime auto``): OpenVINO (one single-thread inference stream per worker, models
+compiled for a full batch's chunk sizes, no CPU pinning; on the demo 1.07-1.12x ONNX Runtime's rate),
+ONNX Runtime (one intra-op thread per call), PyTorch eager (one intra-op thread per worker).
+``--precision bf16`` runs PyTorch; an fp16/bf16 ``.onnx`` engine runs in ONNX Runtime. The exported graph,
+the check's verdict and OpenVINO's compiled models are kept in the model cache (:mod:`dmae_fast.model_cache`).
 
-* OpenVINO: one inference stream of one thread per worker, models compiled for the chunk sizes
-  of a full batch, no CPU pinning (fused attention, GELU folded into its matrix product; on the
-  demo 1.07-1.12x ONNX Runtime's rate in ``dmae-bench cpu``, on a 224x224 ViT the same within
-  the variation);
-* ONNX Runtime: one intra-op thread per session call;
-* PyTorch eager mode with one intra-op thread per worker.
-
-``--precision bf16`` runs PyTorch; an fp16/bf16 ``.onnx`` engine runs in ONNX Runtime. A checkpoint's
-graph is exported in memory and checked against PyTorch on noisy inputs before it is used
-(:mod:`dmae_fast.engines.cpu_graphs`). The exported graph, the check's verdict and OpenVINO's
-compiled models are kept in the model cache (:mod:`dmae_fast.model_cache`), so that a later start
-with the same checkpoint, libraries and settings skips the export, the check and the compilation.
-
-Where a checkpoint's front end is normalization and a plain patch convolution with a side a
-multiple of 4 (no resize), the exported graph takes patch rows instead of images and the noise
-kernel writes them, normalized (:mod:`dmae_fast.patch_layout`): its front end is then one
-matrix product.
+Where a checkpoint's front end is normalization and a plain patch convolution with a side a multiple of 4
+(no resize), the exported graph takes the normalized patch rows the noise kernel writes
+(:mod:`dmae_fast.patch_layout`): its front end is then one matrix product.
 """
 
 from __future__ import annotations
@@ -79,14 +70,10 @@ class OrtChunks:
 
 
 class OpenVinoChunks:
-    """OpenVINO's CPU runtime: ``workers`` inference streams of one thread; each worker thread
-    has its own infer requests, and ``infer`` frees the GIL.
-
-    A model compiled for one batch size ran 13% faster than one compiled for any (demo, one
-    thread), so the chunk sizes of a full batch (``static_rows``: the bulk of a run's rows) get
-    models of their own, compiled here; other sizes (a run's last batch, a server's partial
-    batches) share one compiled for any size, on first use. With a ``cache_dir``, OpenVINO keeps
-    the compiled models there and loads them instead of compiling again.
+    """OpenVINO's CPU runtime: ``workers`` inference streams of one thread; each worker thread has its own
+    infer requests, and ``infer`` frees the GIL. A model compiled for one batch size ran 13% faster than one
+    for any (demo, one thread), so the chunk sizes of a full batch (``static_rows``) get their own, compiled
+    here; other sizes share one compiled for any size, on first use. OpenVINO keeps them in ``cache_dir``.
     """
 
     def __init__(self, model: bytes | Path, label: str, workers: int, static_rows: Iterable[int] = (),
@@ -136,15 +123,10 @@ class OpenVinoChunks:
 
 @functools.cache
 def openvino_core():
-    """The process's one OpenVINO Core, kept for the process's life.
-
-    Loading OpenVINO's CPU plugin (the first model compiled) gives the calling thread an
-    alternate signal stack inside memory that is unmapped when the plugin is unloaded, i.e. when
-    the last Core and compiled model are freed (OpenVINO 2026.4; bench/results/2026-11-25-cpu-fast/
-    patch-input/README.md). Python's signal handlers run on that stack, so a later Ctrl-C or
-    SIGTERM to the thread crashed the process (SIGSEGV) instead of stopping it. A Core that lives
-    as long as the process keeps the plugin, and that stack, in place.
-    """
+    """The process's one OpenVINO Core, kept for the process's life: loading the CPU plugin gives the calling
+    thread an alternate signal stack (where Python's signal handlers run) in memory unmapped when the last
+    Core and compiled model are freed, after which a Ctrl-C or SIGTERM crashed the process (SIGSEGV; OpenVINO
+    2026.4, bench/results/2026-11-25-cpu-fast/patch-input/README.md)."""
     import openvino as ov
 
     return ov.Core()
@@ -154,18 +136,16 @@ class TorchChunks:
     """The PyTorch classifier in eager mode (fp32, bf16 under autocast, or an fp8 copy) on one thread."""
 
     def __init__(self, model: SmoothingClassifier, precision: str) -> None:
-        self.model, self.dtype = model.eval(), PRECISIONS[precision]
-        if precision == "fp8":  # a cast copy, fed bf16 rows without autocast
-            self.model, self.dtype, self._inputs = precision_model(model, precision), None, PRECISIONS[precision]
-        else:
-            self._inputs = None
+        self.fp8 = precision == "fp8"  # a cast copy, fed bf16 rows without autocast
+        self.model = precision_model(model.eval(), precision) if self.fp8 else model.eval()
+        self.dtype = PRECISIONS[precision]
         self.description, self.layout = f"torch eager {precision}", None
 
     @torch.inference_mode()
     def classify(self, chunk: torch.Tensor) -> torch.Tensor:
-        chunk = chunk if self._inputs is None else chunk.to(self._inputs)
-        autocast = nullcontext() if self.dtype is None else torch.autocast("cpu", dtype=self.dtype)
-        with autocast:
+        if self.fp8:
+            return predicted_classes(self.model(chunk.to(self.dtype)))
+        with nullcontext() if self.dtype is None else torch.autocast("cpu", dtype=self.dtype):
             return predicted_classes(self.model(chunk))
 
 

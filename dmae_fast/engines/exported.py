@@ -13,14 +13,10 @@ from dmae_fast.errors import UserError
 
 
 class ExportedEngine(Engine):
-    """Base of the ONNX Runtime, AOTInductor and TensorRT engines.
-
-    Subclasses implement :meth:`_run` (one batch inside the engine's batch range ->
-    float32 logits on ``device``). :meth:`logits` checks the input, splits batches larger
-    than ``batch.max`` and pads batches smaller than ``batch.min``; :meth:`classify` is its
-    argmax (:func:`predicted_classes`), on the device. A token engine offers itself as a
-    :class:`TokenBody`, behind the front end stored beside its file.
-    """
+    """Base of the ONNX Runtime, AOTInductor and TensorRT engines: subclasses implement :meth:`_run` (one batch
+    inside the batch range -> float32 logits on ``device``); :meth:`logits` checks the input, splits batches
+    above ``batch.max`` and pads those below ``batch.min``. A token engine offers itself as a
+    :class:`TokenBody`, behind the front end stored beside its file."""
 
     runtime = "?"  # e.g. "ONNX Runtime (CPUExecutionProvider)", set by subclasses
 

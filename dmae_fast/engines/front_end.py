@@ -1,11 +1,9 @@
 """The front end of a token engine, stored beside it: ``<engine>.frontend.safetensors``.
 
 A token engine (``dmae-export --input tokens``) runs the transformer body only; its input
-``SmoothingClassifier.tokens(x)`` comes from the classifier's front end: normalization
-(+ resize), the patch embedding, the class token and the position embeddings. The
-exporter writes those weights (``FRONT_END_KEYS``, a few MB for ViT-B) beside the engine,
-so that the fused noise + patch-embedding kernel can feed the engine without the
-original checkpoint. Normalization and shapes come from the sidecar's classifier spec.
+``SmoothingClassifier.tokens(x)`` comes from the front end (normalization, resize, patch embedding, class
+token, position embeddings), whose weights (``FRONT_END_KEYS``) the exporter writes beside the engine so
+that the fused front end can feed it without the checkpoint. Normalization and shapes come from the sidecar.
 """
 
 from __future__ import annotations

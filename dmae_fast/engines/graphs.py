@@ -1,25 +1,16 @@
 """The modules that get exported (by ``dmae-export`` to files, by the CPU fast path in memory): a
-classifier wrapped with a fixed input kind and precision.
+classifier wrapped with a fixed input kind and precision; each takes float32 and returns float32 logits.
 
-Every graph takes float32 and returns float32 logits; an fp16/bf16 graph casts inside.
-
-* :class:`ImageGraph`: images in [0, 1] -> normalization (fp32) -> resize to the encoder's
-  size, if any (fp32) -> cast -> ViT -> logits.
+* :class:`ImageGraph`: images in [0, 1] -> normalization, resize (fp32) -> cast -> ViT -> logits.
 * :class:`TokenGraph`: ``SmoothingClassifier.tokens(x)`` -> cast -> transformer body -> logits.
-* :class:`PatchGraph` (fp32, the CPU fast path): normalized patch rows
-  (:mod:`dmae_fast.patch_layout`) -> one matrix product -> transformer body -> logits.
+* :class:`PatchGraph` (fp32, the CPU fast path): normalized patch rows (:mod:`dmae_fast.patch_layout`)
+  -> one matrix product -> transformer body -> logits.
 
-The CPU fast path exports an :class:`ImageGraph` or a :class:`PatchGraph` with ``pooled_tail``:
-the last block's second MLP layer applied once to the average of the patch tokens' hidden
-activations instead of to every token before the average pool. Both maps are affine, so the
-logits are the same up to float rounding; it saves that layer's work for all but one row (5% of
-the demo's time).
-
-The bicubic resize (e.g. CIFAR-10's 32 -> 224) is written as two matrix products with
-fixed interpolation matrices instead of a Resize operator. Bicubic interpolation is linear
-in the image and separable, so this is the same map up to float rounding, and it needs
-nothing beyond MatMul from a runtime (TensorRT's ONNX parser documents only nearest and
-linear Resize modes).
+The CPU fast path exports with ``pooled_tail``: the last block's fc2 applied once to the average of the
+patch tokens' hidden activations instead of to every token before the average pool. Both maps are affine,
+so the logits agree up to float rounding; it saves that layer's work for all but one row (5% of the demo's
+time). The bicubic resize (e.g. 32 -> 224) is two matrix products with fixed interpolation matrices, the
+same linear map up to rounding, needing only MatMul (TensorRT's ONNX parser documents no cubic Resize).
 """
 
 from __future__ import annotations
@@ -47,20 +38,20 @@ def bicubic_matrix(size_in: int, size_out: int) -> torch.Tensor:
 
 
 class _Graph(nn.Module):
-    def __init__(self, model: SmoothingClassifier, precision: str) -> None:
+    def __init__(self, model: SmoothingClassifier, precision: str, pooled_tail: bool = False) -> None:
         super().__init__()
+        if pooled_tail and not pooled_tail_applies(model):
+            raise ValueError("pooled_tail needs average pooling and a plain timm Block/Mlp last block")
         self.dtype = DTYPES[precision]
         self.vit = copy.deepcopy(model).eval().to(self.dtype)
+        self.pooled_tail = pooled_tail
 
 
 class ImageGraph(_Graph):
     """images [B, C, H, W] float32 in [0, 1] -> logits [B, num_classes] float32."""
 
     def __init__(self, model: SmoothingClassifier, precision: str = "fp32", pooled_tail: bool = False) -> None:
-        super().__init__(model, precision)
-        if pooled_tail and not pooled_tail_applies(model):
-            raise ValueError("pooled_tail needs average pooling and a plain timm Block/Mlp last block")
-        self.pooled_tail = pooled_tail
+        super().__init__(model, precision, pooled_tail)
         spec = model.spec
         channels = (1, spec.encoder.in_chans, 1, 1)
         self.register_buffer("mean", torch.tensor(spec.mean, dtype=torch.float32).view(channels))
@@ -86,13 +77,10 @@ class PatchGraph(_Graph):
     matrix product with the patch convolution's weight arranged like the rows."""
 
     def __init__(self, model: SmoothingClassifier, layout: PatchLayout, pooled_tail: bool = False) -> None:
-        super().__init__(model, "fp32")
-        if pooled_tail and not pooled_tail_applies(model):
-            raise ValueError("pooled_tail needs average pooling and a plain timm Block/Mlp last block")
+        super().__init__(model, "fp32", pooled_tail)
         proj = self.vit.patch_embed.proj
         self.register_buffer("weight", layout.arrange_weight(proj.weight.detach()).contiguous())
         self.register_buffer("bias", None if proj.bias is None else proj.bias.detach().clone())
-        self.pooled_tail = pooled_tail
 
     def forward(self, patches: torch.Tensor) -> torch.Tensor:
         return forward_embedded(self.vit, F.linear(patches, self.weight, self.bias), self.pooled_tail)
@@ -131,8 +119,7 @@ class TokenGraph(_Graph):
 
 
 def build_graph(model: SmoothingClassifier, input_kind: str, precision: str) -> nn.Module:
-    graph = ImageGraph(model, precision) if input_kind == "image" else TokenGraph(model, precision)
-    return graph.eval()
+    return (ImageGraph(model, precision) if input_kind == "image" else TokenGraph(model, precision)).eval()
 
 
 def example_input(model: SmoothingClassifier, input_kind: str, batch: int, device: torch.device) -> torch.Tensor:

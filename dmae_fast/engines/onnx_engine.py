@@ -47,8 +47,7 @@ class OnnxEngine(ExportedEngine):
 
     def __init__(self, path: Path, meta: EngineMeta, device: str = "auto") -> None:
         ort = import_onnxruntime()
-        resolved = onnx_device(device, ort)
-        super().__init__(path, meta, resolved)
+        super().__init__(path, meta, onnx_device(device, ort))
         options = ort.SessionOptions()
         options.intra_op_num_threads = torch.get_num_threads()
         options.log_severity_level = 3  # errors only

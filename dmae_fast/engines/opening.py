@@ -10,12 +10,7 @@ import torch
 from dmae_fast.checkpoints import load_classifier
 from dmae_fast.engines.base import INPUT_KINDS, Engine
 from dmae_fast.engines.exported import ExportedEngine
-from dmae_fast.engines.sidecar import (
-    KIND_BY_SUFFIX,
-    EngineMeta,
-    read_sidecar,
-    sidecar_path,
-)
+from dmae_fast.engines.sidecar import KIND_BY_SUFFIX, EngineMeta, read_sidecar, sidecar_path
 from dmae_fast.engines.torch_engine import PRECISIONS, TorchEngine
 from dmae_fast.errors import UserError
 from dmae_fast.integrity import check_file
@@ -23,11 +18,8 @@ from dmae_fast.integrity import check_file
 
 @dataclass(frozen=True)
 class EngineOptions:
-    """How to open an engine; the checkpoint overrides apply to foreign checkpoints only.
-
-    ``input`` is the input the caller will feed: "image" (the certifier) or "tokens" (a
-    fused noise + patch-embedding front end).
-    """
+    """How to open an engine; the checkpoint overrides apply to foreign checkpoints only. ``input`` is what the
+    caller will feed: "image" (the certifier) or "tokens" (a fused noise + patch-embedding front end)."""
 
     device: str = "auto"
     precision: str = "auto"  # checkpoints: fp32 on CPU, fp16 on CUDA; engine files: as exported
@@ -58,9 +50,8 @@ def open_engine(path: str | Path, options: EngineOptions = EngineOptions()) -> E
     if path.suffix in KIND_BY_SUFFIX:
         return open_engine_file(path, options)
     device = resolve_device(options.device)
-    precision = options.precision
-    if precision == "auto":
-        precision = "fp16" if device.type == "cuda" else "fp32"
+    auto = "fp16" if device.type == "cuda" else "fp32"
+    precision = auto if options.precision == "auto" else options.precision
     if precision not in PRECISIONS:
         raise UserError(f"precision must be auto or one of {sorted(PRECISIONS)}, got {precision!r}")
     model = load_classifier(path, input_size=options.input_size, mean=options.mean, std=options.std)

@@ -1,11 +1,8 @@
-"""The engine file contract: ``<name>.<ext>`` plus the JSON sidecar ``<name>.<ext>.json``.
-
-The sidecar records everything a runtime needs to feed the engine and everything a reader
-needs to trust it: input kind and shape, the classifier's :class:`ClassifierSpec`
-(normalization, patch size, classes, sigma), precision, batch range, the export's parity
-figures against PyTorch, tool versions and device. ``dmae-export`` writes it; every
-engine class reads it through :func:`read_sidecar`, which turns any problem into a
-one-line :class:`UserError`.
+"""The engine file contract: ``<name>.<ext>`` plus the JSON sidecar ``<name>.<ext>.json``, written by
+``dmae-export``: what a runtime needs to feed the engine and a reader needs to trust it (input kind and
+shape, the classifier's :class:`ClassifierSpec`, precision, batch range, parity figures against PyTorch,
+tool versions, device). Every engine class reads it through :func:`read_sidecar`, which turns any problem
+into a one-line :class:`UserError`.
 """
 
 from __future__ import annotations
@@ -32,8 +29,7 @@ def input_shape(spec: ClassifierSpec, input_kind: str) -> tuple[int, ...]:
     """[C, H, W] of an image engine, [1 + L, D] (class token first) of a token engine."""
     if input_kind == "image":
         return spec.input_shape
-    encoder = spec.encoder
-    return (1 + encoder.grid_size**2, encoder.embed_dim)
+    return (1 + spec.encoder.grid_size**2, spec.encoder.embed_dim)
 
 
 @dataclass(frozen=True)
@@ -51,9 +47,8 @@ class BatchRange:
     @classmethod
     def parse(cls, text: str) -> BatchRange:
         """'MIN:OPT:MAX' (e.g. '1:1000:1024'); a single number N means N:N:N."""
-        parts = text.split(":")
         try:
-            values = [int(p) for p in parts]
+            values = [int(p) for p in text.split(":")]
         except ValueError:
             values = []
         if len(values) == 1:
@@ -113,27 +108,15 @@ class EngineMeta:
         return input_shape(self.spec, self.input)
 
     def to_json_dict(self) -> dict[str, Any]:
-        parity = None if self.parity is None else {k: v for k, v in vars(self.parity).items()}
         return {
-            "format": FORMAT,
-            "kind": self.kind,
-            "file": self.file,
-            "input": self.input,
-            "input_name": self.input_name,
-            "input_shape": list(self.input_shape),
-            "input_dtype": "float32",
-            "output_name": OUTPUT_NAME,
-            "precision": self.precision,
+            "format": FORMAT, "kind": self.kind, "file": self.file,
+            "input": self.input, "input_name": self.input_name, "input_shape": list(self.input_shape),
+            "input_dtype": "float32", "output_name": OUTPUT_NAME, "precision": self.precision,
             "batch": {"min": self.batch.min, "opt": self.batch.opt, "max": self.batch.max},
-            "classifier": self.spec.to_json_dict(),
-            "num_classes": self.spec.num_classes,
-            "sigma": self.spec.sigma,
+            "classifier": self.spec.to_json_dict(), "num_classes": self.spec.num_classes, "sigma": self.spec.sigma,
             "patch_size": self.spec.encoder.patch_size,
-            "parity": parity,
-            "versions": dict(self.versions),
-            "device": self.device,
-            "source_checkpoint": self.source_checkpoint,
-            "created": self.created,
+            "parity": None if self.parity is None else dict(vars(self.parity)), "versions": dict(self.versions),
+            "device": self.device, "source_checkpoint": self.source_checkpoint, "created": self.created,
             "sha256": self.sha256,
         }
 
@@ -152,12 +135,10 @@ class EngineMeta:
             spec = ClassifierSpec.from_json_dict(data["classifier"])
             batch = BatchRange(**data["batch"])
             parity = None if data["parity"] is None else Parity(**data["parity"])
-            meta = cls(
-                kind=data["kind"], file=data["file"], input=data["input"], precision=data["precision"],
-                batch=batch, spec=spec, device=str(data["device"]), source_checkpoint=str(data["source_checkpoint"]),
-                created=str(data["created"]), versions=dict(data["versions"]), parity=parity,
-                sha256=data.get("sha256"),
-            )
+            meta = cls(kind=data["kind"], file=data["file"], input=data["input"], precision=data["precision"],
+                       batch=batch, spec=spec, device=str(data["device"]),
+                       source_checkpoint=str(data["source_checkpoint"]), created=str(data["created"]),
+                       versions=dict(data["versions"]), parity=parity, sha256=data.get("sha256"))
         except UserError as error:
             raise UserError(f"{where}: {error}") from None
         except (TypeError, ValueError, KeyError, AttributeError) as error:

@@ -27,21 +27,16 @@ def precision_model(model: SmoothingClassifier, precision: str) -> SmoothingClas
 
 
 def ieee_fp32_convolutions() -> None:
-    """cuDNN runs float32 convolutions (the patch embedding) in TF32 by default: make them IEEE
-    float32 for this process, so that fp32 on a GPU means what it means on the CPU.
-
-    Through the flag every torch version reads (``allow_tf32``): the newer per-operator setting
-    (``cudnn.conv.fp32_precision``) leaves conv and RNN flags apart, which torch.export then refuses
-    ("different TF32 flags"; seen on an H100 with torch 2.11 when AOTInductor exported after it)."""
+    """Make cuDNN's float32 convolutions (the patch embedding; TF32 by default) IEEE float32 for this process,
+    so that fp32 on a GPU means what it means on the CPU. Through ``allow_tf32``, which every torch reads: the
+    per-operator ``cudnn.conv.fp32_precision`` splits conv and RNN flags, which torch.export refuses
+    ("different TF32 flags"; an H100, torch 2.11, AOTInductor exporting after it)."""
     torch.backends.cudnn.allow_tf32 = False
 
 
 class TorchEngine(Engine):
-    """Runs a :class:`SmoothingClassifier` in inference mode; fp16/bf16 via autocast, fp8 on a
-    float8 copy (:func:`precision_model`).
-
-    ``input="tokens"`` runs only the body after the front end (``forward_tokens``).
-    """
+    """Runs a :class:`SmoothingClassifier` in inference mode; fp16/bf16 via autocast, fp8 on a float8 copy
+    (:func:`precision_model`). ``input="tokens"`` runs only the body after the front end (``forward_tokens``)."""
 
     model: SmoothingClassifier
 
@@ -66,13 +61,10 @@ class TorchEngine(Engine):
         """fp8: the float8 copy this engine runs (quantized once); else :func:`precision_model`."""
         return self.runs if self.precision == "fp8" else precision_model(self.model, self.precision)
 
-    def _autocast(self):
-        dtype = PRECISIONS[self.precision]
-        return nullcontext() if dtype is None else torch.autocast(self.device.type, dtype=dtype)
-
     @torch.inference_mode()
     def classify(self, inputs: torch.Tensor) -> torch.Tensor:
+        dtype = PRECISIONS[self.precision]
         if self.precision == "fp8":  # a cast copy: no autocast
-            return predicted_classes(self._forward(inputs.to(PRECISIONS["fp8"])))
-        with self._autocast():
+            return predicted_classes(self._forward(inputs.to(dtype)))
+        with nullcontext() if dtype is None else torch.autocast(self.device.type, dtype=dtype):
             return predicted_classes(self._forward(inputs))

@@ -29,23 +29,13 @@ class SmoothingClassifier(VisionTransformer):
     def __init__(self, spec: ClassifierSpec, drop_path_rate: float = 0.0) -> None:
         """``drop_path_rate``: stochastic depth for fine-tuning (inactive in eval mode)."""
         enc = spec.encoder
-        super().__init__(
-            img_size=enc.img_size,
-            patch_size=enc.patch_size,
-            in_chans=enc.in_chans,
-            num_classes=spec.num_classes,
-            global_pool=spec.pool,
-            embed_dim=enc.embed_dim,
-            depth=enc.depth,
-            num_heads=enc.num_heads,
-            mlp_ratio=enc.mlp_ratio,
-            drop_path_rate=drop_path_rate,
-        )
+        super().__init__(img_size=enc.img_size, patch_size=enc.patch_size, in_chans=enc.in_chans,
+                         num_classes=spec.num_classes, global_pool=spec.pool, embed_dim=enc.embed_dim,
+                         depth=enc.depth, num_heads=enc.num_heads, mlp_ratio=enc.mlp_ratio,
+                         drop_path_rate=drop_path_rate)
         if spec.head == "bn_linear":  # MAE/DMAE linear probing
-            self.head = nn.Sequential(
-                nn.BatchNorm1d(enc.embed_dim, affine=False, eps=1e-6),
-                nn.Linear(enc.embed_dim, spec.num_classes),
-            )
+            self.head = nn.Sequential(nn.BatchNorm1d(enc.embed_dim, affine=False, eps=1e-6),
+                                      nn.Linear(enc.embed_dim, spec.num_classes))
         self.spec = spec
         channels = (1, enc.in_chans, 1, 1)
         self.register_buffer("mean", torch.tensor(spec.mean).view(channels), persistent=False)
@@ -60,11 +50,8 @@ class SmoothingClassifier(VisionTransformer):
         return x
 
     def tokens(self, images: torch.Tensor) -> torch.Tensor:
-        """[0, 1] pixels -> the encoder's input tokens [B, 1 + L, D] (class token, position added).
-
-        This is the part a fused front end replaces: patch embedding of the normalized image
-        plus position embeddings. ``forward(x) == forward_tokens(tokens(x))``.
-        """
+        """[0, 1] pixels -> the encoder's input tokens [B, 1 + L, D] (class token, position added): the part a
+        fused front end replaces. ``forward(x) == forward_tokens(tokens(x))``."""
         return self._pos_embed(self.patch_embed(self.preprocess(images)))
 
     def fused_front_end(self, sigma: float) -> FrontEnd:
@@ -90,8 +77,7 @@ class SmoothingClassifier(VisionTransformer):
 
     def forward_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
         """The body after the front end: tokens [B, 1 + L, D] -> logits [B, num_classes]."""
-        x = self.blocks(self.norm_pre(tokens))
-        return self.forward_head(self.norm(x))
+        return self.forward_head(self.norm(self.blocks(self.norm_pre(tokens))))
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return super().forward(self.preprocess(images))

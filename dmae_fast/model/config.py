@@ -62,9 +62,7 @@ class EncoderConfig:
                    and math.isfinite(self.mlp_ratio) and self.mlp_ratio > 0,
                    f"encoder mlp_ratio must be a finite number > 0, got {self.mlp_ratio!r}")])
         if self.img_size % self.patch_size:
-            raise ValueError(
-                f"image size {self.img_size} is not divisible by the patch size {self.patch_size}"
-            )
+            raise ValueError(f"image size {self.img_size} is not divisible by the patch size {self.patch_size}")
         if self.embed_dim % self.num_heads:
             raise ValueError(f"width {self.embed_dim} is not divisible by {self.num_heads} heads")
 

@@ -31,23 +31,16 @@ class PretrainOutput:
 
 
 def _blocks(width: int, depth: int, heads: int, mlp_ratio: float) -> nn.ModuleList:
-    return nn.ModuleList(
-        Block(width, heads, mlp_ratio, qkv_bias=True, norm_layer=partial(nn.LayerNorm, eps=1e-6))
-        for _ in range(depth)
-    )
+    norm = partial(nn.LayerNorm, eps=1e-6)
+    return nn.ModuleList(Block(width, heads, mlp_ratio, qkv_bias=True, norm_layer=norm) for _ in range(depth))
 
 
 class DMAEPretrain(nn.Module):
     """Encoder + decoder of DMAE with the noise, masking and loss of the paper."""
 
-    def __init__(
-        self,
-        encoder: EncoderConfig,
-        decoder: DecoderConfig = DecoderConfig(),
-        mean: tuple[float, ...] = IMAGENET_MEAN,
-        std: tuple[float, ...] = IMAGENET_STD,
-        norm_pix_loss: bool = False,
-    ) -> None:
+    def __init__(self, encoder: EncoderConfig, decoder: DecoderConfig = DecoderConfig(),
+                 mean: tuple[float, ...] = IMAGENET_MEAN, std: tuple[float, ...] = IMAGENET_STD,
+                 norm_pix_loss: bool = False) -> None:
         super().__init__()
         self.encoder_config, self.decoder_config = encoder, decoder
         self.norm_pix_loss = norm_pix_loss
@@ -90,17 +83,10 @@ class DMAEPretrain(nn.Module):
         x = images.reshape(b, c, h // p, p, w // p, p)
         return torch.einsum("bchpwq->bhwpqc", x).reshape(b, (h // p) * (w // p), p * p * c)
 
-    def random_masking(
-        self,
-        tokens: torch.Tensor,
-        mask_ratio: float,
-        generator: torch.Generator | None = None,
-        scores: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Keep a random subset of tokens per image: (kept, mask [B, L], restore order).
-
-        The tokens with the lowest ``scores`` [B, L] are kept (default: uniform random).
-        """
+    def random_masking(self, tokens: torch.Tensor, mask_ratio: float, generator: torch.Generator | None = None,
+                       scores: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Keep a random subset of tokens per image: (kept, mask [B, L], restore order); the tokens with
+        the lowest ``scores`` [B, L] are kept (default: uniform random)."""
         b, length, width = tokens.shape
         keep = int(length * (1 - mask_ratio))
         if scores is None:
@@ -112,13 +98,8 @@ class DMAEPretrain(nn.Module):
         mask[:, :keep] = 0
         return kept, torch.gather(mask, 1, restore), restore
 
-    def encode(
-        self,
-        noisy: torch.Tensor,
-        mask_ratio: float,
-        generator: torch.Generator | None = None,
-        scores: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def encode(self, noisy: torch.Tensor, mask_ratio: float, generator: torch.Generator | None = None,
+               scores: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         x = self.patch_embed(self.normalize(noisy)) + self.pos_embed[:, 1:]
         x, mask, restore = self.random_masking(x, mask_ratio, generator, scores)
         cls = (self.cls_token + self.pos_embed[:, :1]).expand(x.shape[0], -1, -1)
@@ -155,21 +136,12 @@ class DMAEPretrain(nn.Module):
         """Mean squared error against the (normalized) clean image over all patches."""
         return ((pred - self.target(clean)) ** 2).mean()
 
-    def forward(
-        self,
-        clean: torch.Tensor,
-        sigma: float = 0.25,
-        mask_ratio: float = 0.75,
-        generator: torch.Generator | None = None,
-        noise: torch.Tensor | None = None,
-        scores: torch.Tensor | None = None,
-    ) -> PretrainOutput:
-        """One pre-training step's forward: ``clean`` holds [0, 1] images.
-
-        ``noise`` (standard Gaussian, shaped like ``clean``) and the masking ``scores``
-        [B, L] may be given, e.g. drawn per sample so that a distributed or resumed run
-        sees the same randomness; otherwise they are drawn from ``generator``.
-        """
+    def forward(self, clean: torch.Tensor, sigma: float = 0.25, mask_ratio: float = 0.75,
+                generator: torch.Generator | None = None, noise: torch.Tensor | None = None,
+                scores: torch.Tensor | None = None) -> PretrainOutput:
+        """One pre-training step's forward: ``clean`` holds [0, 1] images. ``noise`` (standard Gaussian, shaped
+        like ``clean``) and the masking ``scores`` [B, L] may be given, e.g. drawn per sample so that a
+        distributed or resumed run sees the same randomness; otherwise they are drawn from ``generator``."""
         if noise is None:
             noise = torch.randn(clean.shape, device=clean.device, generator=generator)
         latent, mask, restore = self.encode(clean + sigma * noise, mask_ratio, generator, scores)

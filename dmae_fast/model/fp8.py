@@ -1,19 +1,9 @@
-"""fp8 bodies (``--precision fp8``, opt-in): the transformer blocks' linear layers in float8.
+"""fp8 bodies (``--precision fp8``, opt-in): the encoder blocks' linear layers in float8 (docs/performance.md).
 
-Every ``nn.Linear`` inside the encoder blocks (qkv, attention projection, both MLP layers: ~96%
-of a ViT-B/16's FLOPs at 224; attention's own products are most of the rest) becomes an
-:class:`Fp8Linear`: its weight stored once as e4m3 with one scale per output channel, its input
-quantized per row (per token) on every call, the product ``torch._scaled_mm`` on the fp8 tensor
-cores with the scales, the bias and a bfloat16
-output applied in the matmul's epilogue. Everything else (patch embedding, LayerNorm,
-attention, the head) runs in bfloat16. Under ``torch.compile`` the per-row quantization fuses
-with the LayerNorm that produces the input; the MLP's GELU moves into its fc2, whose input
-is GELU'd and quantized in one pass (:mod:`dmae_fast.kernels.gelu_quantize` on CUDA; the same
-arithmetic in torch operations elsewhere).
-
-fp8 changes some predictions. The certificate stays valid (it is a statement about *this*
-classifier: the fp8 one, applied the same way to every sample), but it certifies a slightly
-different classifier than fp16 would: the agreement is measured and recorded, never assumed.
+Each becomes an :class:`Fp8Linear` (e4m3 weight with per-output-channel scales, inputs quantized per row,
+``torch._scaled_mm`` with a bfloat16 output); an exact-GELU MLP's GELU moves into its fc2's quantization
+(:mod:`dmae_fast.kernels.gelu_quantize` on CUDA). Everything else runs in bfloat16. The certificate is for
+this fp8 classifier, whose agreement with fp16 is measured and recorded, never assumed.
 """
 
 from __future__ import annotations
@@ -59,8 +49,7 @@ class Fp8Linear(nn.Module):
         weight, scale = quantize_rows(linear.weight.detach())  # [out, in], [out, 1]
         self.register_buffer("weight", weight)
         self.register_buffer("weight_scale", scale.reshape(1, -1).contiguous())  # [1, out]
-        bias = linear.bias
-        self.register_buffer("bias", None if bias is None else bias.detach().to(ACTIVATIONS))
+        self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().to(ACTIVATIONS))
         self.in_features, self.out_features = linear.in_features, linear.out_features
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -105,9 +94,8 @@ def to_fp8(model: nn.Module) -> nn.Module:
         fused = {id(block.mlp.fc2)} if _exact_gelu_mlp(getattr(block, "mlp", None)) else set()
         for name, module in list(block.named_modules()):
             if isinstance(module, nn.Linear):
-                parent_name, _, attr = name.rpartition(".")
-                parent = block.get_submodule(parent_name) if parent_name else block
-                setattr(parent, attr, Fp8Linear(module, gelu_input=id(module) in fused))
+                parent, _, attr = name.rpartition(".")
+                setattr(block.get_submodule(parent), attr, Fp8Linear(module, gelu_input=id(module) in fused))
         if fused:
             block.mlp.act = nn.Identity()
     if any(b.is_cuda for b in body.buffers()):  # load the Triton pass now, not while torch.compile traces

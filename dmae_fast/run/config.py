@@ -1,11 +1,6 @@
-"""The configuration of a ``dmae-certify`` run: small typed parts (the classifier, the data, the
-procedure, the batch body, the output) and their validation, light enough (no torch) for the command to
-check its options before loading anything.
-
-The run record keeps the settings flat (``<out>.json``'s ``config``: one key per setting, as the command
-spells it): :meth:`CertifyConfig.recorded` writes them and :meth:`CertifyConfig.from_settings` reads them
-back (also the shortest way to write a config in code).
-"""
+"""The configuration of a ``dmae-certify`` run in small typed parts, and its validation; light (no torch),
+so the command checks its options before loading anything. The run record keeps the settings flat (one key
+per setting, as the command spells it): :meth:`CertifyConfig.recorded` writes them, ``from_settings`` reads them."""
 
 from __future__ import annotations
 
@@ -47,8 +42,7 @@ class ClassifierOptions:
     normalize: str | None = None  # None: the checkpoint's, else imagenet
 
     def validate(self) -> None:
-        _check([(self.input_size is None or self.input_size >= 1,
-                 f"--input-size must be >= 1, got {self.input_size}")])
+        _check([(self.input_size is None or self.input_size >= 1, f"--input-size must be >= 1, got {self.input_size}")])
 
 
 @dataclass(frozen=True)

@@ -5,21 +5,10 @@
                                               sigma=0.5, skip=50))
     result = certify_dataset(config, on_row=print)
 
-One driver, :class:`Run`, for one process or many: a single process is a world of one, and under
-``torchrun`` (or SLURM setting its variables) with more than one process the same call runs one rank.
-
-    torchrun --nproc-per-node 8 -m dmae_fast.cli.certify --ckpt m.safetensors --data /imagenet/val --skip 50
-
-Every process opens the classifier (a rank on its GPU, ``cuda:LOCAL_RANK``) and the data; a failure on
-any rank stops every rank, and rank 0 prints the one line. Rank 0 takes the output (the lock on ``--out``,
-resume checks, merging the parts an interrupted run left) and hands every rank the images still to do.
-The processes share them (:mod:`.shards`); rank 0 waits for every rank, merges the parts into ``--out``
-sorted by ``idx`` and writes one run record (with each rank's device, images and samples/s). The noise
-is keyed by (seed, image, phase, sample), so ``--out`` is the file one process writes (up to the ``time``
-column) for any number of ranks, restarts or resumes. What differs by world size is in :mod:`.ranks`;
-the parts of a run live by job: what it opens (:mod:`.opened`), the output and resume policy
-(:mod:`.output`), the record, rows and progress (:mod:`.record`). The command
-(:mod:`dmae_fast.cli.certify`) parses arguments into a :class:`CertifyConfig`, runs it and prints the summary.
+One driver, :class:`Run`, for a single process (a world of one) or one rank under ``torchrun`` (see
+docs/distributed.md): rank 0 takes the output (lock, resume, merging parts), hands out the images still to do
+and writes the run record; the noise is keyed by (seed, image, phase, sample), so ``--out`` is the same for
+any number of ranks. Parts by job: :mod:`.ranks`, :mod:`.opened`, :mod:`.output`, :mod:`.record`, :mod:`.shards`.
 """
 
 from __future__ import annotations
@@ -51,26 +40,21 @@ from dmae_fast.run.shards import ImageShards, SampleShards
 
 
 def certify_dataset(config: CertifyConfig, on_row: Callable[[Row], None] | None = None) -> RunResult:
-    """Run one certification as configured: open the classifier and the data, check a resumed
-    file, stream the images, write each row (and pass it to ``on_row``) as the image finishes,
-    keep the run record ``<out>.json``.
+    """Run one certification as configured, writing each row (and passing it to ``on_row``) as its image
+    finishes, and the run record ``<out>.json``; ``out`` is locked for the run.
 
-    The results file is locked for the whole run: a second run on the same ``out`` is refused.
-    A body that fails mid-run is replaced by the next simpler one (one line; the record's
-    ``body_fallbacks``); with none left, or on bad input, :class:`UserError` is raised after
-    the record says ``failed`` (``--resume`` continues); SIGINT/SIGTERM (with :func:`interrupt_on_signals`)
-    raise :class:`Interrupted` after marking the record, its ``kept`` saying what is on disk.
-    Under ``torchrun`` with more than one process this is one rank of a multi-process run;
-    ``on_row`` then sees the rows this process certified.
+    A body that fails mid-run is replaced by the next simpler one (the record's ``body_fallbacks``); with none
+    left, or on bad input, :class:`UserError` is raised once the record says ``failed``; SIGINT/SIGTERM (with
+    :func:`interrupt_on_signals`) raise :class:`Interrupted`, its ``kept`` saying what is on disk. Under
+    ``torchrun`` this is one rank, and ``on_row`` sees the rows this process certified.
     """
     config.validate()
     return Run(config, on_row).certify()
 
 
 class Run:
-    """One run in this process: its config, world (:func:`dmae_fast.run.ranks.join`), opened
-    classifier, data and procedure, output and record. ``config`` is validated by the caller
-    (:func:`certify_dataset`, or the command before it loads anything)."""
+    """One run in this process: its config (validated by the caller), world, opened classifier, data and
+    procedure, output and record."""
 
     def __init__(self, config: CertifyConfig, on_row: Callable[[Row], None] | None = None) -> None:
         self.config, self.on_row = config, on_row or (lambda row: None)
@@ -145,9 +129,8 @@ class Run:
             _report_profile(config, profiler, timer, elapsed)
         images, samples = job.totals(per_rank)
         rate = round(samples / elapsed, 1) if elapsed > 0 else None
-        ranks_figures = {"ranks": per_rank} if sharing else {}
         self.record.write({"status": "complete", "images": images, "samples": samples, "elapsed_s": round(elapsed, 3),
-                           "samples_per_s": rate, **ranks_figures}, final=True)
+                           "samples_per_s": rate, **({"ranks": per_rank} if sharing else {})}, final=True)
         return RunResult(config, images, samples, round(elapsed, 3), rate or math.nan, ranks.world)
 
     def _failed(self, error: Exception) -> Exception | None:

@@ -1,16 +1,10 @@
 """``dmae-certify --nproc-per-node K``: K processes on this machine through torch's elastic launcher.
 
-The same launcher ``torchrun --standalone`` runs (:func:`torch.distributed.launcher.api.elastic_launch`,
-a local c10d rendezvous), called directly so that a failing job ends like every command here, with
-one line and no launcher traceback or log lines: a rank that fails on bad input prints its line;
-when a rank is killed (``kill -9``, the OOM killer) or the job is interrupted, the launcher prints
-it, with what rank 0 kept. Several nodes need ``torchrun`` (or SLURM) itself.
-
-The ranks start in sessions of their own (torch's choice), so a signal to the launcher's process
-group misses them: each rank asks the kernel to kill it when the launcher dies (Linux), so that no
-rank outlives a killed launcher or holds its caller's pipes. A rank stays silent when it is stopped
-(the launcher says so), also while it starts; when rank 0 could not end the run itself (killed), the
-launcher, which survives it, marks the run record and removes the lock file.
+The launcher ``torchrun --standalone`` runs, called directly so that a failing job ends like every command
+here, with one line and no launcher traceback: a rank that fails prints its line; a rank killed (``kill -9``,
+the OOM killer) or an interrupt is reported by the launcher, with what rank 0 kept. The ranks start in sessions
+of their own, so each asks the kernel to kill it when the launcher dies (Linux); when rank 0 was killed, the
+launcher marks the run record and removes the lock file. Several nodes need ``torchrun`` (or SLURM) itself.
 """
 
 from __future__ import annotations
@@ -46,11 +40,8 @@ def _cause(exitcode: int) -> int:
 
 
 def launch_local(argv: list[str], config: CertifyConfig, nproc: int, max_restarts: int) -> int:
-    """Run ``dmae-certify argv`` (which ``config`` describes) as ``nproc`` ranks; the job's exit status.
-
-    The ranks see torchrun's environment (``WORLD_SIZE`` > 1), so the same ``argv`` runs one rank
-    each. CPU ranks get an equal share of the cores (``OMP_NUM_THREADS``, unless set).
-    """
+    """Run ``dmae-certify argv`` (which ``config`` describes) as ``nproc`` ranks, each seeing torchrun's
+    environment; the job's exit status. CPU ranks get an equal share of the cores (``OMP_NUM_THREADS``, unless set)."""
     from dmae_fast.batching.choices import PROG
 
     if nproc < 1 or max_restarts < 0:

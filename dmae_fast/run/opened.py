@@ -40,20 +40,9 @@ class _IndexedImages(Dataset):
             return index, None, str(error)
         return index, image, label
 
-def load_images(dataset: Dataset, indices: list[int], workers: int, pin: bool,
-                order: Iterable[int] | None = None) -> Iterator[tuple[int, torch.Tensor, int]]:
-    """(index, image, label) of ``indices`` (positions in the order ``order`` hands them out, default
-    all in turn), decoded by ``workers`` DataLoader processes."""
-    loader = DataLoader(_IndexedImages(dataset, indices), batch_size=None, num_workers=workers, pin_memory=pin,
-                        sampler=order)
-    for index, image, label in loader:
-        if image is None:
-            raise UserError(label)
-        yield index, image, int(label)
-
 def _loader_workers(dataset: Dataset, device: torch.device) -> int:
-    """DataLoader processes: none for in-memory data; for image files 4 beside a GPU, 1 beside a
-    CPU run (decoding one image per thousands of forward passes must not take the cores)."""
+    """DataLoader processes: 0 for in-memory data; for files 4 beside a GPU, 1 beside a CPU run (decoding one
+    image per thousands of forward passes must not take the cores)."""
     if isinstance(dataset, TensorImageDataset):
         return 0
     return 4 if device.type == "cuda" else 1
@@ -63,8 +52,7 @@ def _check_compatible(engine: Engine, dataset: Dataset, data: str) -> None:
     shape = tuple(dataset.image_shape)
     if shape != spec.input_shape:
         hint = " (for DMAE CIFAR-10 models pass --input-size 32)" if shape[1:] == (32, 32) else ""
-        raise UserError(f"data {data} has images of shape {shape} but the classifier expects "
-                        f"{spec.input_shape}{hint}")
+        raise UserError(f"data {data} has images of shape {shape} but the classifier expects {spec.input_shape}{hint}")
     names = dataset.class_names
     if dataset.num_classes > spec.num_classes or (names is not None and len(names) != spec.num_classes):
         count = len(names) if names is not None else dataset.num_classes
@@ -90,7 +78,14 @@ class OpenedRun:
         return "predict" if self.config.procedure.predict else "certify"
 
     def images(self, indices: list[int], order: Iterable[int] | None = None) -> Iterator[tuple[int, torch.Tensor, int]]:
-        return load_images(self.dataset, indices, self.workers, self.engine.device.type == "cuda", order)
+        """(index, image, label) of ``indices`` (positions in the order ``order`` hands them out, default all
+        in turn), decoded by the DataLoader's workers."""
+        loader = DataLoader(_IndexedImages(self.dataset, indices), batch_size=None, num_workers=self.workers,
+                            pin_memory=self.engine.device.type == "cuda", sampler=order)
+        for index, image, label in loader:
+            if image is None:
+                raise UserError(label)
+            yield index, image, int(label)
 
     def body(self, timer: StageTimer | None = None) -> ResolvedBody:
         return self.smoother.body(self.config.procedure.seed, self.config.batch, timer)

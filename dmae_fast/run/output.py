@@ -13,13 +13,7 @@ from dmae_fast.errors import UserError
 
 # Light modules only (no torch): the command checks --out before its slow imports.
 from dmae_fast.run.config import CertifyConfig
-from dmae_fast.run.parts import (
-    clear_parts,
-    has_parts,
-    merge_parts,
-    parts_dir,
-    replaces_out,
-)
+from dmae_fast.run.parts import clear_parts, has_parts, merge_parts, parts_dir, replaces_out
 from dmae_fast.run.results import Mode, read_kept_rows
 from dmae_fast.run.resume import check_kept_rows, dataset_labels
 from dmae_fast.run.torchrun_env import restart_count
@@ -64,8 +58,7 @@ def output_mode(config: CertifyConfig) -> Mode:
     or "overwrite"; refuses what it must not touch."""
     out = Path(config.output.out)
     check_out_directory(out)
-    restarted = restart_count() > 0
-    if config.output.resume or (restarted and not config.output.overwrite):
+    if config.output.resume or (restart_count() > 0 and not config.output.overwrite):
         if has_parts(out) and replaces_out(out):
             raise UserError(f"{parts_dir(out)} holds rows of an --overwrite run that did not finish; "
                             "run it again with --overwrite")
@@ -103,12 +96,9 @@ def rows_file(config: CertifyConfig, mode: Mode) -> str:
     return config.output.out + ".partial" if mode == "overwrite" else config.output.out
 
 def images_to_do(opened: OpenedRun, mode: Mode, parts: bool) -> list[int]:
-    """The images this run still has to certify, after taking in what is on disk.
-
-    Appending: the parts of an interrupted multi-process run are merged into ``--out`` and the
-    kept rows checked. Overwriting: a torchrun restart of this job (with ``parts``) keeps the
-    rows its killed attempt left in the parts; otherwise stale parts and partial files go.
-    """
+    """The images this run still has to certify. Appending: the parts of an interrupted multi-process run are
+    merged into ``--out`` and the kept rows checked. Overwriting: a torchrun restart of this job (with ``parts``)
+    keeps the rows its killed attempt left in the parts; otherwise stale parts and partial files go."""
     config = opened.config
     target = rows_file(config, mode)
     if mode == "overwrite" and not (parts and restart_count() > 0):
@@ -122,7 +112,6 @@ def images_to_do(opened: OpenedRun, mode: Mode, parts: bool) -> list[int]:
     kept = read_kept_rows(target)
     if kept is None:
         return opened.indices
-    check_kept_rows(kept, opened.indices, dataset_labels(opened.dataset, opened.indices),
-                    opened.procedure.rules())
+    check_kept_rows(kept, opened.indices, dataset_labels(opened.dataset, opened.indices), opened.procedure.rules())
     done = set(kept.idx.tolist())
     return [i for i in opened.indices if i not in done]

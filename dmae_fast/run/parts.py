@@ -1,15 +1,8 @@
-"""Part files: the rows of a multi-process run, one file per process, merged into ``--out``.
+"""Part files: the rows of a multi-process run, one file per process (``<out>.parts/rank00003-<random>.tsv``:
+a fresh name per process, so none appends to a torn file), merged by rank 0 into ``--out`` sorted by ``idx``.
 
-Every rank of a ``torchrun`` job writes its rows to its own file in ``<out>.parts/``
-(``rank00003-<random>.tsv``: a fresh name per process, so no two processes ever write one
-file, and a restarted rank never appends to a file a killed one left torn). Rank 0 merges
-the parts into ``--out`` at the end, sorted by ``idx``. A resumed run (with any number of
-processes, one included) merges whatever parts it finds first and certifies only the rest.
-
-A merge is crash-safe: the merged file is written beside ``--out`` and renamed over it, and
-only then are the parts removed, so a crash in between leaves rows that are in both places,
-identically; merging again accepts identical repeats. Two *different* rows for one image
-are refused (the files were edited or mixed from two runs).
+A merge is crash-safe: ``--out`` is replaced by a complete file before the parts go, so a crash in between
+leaves identical rows in both places, which merging again accepts; two *different* rows for one image are refused.
 """
 
 from __future__ import annotations
@@ -28,11 +21,6 @@ REPLACES_OUT = "REPLACES_OUT"  # marker: these parts belong to an --overwrite ru
 def parts_dir(out: str | os.PathLike[str]) -> Path:
     """``results.tsv`` -> ``results.tsv.parts/``."""
     return Path(f"{os.fspath(out)}.parts")
-
-
-def part_files(out: str | os.PathLike[str]) -> list[Path]:
-    folder = parts_dir(out)
-    return sorted(folder.glob("rank*.tsv")) if folder.is_dir() else []
 
 
 def has_parts(out: str | os.PathLike[str]) -> bool:
@@ -68,7 +56,9 @@ def merge_parts(out: str | os.PathLike[str], kind: Kind, into: str | os.PathLike
     every part of ``out``, sorted by idx; then remove the parts. Returns the number of rows.
     Atomic: ``into`` is replaced only by a complete file."""
     into = os.fspath(into)
-    sources = ([Path(into)] if os.path.exists(into) else []) + part_files(out)
+    folder = parts_dir(out)
+    parts = sorted(folder.glob("rank*.tsv")) if folder.is_dir() else []
+    sources = ([Path(into)] if os.path.exists(into) else []) + parts
     rows: dict[int, tuple[str, Path]] = {}
     for source in sources:
         for line in read_row_lines(source, kind):

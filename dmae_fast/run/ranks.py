@@ -1,13 +1,9 @@
 """The processes of a run as one of them sees them: a world of one (:class:`World`), or one rank of a
-multi-process run (:class:`Ranks`: ``torch.distributed`` as set up by ``torchrun``); :func:`join` gives this
-process's. The run driver (:mod:`dmae_fast.run.driver`) is the same code for both.
+``torchrun`` job (:class:`Ranks`); :func:`join` gives this process's, so the run driver is the same code for both.
 
-``torchrun`` (or SLURM, or anything that sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
-``MASTER_ADDR`` and ``MASTER_PORT``) starts the processes; :meth:`Ranks.join` joins its
-process group (NCCL for CUDA tensors, gloo for everything on the host) and its key-value
-store. Through the store the ranks claim images (an atomic counter), report progress and
-per-rank figures, and flag a failure so the others stop instead of waiting; small Python
-objects (start-up errors, the list of images) travel by gloo collectives.
+The ranks share a process group (NCCL for CUDA tensors, gloo for the host) and its key-value store, through
+which they claim images (an atomic counter), report progress and figures, and flag a failure so the others stop
+instead of waiting; small Python objects (start-up errors, the list of images) travel by gloo collectives.
 """
 
 from __future__ import annotations
@@ -34,27 +30,19 @@ POLL_SECONDS = 0.2
 _runs = 0  # certification runs started in this process (a key prefix per run)
 
 
-def rank_device(device: str, local_rank: int) -> str:
-    """The device of one rank: ``auto``/``cuda`` -> this node's GPU ``cuda:LOCAL_RANK`` (when CUDA is there);
-    a named ``cuda:N`` is every rank's (the ranks share that GPU)."""
-    if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
-        if torch.cuda.device_count() <= local_rank:
-            raise UserError(f"LOCAL_RANK {local_rank} has no GPU: this node has {torch.cuda.device_count()}; "
-                            "start at most that many processes per node")
-        return f"cuda:{local_rank}"
-    return device
-
-
 def join(device: str) -> World:
-    """This process's world: a rank of torchrun's job when ``WORLD_SIZE`` > 1, else a world of one.
-    ``device`` is the configured one; a rank's is its node's GPU (:func:`rank_device`)."""
+    """This process's world: a rank of torchrun's job when ``WORLD_SIZE`` > 1, else a world of one. ``device`` is
+    the configured one; with ``auto``/``cuda`` a rank's is its node's GPU ``cuda:LOCAL_RANK`` (when CUDA is there);
+    a named ``cuda:N`` is every rank's (the ranks share that GPU)."""
     if world_size() == 1:
         return World()
     local_rank = int(os.environ.get("LOCAL_RANK", "0") or 0)
-    try:
-        mine, error = rank_device(device, local_rank), None
-    except UserError as problem:  # said once every rank has started (Ranks.agree)
-        mine, error = "cpu", str(problem)
+    mine, error = device, None
+    if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
+        mine = f"cuda:{local_rank}"
+        if torch.cuda.device_count() <= local_rank:  # said once every rank has started (Ranks.agree)
+            mine, error = "cpu", (f"LOCAL_RANK {local_rank} has no GPU: this node has {torch.cuda.device_count()}; "
+                                  "start at most that many processes per node")
     shared_gpu = mine.startswith("cuda:") and device == mine and int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1) > 1
     ranks = Ranks.join(mine, shared_gpu)
     ranks.device, ranks.device_error = mine, error
@@ -122,7 +110,6 @@ class Ranks(World):
 
     rank: int
     world: int
-    local_rank: int
     store: dist.Store
     objects: dist.ProcessGroup | None  # gloo group for Python objects (None: the default group is gloo)
     owns_group: bool
@@ -149,9 +136,7 @@ class Ranks(World):
             store = dist.distributed_c10d._get_default_store()  # the caller's group: its store
         objects = dist.new_group(backend="gloo") if dist.get_backend() != "gloo" else None
         _runs += 1
-        store = dist.PrefixStore(f"run-{_runs}/", store)
-        local = int(os.environ.get("LOCAL_RANK", "0"))
-        return cls(dist.get_rank(), dist.get_world_size(), local, store, objects, owns)
+        return cls(dist.get_rank(), dist.get_world_size(), dist.PrefixStore(f"run-{_runs}/", store), objects, owns)
 
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
@@ -170,7 +155,6 @@ class Ranks(World):
             if self.owns_group and dist.is_initialized():
                 dist.destroy_process_group()
 
-    # ---------------------------------------------------------------- agreement at start-up
     def agree(self, step: Callable[[], T]) -> T:
         """Run ``step`` on every rank; if it fails anywhere, fail everywhere with the first rank's line
         (printed by rank 0 only: other ranks raise :class:`AlreadyReported`)."""
@@ -242,7 +226,6 @@ class Ranks(World):
                 self._raise(value)
             yield value
 
-    # ---------------------------------------------------------------- the key-value store
     def claims(self, total: int) -> Iterator[int]:
         """Positions 0..total-1, each handed to exactly one rank, in order of asking (dynamic sharing)."""
         while True:

@@ -41,8 +41,7 @@ class RunRecord:
         """Write the record; an --overwrite run's old record stays until the new results replace it."""
         if self.mode == "overwrite" and not final:
             return
-        opened, procedure = self.opened, self.opened.procedure
-        resolved = self.resolved
+        opened, procedure, resolved = self.opened, self.opened.procedure, self.resolved
         body = resolved.current  # a body that failed mid-run was replaced
         record = {
             "config": opened.config.recorded(),

@@ -1,10 +1,8 @@
 """Tab-separated results files: their columns, and reading them back (ours and Cohen et al.'s).
 
-Certification files have the columns of :data:`CERTIFY_COLUMNS`, prediction files those
-of :data:`PREDICT_COLUMNS`. Their leading columns are exactly those of Cohen et al.'s
-reference ``certify.py`` / ``predict.py`` (same order), so tools written for the reference
-files read ours, and :func:`read_results` reads both. :mod:`dmae_fast.run.results_writer` writes
-them.
+The leading columns of ours are exactly those of Cohen et al.'s reference ``certify.py`` / ``predict.py``
+(same order), so tools written for the reference files read ours, and :func:`read_results` reads both.
+:mod:`dmae_fast.run.results_writer` writes them.
 """
 
 from __future__ import annotations
@@ -14,25 +12,17 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Any, Callable, Literal
 
 import numpy as np
 
 from dmae_fast.errors import UserError
 from dmae_fast.files import read_regular_file
 
-CERTIFY_COLUMNS: tuple[str, ...] = (
-    "idx", "label", "predict", "radius", "correct", "time",
-    "n0", "n", "nA", "pA_lower", "sigma", "procedure",
-)
-PREDICT_COLUMNS: tuple[str, ...] = (
-    "idx", "label", "predict", "correct", "time",
-    "n", "count1", "count2", "pvalue", "sigma",
-)
-REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
-    "certify": ("idx", "label", "predict", "radius", "correct", "time"),
-    "predict": ("idx", "label", "predict", "correct", "time"),
-}
+CERTIFY_COLUMNS = ("idx", "label", "predict", "radius", "correct", "time", "n0", "n", "nA", "pA_lower", "sigma",
+                   "procedure")
+PREDICT_COLUMNS = ("idx", "label", "predict", "correct", "time", "n", "count1", "count2", "pvalue", "sigma")
+REQUIRED_COLUMNS = {"certify": CERTIFY_COLUMNS[:6], "predict": PREDICT_COLUMNS[:5]}  # the reference files' columns
 MAX_RESULTS_BYTES = 256 * 2**20  # ~2.5M rows of ours (about 110 bytes each); a larger file is refused, not read
 
 Kind = Literal["certify", "predict"]
@@ -86,52 +76,32 @@ def _parse_time(text: str) -> float:
     """Seconds from ``str(timedelta)`` (``[D day[s], ]H:MM:SS[.ffffff]``) or a plain number."""
     match = _TIMEDELTA.fullmatch(text.strip())
     if match is None:
-        seconds = float(text)
-        if not math.isfinite(seconds):
-            raise ValueError(text)
-        return seconds
+        return float(text)
     days, hours, minutes, secs = match.groups()
     return int(days or 0) * 86400 + int(hours) * 3600 + int(minutes) * 60 + float(secs)
 
 
-def _parse_radius(text: str) -> float:
-    radius = float(text)
-    if not (math.isfinite(radius) and radius >= 0):
-        raise ValueError(text)
-    return radius
-
-
-def _parse_correct(text: str) -> int:
-    value = int(text)
-    if value not in (0, 1):
-        raise ValueError(text)
-    return value
-
-
-def _ascii(convert: Callable[[str], object]) -> Callable[[str], object]:
-    """``convert`` for ASCII text only: int() and float() also take other scripts' digits ('٣')."""
-    def parse(text: str) -> object:
+def _ascii(convert: Callable[[str], Any], valid: Callable[[Any], bool] = lambda value: True) -> Callable[[str], Any]:
+    """``convert`` for ASCII text only (int() and float() also take other scripts' digits: '٣'), its result
+    checked by ``valid``."""
+    def parse(text: str) -> Any:
         if not text.isascii():
             raise ValueError(text)
-        return convert(text)
+        value = convert(text)
+        if not valid(value):
+            raise ValueError(text)
+        return value
     return parse
-
-
-def _parse_finite(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(text)
-    return value
 
 
 _INT_COLUMNS = ("idx", "label", "predict", "n0", "n", "nA", "count1", "count2")
 _FLOAT_COLUMNS = ("pA_lower", "pvalue", "sigma")
 _PARSERS: dict[str, tuple[Callable[[str], object], str, str]] = {
     **{name: (_ascii(int), "an integer", "int64") for name in _INT_COLUMNS},
-    **{name: (_ascii(_parse_finite), "a finite number", "float64") for name in _FLOAT_COLUMNS},
-    "correct": (_ascii(_parse_correct), "0 or 1", "int64"),
-    "radius": (_ascii(_parse_radius), "a finite radius >= 0", "float64"),
-    "time": (_ascii(_parse_time), "a duration like 0:00:01.234567", "float64"),
+    **{name: (_ascii(float, math.isfinite), "a finite number", "float64") for name in _FLOAT_COLUMNS},
+    "correct": (_ascii(int, lambda value: value in (0, 1)), "0 or 1", "int64"),
+    "radius": (_ascii(float, lambda value: math.isfinite(value) and value >= 0), "a finite radius >= 0", "float64"),
+    "time": (_ascii(_parse_time, math.isfinite), "a duration like 0:00:01.234567", "float64"),
     "procedure": (str, "text", "object"),
 }
 
@@ -145,28 +115,26 @@ def _infer_column(values: list[str]) -> np.ndarray:
     return np.array(values, dtype=object)
 
 
-def _read_lines(path: str) -> tuple[list[str], bool]:
-    """The file's lines without terminators, and whether the last one was terminated."""
+def _read_lines(path: str, drop_torn: bool = False) -> list[str]:
+    """The file's lines without terminators; ``drop_torn``: without an unterminated last line (a crash while
+    it was written, which :class:`ResultsWriter` in append mode drops too)."""
     data = read_regular_file(path, MAX_RESULTS_BYTES)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise UserError(f"{path} is not a UTF-8 text file") from None
     lines = [line.rstrip("\r") for line in text.split("\n")]
-    terminated = lines[-1] == ""
-    if terminated:
+    if lines[-1] == "" or drop_torn:
         lines.pop()
-    return lines, terminated
+    return lines
 
 
 def _parse_table(path: str, lines: list[str]) -> ResultsTable:
     header = lines[0].split("\t")
     duplicates = sorted({name for name in header if header.count(name) > 1})
     if duplicates:
-        raise UserError(f"{path}: column(s) {', '.join(duplicates)} appear more than once "
-                        "in the header")
-    is_certify = any(name in header for name in ("radius", "n0", "nA", "pA_lower"))
-    kind: Kind = "certify" if is_certify else "predict"
+        raise UserError(f"{path}: column(s) {', '.join(duplicates)} appear more than once in the header")
+    kind: Kind = "certify" if any(name in header for name in ("radius", "n0", "nA", "pA_lower")) else "predict"
     missing = [name for name in REQUIRED_COLUMNS[kind] if name not in header]
     if missing:
         raise UserError(f"{path}: missing column(s) {', '.join(missing)} "
@@ -177,8 +145,7 @@ def _parse_table(path: str, lines: list[str]) -> ResultsTable:
             continue
         cells = line.split("\t")
         if len(cells) != len(header):
-            raise UserError(f"{path}: line {lineno} has {len(cells)} fields, "
-                            f"the header has {len(header)}")
+            raise UserError(f"{path}: line {lineno} has {len(cells)} fields, the header has {len(header)}")
         rows.append((lineno, cells))
     columns: dict[str, np.ndarray] = {}
     for col, name in enumerate(header):
@@ -192,42 +159,32 @@ def _parse_table(path: str, lines: list[str]) -> ResultsTable:
             try:
                 parsed.append(convert(cells[col]))
             except ValueError:
-                raise UserError(f"{path}: line {lineno}, column {name}: cannot read "
-                                f"{cells[col]!r} as {what}") from None
+                raise UserError(f"{path}: line {lineno}, column {name}: cannot read {cells[col]!r} as {what}") from None
         try:
             columns[name] = np.array(parsed, dtype=dtype)
         except OverflowError:
             raise UserError(f"{path}: column {name} holds a number too large for a results file") from None
-    coarse = kind == "certify" and any(
-        _PRECISE_RADIUS.fullmatch(cells[header.index("radius")]) is None for _, cells in rows)
-    return ResultsTable(
-        path=path, kind=kind,
-        **{name: columns.pop(name) for name in REQUIRED_COLUMNS[kind]},
-        extra=columns, coarse_radii=coarse,
-    )
+    coarse = kind == "certify" and any(_PRECISE_RADIUS.fullmatch(cells[header.index("radius")]) is None
+                                       for _, cells in rows)
+    return ResultsTable(path, kind, **{name: columns.pop(name) for name in REQUIRED_COLUMNS[kind]}, extra=columns,
+                        coarse_radii=coarse)
 
 
 def read_results(path: PathLike) -> ResultsTable:
     """Read a certification or prediction file, ours or the reference implementation's."""
     path = os.fspath(path)
-    lines, _ = _read_lines(path)
+    lines = _read_lines(path)
     if not any(line.strip() for line in lines):
         raise UserError(f"{path} is empty; expected a header line")
     return _parse_table(path, lines)
 
 
 def read_kept_rows(path: PathLike) -> ResultsTable | None:
-    """The rows a resumed run keeps: all complete lines of ``path`` (None if it has none).
-
-    A missing or empty file gives None; an unterminated last line (a crash while it was
-    written) is ignored, as :class:`ResultsWriter` in append mode drops it.
-    """
+    """The rows a resumed run keeps: all complete lines of ``path`` (None if it is missing or has none)."""
     path = os.fspath(path)
     if not os.path.exists(path):
         return None
-    lines, terminated = _read_lines(path)
-    if not terminated:
-        lines.pop()
+    lines = _read_lines(path, drop_torn=True)
     if not any(line.strip() for line in lines):
         return None
     return _parse_table(path, lines)
@@ -237,9 +194,7 @@ def read_row_lines(path: PathLike, kind: Kind) -> list[str]:
     """The complete data lines of a results file we wrote (no header; a torn last line dropped),
     after checking its header is that of a ``kind`` file."""
     path = os.fspath(path)
-    lines, terminated = _read_lines(path)
-    if not terminated:
-        lines.pop()
+    lines = _read_lines(path, drop_torn=True)
     header = "\t".join(columns_of(kind))
     if lines and lines[0] != header:
         raise UserError(f"{path}: its header {lines[0]!r} is not that of a {kind} results file ({header!r})")

@@ -30,6 +30,7 @@ from dmae_fast.run.results import (
 )
 
 SYNC_SECONDS = 1.0  # the most a power failure can take from a results file (see ResultsWriter)
+_OPEN_MODES = {"new": "x", "append": "a", "overwrite": "w"}  # ResultsWriter's mode -> open()'s
 
 
 @dataclass(frozen=True)
@@ -69,10 +70,6 @@ class PredictRow:
 Row = CertifyRow | PredictRow  # one result row of either kind
 
 
-def _fmt_time(seconds: float) -> str:
-    return str(datetime.timedelta(seconds=float(seconds)))
-
-
 def _fmt_text(value: str) -> str:
     if "\t" in value or "\n" in value or "\r" in value:
         raise ValueError(f"results field {value!r} contains a tab or a line break")
@@ -84,11 +81,8 @@ _EXACT = decimal.Context(prec=2000)
 
 
 def floor_decimals(value: float, decimals: int) -> str:
-    """``value`` (finite, >= 0) rounded DOWN to ``decimals`` places, e.g. 0.7999999 -> '0.799999'.
-
-    Certified radii and lower confidence bounds are written this way so that a reader never
-    sees more than was proven: the number read back is never above ``value``.
-    """
+    """``value`` (finite, >= 0) rounded DOWN to ``decimals`` places, e.g. 0.7999999 -> '0.799999'. Certified
+    radii and lower confidence bounds are written this way: one read back is never above what was proven."""
     exact = decimal.Decimal(float(value))
     if not exact.is_finite() or exact < 0:
         raise ValueError(f"cannot write {value!r} as a radius or bound (finite and >= 0 only)")
@@ -106,8 +100,7 @@ def ceil_significant(value: float, digits: int) -> str:
         return f"{0.0:.{digits - 1}e}"
     exponent = exact.adjusted()
     quantum = decimal.Decimal(1).scaleb(1 - digits)
-    mantissa = exact.scaleb(-exponent, context=_EXACT).quantize(quantum, rounding=decimal.ROUND_CEILING,
-                                                                 context=_EXACT)
+    mantissa = exact.scaleb(-exponent, context=_EXACT).quantize(quantum, decimal.ROUND_CEILING, _EXACT)
     if mantissa >= 10:
         mantissa, exponent = decimal.Decimal(1).quantize(quantum), exponent + 1
     return f"{mantissa:f}e{'-' if exponent < 0 else '+'}{abs(exponent):02d}"
@@ -115,7 +108,7 @@ def ceil_significant(value: float, digits: int) -> str:
 
 _FORMATTERS: dict[str, Callable[[object], str]] = {
     "radius": lambda v: floor_decimals(v, RADIUS_DECIMALS),
-    "time": _fmt_time,
+    "time": lambda v: str(datetime.timedelta(seconds=float(v))),
     "pA_lower": lambda v: floor_decimals(v, P_LOWER_DECIMALS),
     "pvalue": lambda v: ceil_significant(v, PVALUE_DIGITS),
     "sigma": lambda v: repr(float(v)),
@@ -124,65 +117,46 @@ _FORMATTERS: dict[str, Callable[[object], str]] = {
 
 
 def _format_row(row: CertifyRow | PredictRow, columns: tuple[str, ...]) -> str:
-    cells = [_FORMATTERS.get(name, lambda v: str(int(v)))(value)
-             for name, value in zip(columns, astuple(row))]
+    cells = [_FORMATTERS.get(name, lambda v: str(int(v)))(value) for name, value in zip(columns, astuple(row))]
     return "\t".join(cells) + "\n"
 
 
 class ResultsWriter:
     """Writes a results file row by row; use as a context manager.
 
-    ``mode="new"`` refuses an existing file; ``"append"`` continues a file whose header
-    matches (creating it if missing, dropping a last line cut off by a crash);
-    ``"overwrite"`` writes ``path + ".partial"`` and renames it over ``path`` only when
-    the ``with`` block ends without an exception.
+    ``mode="new"`` refuses an existing file; ``"append"`` continues a file whose header matches (creating it if
+    missing, dropping a last line cut off by a crash); ``"overwrite"`` writes ``path + ".partial"`` and renames it
+    over ``path`` only when the ``with`` block ends without an exception.
 
-    Durability: every row is handed to the operating system as it is written, so a crash
-    of the process (even SIGKILL) loses nothing; the file is fsynced at most every
-    ``SYNC_SECONDS`` and when it is closed, so a power failure or OS crash loses at most
-    the rows of the last ``SYNC_SECONDS`` (a torn last line is dropped on ``--resume``).
+    Durability: each row reaches the operating system as it is written (a killed process loses nothing), the disk
+    within ``SYNC_SECONDS`` and on close (a power failure loses at most the last ``SYNC_SECONDS`` of rows).
     """
 
     def __init__(self, path: PathLike, kind: Kind = "certify", mode: Mode = "new") -> None:
         if kind not in REQUIRED_COLUMNS:
             raise ValueError(f"unknown results kind {kind!r}")
-        self.path = os.fspath(path)
-        self.kind = kind
-        self.mode = mode
+        self.path, self.kind, self.mode = os.fspath(path), kind, mode
         self._row_type = CertifyRow if kind == "certify" else PredictRow
         self._columns = columns_of(kind)
         header = "\t".join(self._columns)
-        if mode == "new":
-            self._target = self.path
-            self._file = self._open(self.path, "x")
-            self._file.write(header + "\n")
-        elif mode == "append":
-            self._target = self.path
-            needs_header = _prepare_append(self.path, header, kind)
-            self._file = self._open(self.path, "a")
-            if needs_header:
-                self._file.write(header + "\n")
-        elif mode == "overwrite":
-            if os.path.isdir(self.path):
-                raise UserError(f"{self.path} is a directory, not a results file")
-            self._target = self.path + ".partial"
-            self._file = self._open(self._target, "w")
-            self._file.write(header + "\n")
-        else:
+        if mode not in _OPEN_MODES:
             raise ValueError(f"unknown ResultsWriter mode {mode!r}")
+        if mode == "overwrite" and os.path.isdir(self.path):
+            raise UserError(f"{self.path} is a directory, not a results file")
+        self._target = self.path + ".partial" if mode == "overwrite" else self.path
+        needs_header = mode != "append" or _prepare_append(self.path, header, kind)
+        self._file = self._open(self._target, _OPEN_MODES[mode])
+        if needs_header:
+            self._file.write(header + "\n")
         self._sync()
 
     def _open(self, path: str, how: str) -> TextIO:
         try:
             return open(path, how, encoding="utf-8", newline="\n")
         except FileExistsError:
-            raise UserError(
-                f"{path} exists; pass --overwrite to replace it or --resume to continue it"
-            ) from None
+            raise UserError(f"{path} exists; pass --overwrite to replace it or --resume to continue it") from None
         except FileNotFoundError:
-            raise UserError(
-                f"cannot create {path}: directory {os.path.dirname(path) or '.'} does not exist"
-            ) from None
+            raise UserError(f"cannot create {path}: directory {os.path.dirname(path) or '.'} does not exist") from None
         except IsADirectoryError:
             raise UserError(f"{path} is a directory, not a results file") from None
         except OSError as exc:
@@ -196,8 +170,7 @@ class ResultsWriter:
     def write(self, row: CertifyRow | PredictRow) -> None:
         """Append one row: to the operating system at once, to the disk within SYNC_SECONDS."""
         if not isinstance(row, self._row_type):
-            raise TypeError(f"a {self.kind} results file takes {self._row_type.__name__}, "
-                            f"got {type(row).__name__}")
+            raise TypeError(f"a {self.kind} results file takes {self._row_type.__name__}, got {type(row).__name__}")
         self._file.write(_format_row(row, self._columns))
         self._file.flush()
         if time.monotonic() - self._synced >= SYNC_SECONDS:
@@ -221,10 +194,8 @@ class ResultsWriter:
 
 
 def _prepare_append(path: str, header: str, kind: Kind) -> bool:
-    """Check the header of an existing file and cut off an unterminated last line.
-
-    Returns True when the file is missing or empty, so the header still has to be written.
-    """
+    """Check the header of an existing file and cut off an unterminated last line; whether the header still has
+    to be written (the file is missing or empty)."""
     if not os.path.exists(path):
         return True
     data = read_regular_file(path, MAX_RESULTS_BYTES)

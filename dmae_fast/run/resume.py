@@ -1,13 +1,10 @@
 """Checking the rows of a results file: before a run continues it (``--resume``), and before
 ``dmae-certify analyze`` summarizes it.
 
-A resumed run keeps the rows already on disk, so they must be rows this very run would
-have written: images of this run, each once, made with its settings, and each row
-consistent with its own counts (the radius and pA_lower recomputed from nA, n, the
-procedure's alpha and sigma; the PREDICT decision from its p-value). A row that fails is
-refused with one line: the file was edited, or belongs to another run. :func:`row_problems`
-names every such row; ``analyze`` applies it with the rules rebuilt from the run record, or,
-without one, with :meth:`RowRules.unknown`: only what holds at every alpha and sigma.
+The kept rows must be rows this very run would have written: its images, each once, made with its settings,
+each consistent with its own counts (radius and pA_lower recomputed from nA, n, alpha and sigma; the PREDICT
+decision from its p-value); else one line refuses them. ``analyze`` applies :func:`row_problems` with the rules
+of the run record, or without one :meth:`RowRules.unknown`: only what holds at every alpha and sigma.
 """
 
 from __future__ import annotations
@@ -24,14 +21,11 @@ from dmae_fast.stats.bounds import lower_confidence_bound, radius, top_two_pvalu
 from dmae_fast.stats.decisions import ABSTAIN
 from dmae_fast.stats.rules import RowRules
 
-# Recomputed values may differ from the written ones by the writer's rounding down, plus
-# the last digits of another SciPy's quantile functions.
+# Recomputed values may differ from the written ones by the writer's rounding down and another SciPy's last digits.
 RADIUS_SLACK = 2 * 10.0**-RADIUS_DECIMALS
 BOUND_SLACK = 2 * 10.0**-P_LOWER_DECIMALS
 # The largest double below 1: the largest alpha a run accepts, and the largest pA_lower with a finite radius.
 BELOW_ONE = math.nextafter(1.0, 0.0)
-
-
 # The columns a row needs to be checked against its counts (Cohen et al.'s files have none of them).
 COUNT_COLUMNS = {"certify": ("n0", "n", "nA", "pA_lower", "sigma", "procedure"),
                  "predict": ("n", "count1", "count2", "pvalue", "sigma")}

@@ -1,17 +1,15 @@
-"""How the processes of a run share its images and write its rows (:mod:`dmae_fast.run.driver`
-drives them; a single process is a world of one).
+"""How the processes of a run share its images and write its rows (:mod:`dmae_fast.run.driver` drives them).
 
-``--shard images`` (:class:`ImageShards`, also a world of one): each process claims the next image
-whenever its stream has room (from the store under torchrun, so faster ranks take more; in turn in a
-world of one) and writes its rows: a world of one to ``--out`` itself, a rank to its own part file
-(:mod:`dmae_fast.run.parts`), merged by rank 0 at the end sorted by ``idx``.
-``--shard samples`` (:class:`SampleShards`, torchrun only): rank 0 reads the images, every rank runs the
-same schedule of them and counts its share of each batch's rows, the counts summed across the ranks at
-each stage end (:class:`~dmae_fast.batching.scheduler.RowSplit`); rank 0 writes the rows.
+``--shard images`` (:class:`ImageShards`, also a world of one): each process claims the next image whenever its
+stream has room (faster ranks take more) and writes its rows: a world of one to ``--out``, a rank to its own part
+file (:mod:`dmae_fast.run.parts`), merged by rank 0 at the end. ``--shard samples`` (:class:`SampleShards`): rank 0
+reads the images, every rank counts its share of each batch's rows of the same schedule, the counts summed at each
+stage end (:class:`~dmae_fast.batching.scheduler.RowSplit`); rank 0 writes the rows.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from collections.abc import Callable, Iterator
@@ -51,11 +49,8 @@ class _Shards:
 
     def _write(self, counts: Iterator[ImageCounts], path: str, mode: Mode | None, after: Callable[[int], None]) -> None:
         """Turn ``counts`` into rows: into ``path`` opened with ``mode`` (None: no file), and to ``on_row``."""
-        if mode is None:
-            self.rows = RowWriter(self.opened, None, self.on_row, after)
-            self.rows.consume(counts)
-            return
-        with ResultsWriter(path, self.opened.kind, mode) as writer, self.bar:
+        file = ResultsWriter(path, self.opened.kind, mode) if mode is not None else contextlib.nullcontext()
+        with file as writer, self.bar:  # no file: a rank other than 0, whose bar is off
             self.rows = RowWriter(self.opened, writer, self.on_row, after)
             self.rows.consume(counts)
 

@@ -1,10 +1,7 @@
 """The HTTP API (Starlette): /v1/predict, /v1/certify, /v1/model, /healthz, /metrics.
 
-Every error is a JSON ``{"error": "...", "status": N}`` with the matching status: 400 malformed
-request, 401/403 missing/wrong bearer token, 404/405 unknown route/method, 408 body not sent in
-time (the connection is then closed), 413 too large, 415 unsupported media type, 422 image of the
-wrong shape or values, 429 queue full, 503 shutting down, 504 timed out, 500 a failure of the
-classifier or a bug (logged; the server keeps serving).
+Every error is a JSON ``{"error": "...", "status": N}`` (the status codes: docs/serving.md, "Limits and errors");
+a failure of the classifier or a bug is a 500, logged, and the server keeps serving.
 """
 
 from __future__ import annotations
@@ -17,6 +14,7 @@ import time
 import traceback
 from collections.abc import Awaitable, Callable
 
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -25,7 +23,6 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from dmae_fast.errors import UserError
-from dmae_fast.serve.metrics import CONTENT_TYPE
 from dmae_fast.serve.payloads import PayloadError, parse_request
 from dmae_fast.serve.scheduler import Closed, IndicesExhausted, QueueFull
 from dmae_fast.serve.service import RequestTimeout, Service
@@ -156,20 +153,18 @@ def build_app(service: Service) -> Starlette:
 
     async def healthz(request: Request) -> Response:
         stats = service.scheduler.stats()
-        status = "ok" if service.scheduler.alive and not service.draining else \
-            ("draining" if service.draining else "scheduler stopped")
+        status = "draining" if service.draining else "ok" if service.scheduler.alive else "scheduler stopped"
         return JSONResponse({"status": status, "queue_images": stats.admitted, "device_images": stats.on_device,
                              "next_index": stats.next_index}, status_code=200 if status == "ok" else 503)
 
     async def metrics(request: Request) -> Response:
-        return Response(service.metrics.render(), media_type=CONTENT_TYPE)
+        return Response(service.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     async def http_error(request: Request, problem: HTTPException) -> Response:
         message = {404: f"no route {request.url.path}", 405: f"method {request.method} not allowed on "
                    f"{request.url.path}"}.get(problem.status_code, problem.detail)
-        response = error(problem.status_code, message, dict(problem.headers or {}))
         service.metrics.requests.labels("other", str(problem.status_code)).inc()
-        return response
+        return error(problem.status_code, message, dict(problem.headers or {}))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette):

@@ -31,7 +31,7 @@ class Limits:
     timeout_s: float = 60.0  # from admission to the answer (504 after, the request's rows are dropped)
 
     def validate(self) -> None:
-        checks = [
+        _check([
             (self.max_body_bytes >= 1024, f"--max-body-bytes must be >= 1024, got {self.max_body_bytes}"),
             (self.max_image_pixels >= 1, f"--max-image-pixels must be >= 1, got {self.max_image_pixels}"),
             (self.max_images >= 1, f"--max-images must be >= 1, got {self.max_images}"),
@@ -45,8 +45,7 @@ class Limits:
              f"calibrate), got {self.min_alpha}"),
             (math.isfinite(self.timeout_s) and self.timeout_s > 0,
              f"--timeout must be a finite number of seconds > 0, got {self.timeout_s}"),
-        ]
-        _check(checks)
+        ])
 
 
 @dataclass(frozen=True)
@@ -86,7 +85,8 @@ class ServeConfig:
     defaults: Defaults = field(default_factory=Defaults)
 
     def validate(self) -> None:
-        checks = [
+        self.limits.validate()
+        _check([
             (0 <= self.port <= 65535, f"--port must be in [0, 65535], got {self.port}"),
             (1 <= self.batch <= MAX_BATCH, f"--batch must be in [1, {MAX_BATCH:,}], got {self.batch}"),
             (math.isfinite(self.max_wait_ms) and 0 <= self.max_wait_ms <= 60_000,
@@ -107,9 +107,7 @@ class ServeConfig:
             (1 <= self.defaults.n <= self.limits.max_n, f"--n must be in [1, --max-n], got {self.defaults.n}"),
             (self.limits.min_alpha <= self.defaults.alpha <= self.limits.max_alpha,
              f"--alpha must be in [--min-alpha, --max-alpha], got {self.defaults.alpha}"),
-        ]
-        self.limits.validate()
-        _check(checks)
+        ])
         self.body.validate()
 
 

@@ -1,20 +1,10 @@
 """Request bodies -> validated parameters and image tensors, or a 4xx naming the problem.
 
-Two shapes of request (docs/serving.md):
-
-* ``Content-Type: application/json``: ``{"image": IMAGE}`` or ``{"images": [IMAGE, ...]}`` and the
-  parameters (``n``, ``alpha``; ``n0`` for CERTIFY; the field that asks for another of its procedures,
-  e.g. ``sequential``). An IMAGE is a base64 string
-  of a PNG, JPEG or ``.npy`` file, or ``{"array": [[[...]]]}`` (nested numbers, [C, H, W] in [0, 1]);
-* a raw PNG, JPEG or ``.npy`` body (``image/png``, ``image/jpeg``, ``application/x-npy``,
-  ``application/octet-stream``), the parameters in the query string. A 4-D ``.npy`` array
-  [N, C, H, W] is N images.
-
-Nothing from a payload is executed: ``.npy`` headers are parsed and the data read with
-``np.frombuffer`` (no pickles, whatever the dtype says), pictures are decoded by PIL's PNG and
-JPEG decoders only, after their pixel count is checked against the limit. Pictures are turned
-into [0, 1] tensors exactly as ``dmae-certify`` reads image files. Every image must have the
-classifier's input size: the server does not resize (an answer is for the tensor it smoothed).
+Two shapes of request (docs/serving.md): a JSON object (images as base64 PNG, JPEG or ``.npy`` files, or nested
+``{"array": ...}``; parameters in the object), or a raw PNG, JPEG or ``.npy`` body (parameters in the query string).
+Nothing from a payload is executed: ``.npy`` headers are parsed and the data read with ``np.frombuffer`` (no
+pickles), pictures are decoded by PIL's PNG and JPEG decoders only, after their pixel count is checked against the
+limit, and turned into [0, 1] tensors exactly as ``dmae-certify`` reads image files. The server does not resize.
 """
 
 from __future__ import annotations
@@ -33,7 +23,6 @@ import numpy as np
 import torch
 from PIL import Image
 
-# the file decoder's rules (bit depths, modes), shared
 from dmae_fast.batching.body_options import Sound
 from dmae_fast.data import decoded_image_tensor
 from dmae_fast.data.grid import check_on_grid, quantize
@@ -41,7 +30,6 @@ from dmae_fast.errors import UserError
 from dmae_fast.serve.config import Defaults, Limits
 from dmae_fast.stats.procedure import CERTIFY, PREDICT, ProcedureSpec, flagged
 
-JSON_TYPES = ("application/json",)
 RAW_TYPES = ("image/png", "image/jpeg", "application/x-npy", "application/octet-stream")
 PNG_MAGIC, JPEG_MAGIC, NPY_MAGIC = b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"\x93NUMPY"
 FIELDS = {PREDICT: ("image", "images", "n", "alpha", "sound"),
@@ -75,7 +63,7 @@ def parse_request(kind: str, content_type: str | None, body: bytes, query: list[
     server's ``--sound`` (its requests' images must be on the grid; a request's ``sound`` must match)."""
     media = (content_type or "").split(";")[0].strip().lower()
     allowed = FIELDS[kind] + tuple(flagged(kind))  # and the fields that ask for one of the kind's procedures
-    if media in JSON_TYPES:
+    if media == "application/json":
         if query:
             raise PayloadError(400, "with a JSON body the parameters go in the JSON object, not the query string")
         document = _json_object(body)
@@ -94,12 +82,9 @@ def parse_request(kind: str, content_type: str | None, body: bytes, query: list[
                                f"(allowed: {', '.join(f for f in allowed if not f.startswith('image'))})")
         spec = _spec(kind, fields, defaults, limits, sigma, sound, from_query=True)
         images = decode_image(body, "the body", shape, limits)
-    elif not media:
-        raise PayloadError(415, "missing Content-Type: send application/json, image/png, image/jpeg or "
-                           "application/x-npy")
     else:
-        raise PayloadError(415, f"unsupported Content-Type {media!r}: send application/json, image/png, "
-                           "image/jpeg or application/x-npy")
+        problem = f"unsupported Content-Type {media!r}" if media else "missing Content-Type"
+        raise PayloadError(415, f"{problem}: send application/json, image/png, image/jpeg or application/x-npy")
     if len(images) > limits.max_images:
         raise PayloadError(413, f"{len(images)} images in one request; the limit is {limits.max_images}")
     samples = len(images) * (spec.n + (spec.n0 or 0))
@@ -120,9 +105,6 @@ def _on_grid(image: torch.Tensor, number: int, sound: Sound | None) -> torch.Ten
     except UserError as error:
         raise PayloadError(422, str(error).replace("pass --quantize", "start dmae-serve with --quantize")) from None
     return image
-
-
-# --------------------------------------------------------------------------- parameters
 
 
 def _reject_constant(name: str) -> float:
@@ -202,9 +184,6 @@ def _boolean(fields: Mapping, name: str, from_query: bool) -> bool:
     if isinstance(value, bool):
         return value
     raise PayloadError(400, f"{name} must be true or false, got {str(value)[:40]!r}")
-
-
-# --------------------------------------------------------------------------- images
 
 
 def _json_images(document: dict, shape: tuple[int, ...], limits: Limits) -> list[torch.Tensor]:

@@ -1,14 +1,9 @@
-"""Replay a server's answer offline from its receipt: the receipt's proof (``dmae-serve replay``).
+"""Replay a server's answer offline from its receipt: the receipt's proof (``dmae-serve replay``, docs/serving.md).
 
-An answer's ``receipt`` records the procedure and the settings it ran with (n0, n, alpha, sigma,
-whether it is sequential), the plan they give (phases, sizes, looks), the seed and the SHA-256 of
-the model file; each result records its image index (the noise key), the SHA-256 of the tensor
-that was smoothed, its class counts and its decision fields. :func:`replay_answer` rebuilds the
-procedure from the settings and checks that it is the one recorded, re-runs every image with the
-offline :class:`~dmae_fast.batching.stream.StreamingCertifier` (the noise is a pure function
-of (seed, index, phase, sample): the same classifier gives the same counts whatever the batch
-size), recomputes every decision field from the served counts, and names each field that differs.
-An answer with a missing, mistyped or out-of-range field is a UserError (:func:`read_answer`).
+:func:`replay_answer` rebuilds the procedure from the receipt's settings and checks that it is the one recorded,
+re-runs every image with the offline :class:`~dmae_fast.batching.stream.StreamingCertifier` (the noise is a pure
+function of (seed, index, phase, sample), so the batch size does not matter), recomputes every decision field from
+the served counts, and names each field that differs. A missing, mistyped or out-of-range field is a UserError.
 """
 
 from __future__ import annotations
@@ -93,6 +88,15 @@ def _list(value: object, where: str) -> list:
     return value
 
 
+def _whole_field(receipt: dict, key: str, low: int, bits: int) -> int:
+    return _whole(_field(receipt, key, "the receipt"), f"the receipt's {key}", low, bits)
+
+
+def _whole_list(receipt: dict, key: str, low: int) -> list[int]:
+    where = f"the receipt's {key}"
+    return [_whole(value, where, low, 32) for value in _list(_field(receipt, key, "the receipt"), where)]
+
+
 def plan_of(receipt: dict) -> SamplingPlan:
     """The sampling plan a receipt records (phases, sizes, looks)."""
     names = _list(_field(receipt, "phases", "the receipt"), "the receipt's phases")
@@ -100,10 +104,7 @@ def plan_of(receipt: dict) -> SamplingPlan:
         if name not in Phase.__members__:
             raise UserError(f"the receipt's phases must be phases of the noise contract "
                             f"({', '.join(Phase.__members__)}), got {_text(name)}")
-    sizes = [_whole(s, "the receipt's sizes", 1, 32) for s in _list(_field(receipt, "sizes", "the receipt"),
-                                                                     "the receipt's sizes")]
-    looks = [_whole(s, "the receipt's looks", 1, 32) for s in _list(_field(receipt, "looks", "the receipt"),
-                                                                     "the receipt's looks")]
+    sizes, looks = _whole_list(receipt, "sizes", 1), _whole_list(receipt, "looks", 1)
     if not names or len(sizes) != len(names):
         raise UserError(f"the receipt records {len(names)} phases and {len(sizes)} sizes; it needs one size a phase")
     return SamplingPlan(tuple(Phase[name] for name in names), tuple(sizes), tuple(looks))
@@ -122,7 +123,7 @@ def _read_receipt(receipt: object) -> Receipt:
     if procedure is None:
         raise UserError(f"the receipt's procedure must be one dmae-serve runs ({given_names()}), got {_text(name)}")
     kind = procedure.kind
-    n = _whole(_field(receipt, "n", "the receipt"), "the receipt's n", 1, 32)
+    n = _whole_field(receipt, "n", 1, 32)
     n0 = _field(receipt, "n0", "the receipt")
     if not (n0 is None and kind == PREDICT):
         n0 = _whole(n0, "the receipt's n0", 1, 32)
@@ -132,12 +133,11 @@ def _read_receipt(receipt: object) -> Receipt:
     sigma = _field(receipt, "sigma", "the receipt")
     if sigma_problem(sigma):
         raise UserError(f"the receipt's {sigma_problem(sigma)}")
-    seed = _whole(_field(receipt, "seed", "the receipt"), "the receipt's seed", 0, 64)
+    seed = _whole_field(receipt, "seed", 0, 64)
     model = _field(receipt, "model_sha256", "the receipt")
     if model is not None and not is_sha256(model):
         raise UserError(f"the receipt's model_sha256 must be 64 hex digits or null, got {_text(model)}")
-    indices = [_whole(i, "the receipt's indices", 0, 32) for i in _list(_field(receipt, "indices", "the receipt"),
-                                                                         "the receipt's indices")]
+    indices = _whole_list(receipt, "indices", 0)
     spec = procedure.receipt_spec(str(name), n, float(alpha), float(sigma), None if kind == PREDICT else n0)
     grid = receipt.get("sound_grid")
     if spec.sound != (grid is not None):
@@ -262,10 +262,6 @@ class Replayed:
     """One result replayed; ``differences`` in words ("radius served 0.75, recomputed 0.5"), empty if none."""
 
     index: int
-    same_input: bool  # the image's SHA-256 equals the answer's input_sha256
-    same_counts: bool
-    served: np.ndarray
-    offline: np.ndarray | None  # None: not re-run (the served counts cannot be the plan's)
     differences: tuple[str, ...]
 
 
@@ -332,11 +328,9 @@ def _compared(procedure: Procedure, result: Result, image: torch.Tensor, fit_pro
     if given != served:
         found.append(f"input differs from the one served (input_sha256 served {_text(served, 70)}, the image "
                      f"given {given})")
-    same = offline is not None and bool(np.array_equal(result.counts, offline))
     if fit_problem is not None:
-        found.append(fit_problem)
-    else:
-        if not same:
-            found.append(_counts_difference(procedure.plan, result.counts, offline))
-        found += _field_differences(procedure.name, result.fields, json_result(procedure, result.counts, class_names))
-    return Replayed(result.index, given == served, same, result.counts, offline, tuple(found))
+        return Replayed(result.index, (*found, fit_problem))
+    if not np.array_equal(result.counts, offline):
+        found.append(_counts_difference(procedure.plan, result.counts, offline))
+    found += _field_differences(procedure.name, result.fields, json_result(procedure, result.counts, class_names))
+    return Replayed(result.index, tuple(found))

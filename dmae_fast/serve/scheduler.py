@@ -1,24 +1,15 @@
-"""Continuous batching: the server's device thread is a loop over the one engine loop's steps.
-
-:class:`~dmae_fast.batching.engine_loop.EngineLoop` packs the rows of every in-flight image
-into full batches, as for the offline streamer; this thread adds what a server needs around it:
-
-* **admission**: each request's images are :class:`~dmae_fast.batching.scheduler.Job` objects
-  with their own plan (PREDICT and CERTIFY images share batches), a bounded queue, and an
-  image index per image (the noise key; see :meth:`Scheduler.submit`); the server's own record of
-  each (where its answer goes) stays here, beside the job;
-* **a clock**: when fewer than ``batch`` rows are waiting, the loop waits for more requests
-  until the oldest waiting row is ``max_wait_s`` old, then runs the partial batch;
-* **cancellation and failure**: a timed-out request's images free their slots at once; a failed
-  batch fails the images on the device and the server keeps serving.
-
-The noise is the contract's pure function of (seed, image index, phase, sample), so an image's
-counts are the same as the offline streamer's for the same seed and index, whatever else
-shared its batches (tested).
+"""Continuous batching: the server's device thread is a loop over the steps of an
+:class:`~dmae_fast.batching.engine_loop.EngineLoop`, which packs the rows of every in-flight image into full
+batches. Around it, this thread adds admission (a bounded queue; an image index, the noise key, per image), a clock
+(a partial batch runs once its oldest row is ``max_wait_s`` old), cancellation (a timed-out request's images free
+their slots at once) and failure (a failed batch fails the images on the device; the server keeps serving).
+The noise is a pure function of (seed, image index, phase, sample): an image's counts are the offline streamer's
+for the same seed and index, whatever else shared its batches (tested).
 """
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import threading
 import time
@@ -74,8 +65,6 @@ class Scheduler:
         self._startup_error: BaseException | None = None
         self._thread = threading.Thread(target=self._main, name="dmae-serve-scheduler", daemon=True)
 
-    # ------------------------------------------------------------------ any thread
-
     def start(self) -> None:
         """Allocate the device buffers, run one warm-up batch (compiles the noise), start serving."""
         self._thread.start()
@@ -84,19 +73,10 @@ class Scheduler:
             raise self._startup_error
 
     def submit(self, jobs: list[Job], done: list[Done]) -> None:
-        """Admit a request's images, all or none, giving each its image index (the noise key);
-        ``done[i]`` gets image i's answer.
-
-        With ``first_index`` None (the default), each index is drawn uniformly from [0, 2**32) by
-        the operating system's CSPRNG at admission, after the image has arrived: a client cannot
-        know the noise its image will meet, even though the seed is public (a client that could
-        would be able to pick an input fitted to those particular noise draws, and the certificate's
-        guarantee, which is over noise independent of the input, would not hold). Two images may
-        draw the same index (probability about m**2 / 2**33 among m images); that costs nothing,
-        since each image's noise is still independent of its content. With a ``first_index``, the
-        images get consecutive indices, as in an offline run over a dataset: predictable, for
-        trusted clients only.
-        """
+        """Admit a request's images, all or none, giving each its image index (the noise key); ``done[i]`` gets
+        image i's answer. With ``first_index`` None, each index is drawn by the OS's CSPRNG after the image has
+        arrived, so a client cannot know the noise its image will meet (docs/serving.md, "Noise a client cannot
+        predict"); otherwise indices are consecutive, as in an offline dataset run: for trusted clients only."""
         with self._cond:
             if self._closing:
                 raise Closed("the server is shutting down")
@@ -147,8 +127,6 @@ class Scheduler:
                 self._abort = True
                 self._cond.notify()
             self._thread.join()
-
-    # ------------------------------------------------------------------ the loop thread
 
     def _main(self) -> None:
         try:
@@ -206,19 +184,13 @@ class Scheduler:
             if isinstance(result, BatchFailed):
                 result = RuntimeError(f"the classifier failed: {result}")
             if done is not None:
-                _call(done, result)
+                with contextlib.suppress(Exception):  # a callback's failure must not stop the loop
+                    done(result)
 
     def _fail_everything(self, engine: EngineLoop, error: BaseException) -> None:
         with self._cond:
             inbox, self._inbox = self._inbox, []
         self._answer([(job, error) for job, _ in inbox] + engine.fail_all(error))
-
-
-def _call(done: Done, result: object) -> None:
-    try:
-        done(result)
-    except Exception:  # noqa: BLE001 (a callback's failure must not stop the loop)
-        pass
 
 
 def default_slots(batch: int, image_numel: int, budget_bytes: int = 256 << 20) -> int:

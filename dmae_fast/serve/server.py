@@ -1,12 +1,8 @@
 """Run a :class:`~dmae_fast.serve.service.Service` behind uvicorn until SIGTERM or SIGINT.
 
-Start: open the classifier, run the warm-up batch, bind the socket (``port`` 0 picks a free
-one), print one line naming the address, serve. Connections that do not send a request in time
-are closed (:class:`ReadDeadline`), so slow clients cannot hold the connection slots for long.
-Stop (SIGTERM/SIGINT): new requests get 503, uvicorn stops accepting connections and waits for
-the requests in flight, which the scheduler finishes (each within the per-request timeout);
-then the device thread stops. No answered request is dropped: a request is either answered
-with its result or with an error status.
+Connections that do not send a request in time are closed (:class:`ReadDeadline`), so slow clients cannot hold
+the connection slots. On a signal, new requests get 503 and uvicorn waits for those in flight, which the scheduler
+finishes (each within the per-request timeout): every admitted request is answered, with its result or an error.
 """
 
 from __future__ import annotations
@@ -22,10 +18,7 @@ import threading
 from dataclasses import dataclass
 
 import uvicorn
-from uvicorn.protocols.http.httptools_impl import (
-    HttpToolsProtocol,
-    RequestResponseCycle,
-)
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from dmae_fast.errors import UserError
 from dmae_fast.serve.app import build_app
@@ -33,10 +26,9 @@ from dmae_fast.serve.config import PROG, ServeConfig
 from dmae_fast.serve.service import Service
 
 BACKLOG = 2048
-# ReadDeadline extends uvicorn's httptools protocol (its callbacks, ``cycle`` and the cycle's
-# ``disconnected`` / ``message_event`` / ``response_complete``): internals with no public
-# equivalent, identical in every release of this range (read, and the deadline tests run, on
-# 0.29.0 and 0.54.0). pyproject bounds uvicorn to it; tests/test_serve.py checks both.
+# ReadDeadline extends uvicorn's httptools protocol (its callbacks, ``cycle`` and the cycle's ``disconnected`` /
+# ``message_event`` / ``response_complete``): internals with no public equivalent, identical in every release of
+# this range (read, and the deadline tests run, on 0.29.0 and 0.54.0). pyproject bounds uvicorn to it.
 UVICORN_VERIFIED = ((0, 29), (0, 55))  # [first, end): the minor releases ReadDeadline was verified on
 
 
@@ -44,9 +36,9 @@ def check_uvicorn(version: str = uvicorn.__version__) -> None:
     """Refuse (UserError) a uvicorn outside :data:`UVICORN_VERIFIED`: the read deadline relies on its internals."""
     (low, high), release = UVICORN_VERIFIED, tuple(int(part) for part in version.split(".")[:2] if part.isdigit())
     if not low <= release < high:
-        raise UserError(f"uvicorn {version} is installed; dmae-serve's read deadline was verified on uvicorn "
-                        f">={low[0]}.{low[1]},<{high[0]}.{high[1]} (pip install 'uvicorn>={low[0]}.{low[1]},"
-                        f"<{high[0]}.{high[1]}')")
+        pin = f">={low[0]}.{low[1]},<{high[0]}.{high[1]}"
+        raise UserError(f"uvicorn {version} is installed; dmae-serve's read deadline was verified on uvicorn {pin} "
+                        f"(pip install 'uvicorn{pin}')")
 
 
 class _Server(uvicorn.Server):
@@ -78,13 +70,12 @@ class _Server(uvicorn.Server):
 
 class ReadDeadline(HttpToolsProtocol):
     """uvicorn's HTTP protocol with a deadline on receiving a request, and every unanswered request told
-    when its client leaves.
+    when its client leaves (uvicorn itself times only idle keep-alive connections).
 
     A request's line and headers must arrive within ``read_timeout_s`` of connecting (on a keep-alive
     connection: of the request's first byte), else 408 and the connection is closed. Its body is then
     the application's to time (:func:`dmae_fast.serve.app.read_body`); a body it answered without
-    reading must still arrive by the deadline, else the connection is closed. (uvicorn itself times
-    only idle keep-alive connections.)"""
+    reading must still arrive by the deadline, else the connection is closed."""
 
     def __init__(self, *args, read_timeout_s: float, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -157,7 +148,7 @@ def bind(host: str, port: int) -> socket.socket:
         raise UserError(f"cannot listen on {host}:{port}: {getattr(error, 'strerror', None) or error}") from None
 
 
-def serve(config: ServeConfig, announce=lambda line: print(line, file=sys.stderr, flush=True)) -> ServeResult:
+def serve(config: ServeConfig) -> ServeResult:
     """Serve until a signal; returns what was done."""
     check_uvicorn()
     sock = bind(config.host, config.port)  # a taken port fails before the classifier is loaded
@@ -175,9 +166,9 @@ def serve(config: ServeConfig, announce=lambda line: print(line, file=sys.stderr
         server = _Server(uv_config, service)
         indices = "" if config.first_index is None else \
             f" (consecutive image indices from {config.first_index}: clients can predict their noise)"
-        announce(f"{PROG}: {service.body.description} ({service.resolved}), sigma {service.sigma}, seed "
-                 f"{service.seed}{indices}, batch {config.batch}, max wait {config.max_wait_ms:g} ms; "
-                 f"listening on {address}")
+        print(f"{PROG}: {service.body.description} ({service.resolved}), sigma {service.sigma}, seed {service.seed}"
+              f"{indices}, batch {config.batch}, max wait {config.max_wait_ms:g} ms; listening on {address}",
+              file=sys.stderr, flush=True)
         server.run(sockets=[sock])
     finally:
         sock.close()

@@ -12,6 +12,7 @@ import hashlib
 import math
 import platform
 import secrets
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -96,7 +97,7 @@ class Service:
             "precision": self.engine.precision,
             "device": device_name(self.engine.device),
             "sigma": self.sigma,
-            "sound": None if self.config.body.sound is None else self.config.body.sound.record(),
+            "sound": None if config.body.sound is None else config.body.sound.record(),
             "input_shape": list(self.shape),
             "num_classes": spec.num_classes,
             "class_names": list(spec.class_names) if spec.class_names else None,
@@ -104,31 +105,18 @@ class Service:
             "image_indices": "random" if config.first_index is None else f"consecutive from {config.first_index}",
             "batch": config.batch,
             "max_wait_ms": config.max_wait_ms,
-            "defaults": {"n0": config.defaults.n0, "n": config.defaults.n, "alpha": config.defaults.alpha},
-            "limits": {"max_body_bytes": config.limits.max_body_bytes,
-                       "max_image_pixels": config.limits.max_image_pixels,
-                       "max_images": config.limits.max_images, "max_n": config.limits.max_n,
-                       "max_n0": config.limits.max_n0, "max_request_samples": config.limits.max_request_samples,
-                       "min_alpha": config.limits.min_alpha, "max_alpha": config.limits.max_alpha,
-                       "timeout_s": config.limits.timeout_s, "max_queue": config.max_queue},
+            "defaults": asdict(config.defaults),
+            "limits": {**asdict(config.limits), "max_queue": config.max_queue},
             "versions": {"dmae_fast": __version__, "torch": torch.__version__, "python": platform.python_version()},
         }
-
-    def receipt_base(self) -> dict:
-        """What every answer's receipt names besides the request's own settings and indices."""
-        sound = self.config.body.sound
-        return {"seed": self.seed, "engine": self.body.description, "model_sha256": self.model_sha256,
-                "precision": self.engine.precision, "dmae_fast": __version__,
-                **({"sound_grid": sound.grid} if sound is not None else {})}
 
     async def answer(self, request: ParsedRequest) -> dict:
         """Run one request through the scheduler; its JSON answer (raises QueueFull, Closed, RequestTimeout...)."""
         procedure = Procedure(request.spec)
-        plan, decide = procedure.plan, procedure.decide
         loop = asyncio.get_running_loop()
         futures = [loop.create_future() for _ in request.images]
-        jobs = [Job(image, plan, decide) for image in request.images]
-        self.scheduler.submit(jobs, [functools.partial(_settle_from_thread, loop, future) for future in futures])
+        jobs = [Job(image, procedure.plan, procedure.decide) for image in request.images]
+        self.scheduler.submit(jobs, [functools.partial(loop.call_soon_threadsafe, _settle, f) for f in futures])
         gathered = asyncio.gather(*futures)
         gathered.add_done_callback(_retrieved)  # cancelled in wait_for, it holds a CancelledError nobody reads
         try:
@@ -144,7 +132,11 @@ class Service:
         results = [{"index": job.index, "input_sha256": input_sha256(job.image), **json_result(procedure, c, names)}
                    for job, c in zip(jobs, counts)]
         self.metrics.images.labels(procedure.kind).inc(len(results))
-        receipt = {**self.receipt_base(), **procedure.receipt(), "indices": [job.index for job in jobs]}
+        sound = self.config.body.sound
+        receipt = {"seed": self.seed, "engine": self.body.description, "model_sha256": self.model_sha256,
+                   "precision": self.engine.precision, "dmae_fast": __version__,
+                   **({"sound_grid": sound.grid} if sound is not None else {}), **procedure.receipt(),
+                   "indices": [job.index for job in jobs]}
         return {"procedure": procedure.name, "results": results, "receipt": receipt}
 
 
@@ -161,10 +153,6 @@ def _retrieved(future: asyncio.Future) -> None:
     """Mark ``future``'s exception as seen (asyncio logs one nobody retrieved when the future is freed)."""
     if not future.cancelled():
         future.exception()
-
-
-def _settle_from_thread(loop: asyncio.AbstractEventLoop, future: asyncio.Future, result: object) -> None:
-    loop.call_soon_threadsafe(_settle, future, result)
 
 
 def _settle(future: asyncio.Future, result: object) -> None:

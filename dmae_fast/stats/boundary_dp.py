@@ -39,28 +39,17 @@ def _increment(m: int, q: float, tail: float | None) -> tuple[int, np.ndarray, f
     return lo, pmf, float(outside)
 
 
-def _convolve(a: np.ndarray, b: np.ndarray, direct: bool) -> np.ndarray:
-    if direct or min(a.size, b.size) < DIRECT:
-        return np.convolve(a, b)
-    from scipy.signal import fftconvolve
-
-    convolved: np.ndarray = np.maximum(fftconvolve(a, b), 0.0)
-    return convolved
-
-
 def _dp(looks: tuple[int, ...], q: float, bounds: np.ndarray | None = None, targets: np.ndarray | None = None,
         ceiling: np.ndarray | None = None, tail: float | None = None) -> tuple[np.ndarray, np.ndarray, float]:
-    """The exact DP over failure counts at failure probability q.
+    """The exact DP over failure counts at failure probability q: evaluates given failure ``bounds``, or picks
+    at each look the largest bound (at most ``ceiling``) whose cumulative rejection probability, plus the
+    truncated mass, stays within ``targets`` (cumulative through each look). Returns (bounds, rejection
+    probability at each look, truncated mass).
 
-    Either evaluates given failure bounds, or (``targets``: cumulative rejection probability allowed
-    through each look; ``ceiling``: largest bound allowed) picks at each look the largest bound whose
-    cumulative rejection probability, plus the truncated mass, stays within the target.
-    Returns (bounds, rejection probability at each look, truncated mass).
-
-    With ``tail`` (precise, for tiny alpha) it convolves directly, never by FFT (sums of non-negative
-    terms keep their relative precision: no mass of 1e-300 lost to an FFT's rounding of 1e-17), and
-    truncates at most ``tail`` per window edge and step, counting what it truncates as rejected.
-    """
+    With ``tail`` (precise, for tiny alpha) it convolves directly, never by FFT (sums of non-negative terms
+    keep their relative precision: no mass of 1e-300 lost to an FFT's rounding of 1e-17), and truncates at
+    most ``tail`` per window edge and step, counting what it truncates as rejected."""
+    from scipy.signal import fftconvolve
     from scipy.stats import binom
 
     out = np.full(len(looks), -1, dtype=np.int64)
@@ -69,7 +58,11 @@ def _dp(looks: tuple[int, ...], q: float, bounds: np.ndarray | None = None, targ
     for k, look in enumerate(looks):
         lo, pmf, outside = _increment(look - prev, q, tail)
         prev, truncated = look, truncated + outside
-        alive, start = _convolve(alive, pmf, tail is not None), start + lo
+        if tail is not None or min(alive.size, pmf.size) < DIRECT:
+            alive = np.convolve(alive, pmf)
+        else:
+            alive = np.maximum(fftconvolve(alive, pmf), 0.0)
+        start += lo
         if tail is None:
             end = int(binom.isf(TAIL, look, q)) + 1 - start  # beyond: mass <= TAIL even unconditionally
             cut = TAIL

@@ -1,13 +1,11 @@
 """The statistics of Cohen et al.'s CERTIFY and PREDICT, over SciPy.
 
-The quantiles come from ``scipy.special``, which imports in a third of the time of
-``scipy.stats``: ``betaincinv`` and ``ndtri`` are the routines behind ``beta.ppf`` and
-``norm.ppf`` (bit for bit the same values on 55,744 quantiles with SciPy 1.17; the tests compare
-to 1e-12 relative). PREDICT's binomial tails import ``scipy.stats`` on first use.
-
-Below alpha = 1e-100 the bound is solved in log space instead: far below, ``betaincinv`` underflows
-(at alpha 1e-300, 1,962 votes in 2,000 give 0.696, where P(X >= 1962) is 1e52 alpha); measured, it
-holds to 1e-8 relative down to 1e-240 on every count of n <= 30,000 and on samples up to n = 10^7.
+The quantiles come from ``scipy.special``, which imports in a third of the time of ``scipy.stats``:
+``betaincinv`` and ``ndtri`` are the routines behind ``beta.ppf`` and ``norm.ppf`` (bit for bit the same values
+on 55,744 quantiles with SciPy 1.17; the tests compare to 1e-12 relative). PREDICT's binomial tails import
+``scipy.stats`` on first use. Below alpha = 1e-100 the bound is solved in log space instead, where
+``betaincinv`` underflows (docs/certify.md); measured, it holds to 1e-8 relative down to 1e-240 on every
+count of n <= 30,000 and on samples up to n = 10^7.
 """
 
 from __future__ import annotations
@@ -23,19 +21,14 @@ MAX_TERMS = 10 ** 7  # binomial terms summed per tail at most (more: the tail co
 
 def lower_confidence_bounds(n_a: np.ndarray | int, n: np.ndarray | int, alpha: float) -> np.ndarray:
     """:func:`lower_confidence_bound` over arrays of counts n_a >= 1 (broadcast with n)."""
-    bounds: np.ndarray
-    if alpha >= LOG_SPACE_BELOW:
-        bounds = betaincinv(n_a, n - n_a + 1, alpha)
-    else:
-        bounds = np.vectorize(_log_space_bound, otypes=[float])(n_a, n, alpha)
+    bounds: np.ndarray = (betaincinv(n_a, n - n_a + 1, alpha) if alpha >= LOG_SPACE_BELOW
+                          else np.vectorize(_log_space_bound, otypes=[float])(n_a, n, alpha))
     return bounds
 
 
 def lower_confidence_bound(n_a: int, n: int, alpha: float) -> float:
-    """One-sided (1 - alpha) Clopper-Pearson lower bound on p from n_a successes in n.
-
-    The alpha-quantile of Beta(n_a, n - n_a + 1), and 0 when n_a = 0.
-    """
+    """One-sided (1 - alpha) Clopper-Pearson lower bound on p from n_a successes in n: the alpha-quantile
+    of Beta(n_a, n - n_a + 1), and 0 when n_a = 0."""
     return 0.0 if n_a == 0 else float(lower_confidence_bounds(n_a, n, alpha))
 
 
@@ -88,10 +81,9 @@ def max_radius(n: int, alpha: float, sigma: float) -> float:
 def top_two_pvalue(count1: int, count2: int) -> float:
     """Two-sided binomial test of count1 out of n = count1 + count2 at p = 1/2.
 
-    At p = 1/2 the outcomes no likelier than count1 are the two tails beyond m = min(count1,
-    count2), so the p-value is P(X <= m) + P(X >= n - m): scipy.stats.binomtest's value (tested),
-    without its search for the other tail (0.35 ms a call, a quarter of a served request's CPU).
-    """
+    The outcomes no likelier than count1 are the two tails beyond m = min(count1, count2), so the p-value
+    is P(X <= m) + P(X >= n - m): scipy.stats.binomtest's value (tested), without its search for the
+    other tail (0.35 ms a call, a quarter of a served request's CPU)."""
     from scipy.stats import binom
 
     n, m = count1 + count2, min(count1, count2)

@@ -9,9 +9,7 @@ The smoothed classifier g(x) = argmax_c P(f(x + sigma * eta) = c), eta ~ N(0, I)
 * PREDICT(x, n, alpha): the top two classes of n samples; abstain unless the two-sided
   binomial test of count1 vs count1 + count2 at p = 1/2 has p-value <= alpha.
 
-The decisions (``certify_from_counts``, ``predict_from_counts``) are pure functions of
-class counts, so every machinery that produces counts (one image at a time, or batched
-over many) shares them.
+The decisions are pure functions of class counts, shared by every machinery that produces counts.
 """
 
 from __future__ import annotations
@@ -49,9 +47,8 @@ class Prediction:
 def certify_from_counts(selection: np.ndarray, estimation: np.ndarray, alpha: float, sigma: float) -> Certificate:
     """CERTIFY's decision from the class counts of its two independent draws."""
     guess = int(np.argmax(selection))
-    n_a, n = int(estimation[guess]), int(estimation.sum())
+    n0, n_a, n = int(selection.sum()), int(estimation[guess]), int(estimation.sum())
     p_a_lower = lower_confidence_bound(n_a, n, alpha)
-    n0 = int(selection.sum())
     if p_a_lower < 0.5:
         return Certificate(ABSTAIN, 0.0, n0, n, n_a, p_a_lower)
     return Certificate(guess, radius(p_a_lower, sigma), n0, n, n_a, p_a_lower)

@@ -62,7 +62,7 @@ from scipy.special import ndtr
 from dmae_fast.errors import UserError
 from dmae_fast.stats.boundary_dp import boundary_table
 from dmae_fast.stats.decisions import ABSTAIN, Certificate
-from dmae_fast.stats.sequential import LookStopping, upper_bounds
+from dmae_fast.stats.sequential import LookStopping, min_counts, upper_bounds
 from dmae_fast.stats.settings import FUTILITY_MODES, PAPER_RADII, SMALLEST_SEQUENTIAL_ALPHA
 
 PROCEDURE = "group-sequential-exact"
@@ -140,17 +140,6 @@ class GroupSequentialConfig:
         return tuple(sorted(set(default_looks(self.n)) | ({self.lower_cap} if self.lower_cap else set())))
 
 
-def _min_votes(n: int, alpha: float, rates: np.ndarray) -> np.ndarray:
-    """The fewest votes for cA in n whose (1 - alpha) Clopper-Pearson upper bound on p reaches each
-    rate (n + 1 if none do), by bisection: the bound increases with the votes."""
-    lo, hi = np.full(rates.shape, -1), np.full(rates.shape, n + 1)
-    while np.any(active := hi - lo > 1):
-        mid = (lo + hi) // 2
-        ok = upper_bounds(np.clip(mid, 0, n), n, alpha) >= rates
-        hi, lo = np.where(active & ok, mid, hi), np.where(active & ~ok, mid, lo)
-    return hi
-
-
 class GroupSequentialCertifier(LookStopping):
     """Stopping decisions and certificates of group-sequential CERTIFY for one configuration.
 
@@ -167,22 +156,22 @@ class GroupSequentialCertifier(LookStopping):
         self.level_radii = np.unique(np.array((0.0, *config.radii)))
         self.thresholds = ndtr(self.level_radii / config.sigma)
         z = tuple(float(v) for v in self.level_radii / config.sigma)
-        settings = (config.alpha, config.spending, config.final_shift)
-        full, self.rhos = boundary_table(self.looks, z, settings[0], (config.n,) * len(z), *settings[1:])
+        settings = (config.spending, config.final_shift)
+        full, self.rhos = boundary_table(self.looks, z, config.alpha, (config.n,) * len(z), *settings)
         reachable = np.flatnonzero(full[:, -1] >= 0)
         self.target = int(reachable[-1]) if reachable.size else 0
         self.caps = np.full(len(z), config.n)
         self.failures = full.copy()
         if config.lower_cap is not None and self.target > 0:
             self.caps[:self.target] = config.lower_cap
-            table, self.rhos = boundary_table(self.looks, z, settings[0], tuple(int(c) for c in self.caps),
-                                              *settings[1:])
-            beyond = np.array(self.looks) > config.lower_cap  # images here had levels < target rejected
+            table, self.rhos = boundary_table(self.looks, z, config.alpha, tuple(int(c) for c in self.caps), *settings)
+            looks = np.array(self.looks)
+            beyond = looks > config.lower_cap  # images here had levels < target rejected
             self.failures = table.copy()
-            self.failures[:self.target, beyond] = np.array(self.looks)[beyond]
+            self.failures[:self.target, beyond] = looks[beyond]
         self._final = self.failures[np.arange(len(z)), [self.looks.index(c) for c in self.caps]]
         need = 1.0 - self._final / self.caps  # the rate of cA votes that just meets a level's last bound
-        self._upper_need = np.stack([_min_votes(look, config.futility_alpha, need) for look in self.looks])
+        self._upper_need = np.stack([min_counts(upper_bounds, n, config.futility_alpha, need) for n in self.looks])
 
     @property
     def procedure(self) -> str:
@@ -190,11 +179,6 @@ class GroupSequentialCertifier(LookStopping):
         and a digest of the failure bounds (equal names certify equal counts alike)."""
         digest = hashlib.sha256(np.ascontiguousarray(self.failures).tobytes()).hexdigest()[:8]
         return f"{PROCEDURE}-K{len(self.looks)}-{digest}"
-
-    @property
-    def target_radius(self) -> float:
-        """The largest grid radius certifiable at the cap (0.0: "certified at all")."""
-        return float(self.level_radii[self.target])
 
     def levels(self, look: int, n_a: np.ndarray | int) -> np.ndarray:
         """How many levels (0 .. J) n_a votes for cA reject at look ``look`` (0-based): the certified

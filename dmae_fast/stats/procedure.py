@@ -9,7 +9,7 @@ nothing else names it. See :mod:`.procedure_base` for what a procedure renders.
 
 from __future__ import annotations
 
-from dmae_fast.stats import fixed_n_procedure, predict_procedure, sequential_procedure
+from dmae_fast.stats import fixed_n_procedure, predict_procedure, sequential_procedure  # noqa: F401 (registers them)
 from dmae_fast.stats.procedure_base import (
     CERTIFY,
     PREDICT,
@@ -23,7 +23,5 @@ from dmae_fast.stats.procedure_base import (
 )
 from dmae_fast.stats.sequential_procedure import sequential_certifier
 
-BUILT_IN = (predict_procedure.Predict, fixed_n_procedure.FixedNCertify, sequential_procedure.SequentialCertify)
-
-__all__ = ["BUILT_IN", "CERTIFY", "PREDICT", "Procedure", "ProcedureSpec", "flagged", "given_names", "of_receipt",
-           "register", "registered", "sequential_certifier"]
+__all__ = ["CERTIFY", "PREDICT", "Procedure", "ProcedureSpec", "flagged", "given_names", "of_receipt", "register",
+           "registered", "sequential_certifier"]

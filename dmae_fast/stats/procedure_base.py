@@ -4,14 +4,13 @@ A :class:`Procedure` is what a run (``dmae-certify``), a request (``dmae-serve``
 for: its sampling plan (the noisy samples of every image, and the looks where it may stop), its
 stopping rule (``decide``), its decision from class counts (``result``), and what only it knows
 about that decision: the fields of an answer, the rules its result rows satisfy, its receipt and
-how a receipt rebuilds it, the request field that asks for it, its summary radii. Each procedure
-is a module that subclasses :class:`Procedure` and registers it (:func:`register`); drivers, the
-server and replay ask the procedure and name none. :mod:`dmae_fast.stats.procedure` registers the built-in
-ones (PREDICT, fixed-n CERTIFY, sequential CERTIFY).
+how a receipt rebuilds it, the request field that asks for it, its summary radii. Drivers, the server
+and replay ask the procedure and name none; :mod:`dmae_fast.stats.procedure` registers the built-in ones.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
@@ -110,12 +109,8 @@ class Procedure:
         return None
 
     def fields(self, result: Certificate | Prediction) -> dict[str, Any]:
-        """The decision fields of one image's answer."""
-        if isinstance(result, Certificate):
-            return {"prediction": result.prediction, "radius": result.radius, "n0": result.n0, "n": result.n,
-                    "n_a": result.n_a, "p_a_lower": result.p_a_lower}
-        return {"prediction": result.prediction, "n": result.n, "count1": result.count1, "count2": result.count2,
-                "pvalue": result.pvalue}
+        """The decision fields of one image's answer: every field of ``result``, in order."""
+        return dataclasses.asdict(result)
 
     def receipt(self) -> dict[str, Any]:
         """The sampling settings that, with the seed, an image's index and the classifier, give its counts

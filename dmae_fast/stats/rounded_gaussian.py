@@ -1,12 +1,9 @@
 """The rounded Gaussian of ``--sound`` (issue 37): its exact integer thresholds and what they cost.
 
-On the 1/L grid the noise is Z = round(L * eps), eps ~ N(0, sigma^2): with s = L * sigma,
-P(Z = k) = Phi((k + 1/2) / s) - Phi((k - 1/2) / s). A sampler draws a uniform 64-bit integer U and
-returns the k with T_{k-1} <= U < T_k, where T_k = floor(2**64 * Phi((k + 1/2) / s)) for
-k = -K .. K-1 (T_{-K-1} = 0, T_K = 2**64) and K is the smallest integer >= 1 with
-P(|Z| > K) <= 2**-70. The thresholds are computed with mpmath at 60 and at 120 significant digits and
-must agree exactly. What the 64-bit thresholds and the cut tails change is bounded in total variation
-(:attr:`SoundTable.tv_per_element`), which a run adds to alpha. The contract is docs/sound.md.
+On the 1/L grid the noise is Z = round(L * eps), eps ~ N(0, sigma^2); with s = L * sigma, a sampler draws a
+uniform 64-bit integer U and returns the k with T_{k-1} <= U < T_k, where T_k = floor(2**64 * Phi((k + 1/2) / s))
+for k = -K .. K-1 (T_{-K-1} = 0, T_K = 2**64). What the 64-bit thresholds and the cut tails change is bounded
+in total variation (:attr:`SoundTable.tv_per_element`), which a run adds to alpha. The contract is docs/sound.md.
 """
 
 from __future__ import annotations

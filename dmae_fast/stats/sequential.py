@@ -1,29 +1,25 @@
-"""Opt-in sequential (early-stopping) CERTIFY with the same 1 - alpha guarantee.
+"""Opt-in sequential (early-stopping) CERTIFY with the same 1 - alpha guarantee, by a Bonferroni correction.
 
-After n0 selection samples pick the guess cA, estimation samples are drawn in stages up to
-a cap n_max. At each of K pre-planned looks L_1 < ... < L_K = n_max (cumulative estimation
-sample counts, fixed before any sample is seen) the count nA_k of cA among the first L_k
-samples is known, and the procedure may stop; it then certifies from the one-sided
-Clopper-Pearson lower bound B_k at level alpha / K, exactly as fixed-n CERTIFY does at alpha.
+After n0 selection samples pick the guess cA, estimation samples are drawn in stages up to a cap n_max. At
+each of K pre-planned looks L_1 < ... < L_K = n_max (cumulative estimation counts, fixed before any sample
+is seen) the procedure may stop; it then certifies from the one-sided Clopper-Pearson lower bound B_k on
+the nA_k votes for cA among the first L_k samples at level alpha / K, exactly as fixed-n CERTIFY does at alpha.
 
-Why this is valid. Condition on the selection draw (independent of the estimation
-samples), so cA and p = P(f(x + eta) = cA) are fixed. For each k, L_k is a constant and the
-first L_k estimation samples are i.i.d. Bernoulli(p), so P(B_k > p) <= alpha / K (exact CP
-coverage). By the union bound, P(B_k > p for some k) <= alpha: with probability at least
-1 - alpha all K bounds are <= p simultaneously. On that event the bound at the look tau
-where the procedure stops is <= p whatever tau is (tau may depend on the counts in any
-way: target reached, futility, ...). So P(B_tau > p) <= alpha, and Cohen et al.'s argument
-applies unchanged: if B_tau >= 1/2 then g(x) = cA and g is constant within
+Why this is valid. Condition on the selection draw (independent of the estimation samples), so cA and
+p = P(f(x + eta) = cA) are fixed. Each L_k is a constant, so P(B_k > p) <= alpha / K (exact CP coverage),
+and by the union bound all K bounds are <= p together with probability >= 1 - alpha. On that event the
+bound at the stopping look tau is <= p however tau depends on the counts (target reached, futility, ...),
+so Cohen et al.'s argument applies unchanged: if B_tau >= 1/2 then g(x) = cA and g is constant within
 sigma * Phi^-1(B_tau). The looks must not depend on the data; a stopping rule may.
 
-Why "CP at alpha at every look" is not. Each single bound errs with probability alpha, but
-stopping at the first look whose bound certifies (or reporting the best look) errs when ANY
-of the K bounds overshoots p: P(max_k B_k > p) is up to about K * alpha (less, because the
-bounds are correlated; see tests/test_sequential.py, which measures it above alpha).
+Why "CP at alpha at every look" is not: stopping at the first look whose bound certifies errs when ANY of
+the K bounds overshoots p, with probability up to about K * alpha (tests/test_sequential.py measures it
+above alpha).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,30 +28,19 @@ import numpy as np
 from scipy.special import betaincinv, ndtr
 
 from dmae_fast.errors import UserError
-from dmae_fast.stats.bounds import (
-    lower_confidence_bound,
-    lower_confidence_bounds,
-    radius,
-)
+from dmae_fast.stats.bounds import lower_confidence_bound, lower_confidence_bounds, radius
 from dmae_fast.stats.decisions import ABSTAIN, Certificate
 from dmae_fast.stats.settings import FUTILITY_MODES, PAPER_RADII
 
-# Default looks: n_max and EARLY_LOOKS halvings of LAST_EARLY * n_max (K = 6; n_max =
-# 10,000 gives 407, 813, 1625, 3250, 6500, 10000). From bench/sequential_savings.py
-# (ImageNet-shaped population, n0 100, n_max 10,000, alpha 0.001, futility "upper"):
-# * pA ~ 1 images stop at the first look where all-cA votes reach the target radius:
-#   ln(alpha/6) / ln Phi(r/sigma) = 378 samples for 2 sigma (the target at sigma 0.25) and
-#   6,441 for 3 sigma (sigma 0.5 and 1.0), just below 407 and 6,500 = 0.65 n_max.
-# * fixed/sequential samples at sigma 0.25 / 0.5 / 1.0: this schedule 6.4x / 2.0x / 2.2x;
-#   doubling to n_max (313 .. 5000, 10000) 6.4x / 1.7x / 1.9x: its 5,000 look is too early
-#   for 3 sigma; K = 4 (723, 2167, 6500, 10000) 5.4x / 2.0x / 2.1x.
-# * K >= 7 (e.g. ratio 1.5, K = 8: 2.2x / 2.4x at 0.5 / 1.0) costs 9.0 / 4.5 points at
-#   3 sigma: at alpha/7, 2 failures in 10,000 no longer certify 3 sigma (K <= 6: 2 do).
-# * Any K >= 2 loses the images with exactly 3 failures in 10,000 at 3 sigma (certified at
-#   alpha, not at alpha/2): 3.5 / 1.8 points there with the top bin spread, 0.2 / 0.3 with
-#   it saturated (pA = 1); elsewhere on the grid <= 0.4 points.
-# Caps above 123,076 halve further until the first look is at most FIRST_LOOK (n_max = 10^9: 19
-# looks from 4,960, not 6 from 40.6 million): every image would otherwise draw 0.04 n_max samples.
+# Default looks: n_max and EARLY_LOOKS halvings of LAST_EARLY * n_max (K = 6; n_max = 10,000 gives 407, 813,
+# 1625, 3250, 6500, 10000). From bench/sequential_savings.py (ImageNet-shaped, n0 100, n_max 10,000, alpha 0.001,
+# futility "upper"): pA ~ 1 images stop at the first look where all-cA votes reach the target radius, 378 samples
+# for 2 sigma and 6,441 for 3 sigma, just below 407 and 6,500 = 0.65 n_max (fixed/sequential samples at sigma
+# 0.25 / 0.5 / 1.0: 6.4x / 2.0x / 2.2x; doubling to n_max: 6.4x / 1.7x / 1.9x; K = 4: 5.4x / 2.0x / 2.1x).
+# K >= 7 costs 9.0 / 4.5 points at 3 sigma (at alpha/7, 2 failures in 10,000 no longer certify it); any K >= 2
+# loses the images with exactly 3 failures in 10,000 at 3 sigma (certified at alpha, not alpha/2: <= 3.5 points).
+# Caps above 123,076 halve further until the first look is at most FIRST_LOOK (n_max = 10^9: 19 looks from
+# 4,960, not 6 from 40.6 million): every image would otherwise draw 0.04 n_max samples.
 LAST_EARLY, EARLY_LOOKS, FIRST_LOOK = 0.65, 5, 5_000
 BONFERRONI_NAME = "sequential-cp-bonferroni"  # the procedure column's prefix
 
@@ -95,20 +80,15 @@ class SequentialConfig:
             raise UserError(f"futility must be one of {FUTILITY_MODES}, got {self.futility!r}")
         if not 0 < self.futility_alpha < 1:
             raise UserError(f"futility_alpha must be in (0, 1), got {self.futility_alpha}")
-        if self.looks is not None:
-            _check_looks(self.looks, self.n_max)
-
-
-def _check_looks(looks: tuple[int, ...], n_max: int) -> None:
-    if not looks or looks[0] < 1 or any(b <= a for a, b in zip(looks, looks[1:])) or looks[-1] != n_max:
-        raise UserError(f"looks must be positive, strictly increasing and end at n_max={n_max}, got {looks}")
+        looks = self.looks
+        if looks is not None and (not looks or looks[0] < 1 or looks[-1] != self.n_max
+                                  or any(b <= a for a, b in itertools.pairwise(looks))):
+            raise UserError(f"looks must be positive, strictly increasing and end at n_max={self.n_max}, got {looks}")
 
 
 def lower_bounds(n_a: np.ndarray, n: np.ndarray | int, alpha: float) -> np.ndarray:
-    """Vectorized :func:`~dmae_fast.stats.bounds.lower_confidence_bound`.
-
-    Evaluated once per distinct (n_a, n) pair: simulations repeat few distinct counts.
-    """
+    """Vectorized :func:`~dmae_fast.stats.bounds.lower_confidence_bound`, evaluated once per distinct
+    (n_a, n) pair: simulations repeat few distinct counts."""
     n_a, n = np.broadcast_arrays(np.asarray(n_a, dtype=np.int64), np.asarray(n, dtype=np.int64))
     base = int(n.max(initial=0)) + 1
     keys, inverse = np.unique(n_a * base + n, return_inverse=True)
@@ -125,13 +105,11 @@ def upper_bounds(n_a: np.ndarray, n: np.ndarray | int, alpha: float) -> np.ndarr
     return np.where(n_a < n, bound, 1.0)
 
 
-Bound = Callable[[np.ndarray, int, float], np.ndarray]
-
-
-def _min_counts(bound: Bound, n: int, alpha: float, thresholds: np.ndarray) -> np.ndarray:
-    """Smallest n_a in [0, n] with bound(n_a, n, alpha) >= threshold, n + 1 if none (bisection)."""
-    lo = np.full(thresholds.shape, -1)
-    hi = np.full(thresholds.shape, n + 1)
+def min_counts(bound: Callable[[np.ndarray, int, float], np.ndarray], n: int, alpha: float,
+               thresholds: np.ndarray) -> np.ndarray:
+    """Smallest n_a in [0, n] with bound(n_a, n, alpha) >= each threshold, n + 1 if none (bisection: the
+    bound increases with n_a)."""
+    lo, hi = np.full(thresholds.shape, -1), np.full(thresholds.shape, n + 1)
     while np.any(active := hi - lo > 1):
         mid = (lo + hi) // 2
         ok = bound(np.clip(mid, 0, n), n, alpha) >= thresholds
@@ -141,9 +119,18 @@ def _min_counts(bound: Bound, n: int, alpha: float, thresholds: np.ndarray) -> n
 
 class LookStopping:
     """What every stopping rule over pre-planned looks shares; subclasses give ``looks`` (cumulative
-    estimation counts, the last = the cap) and ``stop(look, n_a)`` (vectorized over counts of cA)."""
+    estimation counts, the last = the cap), ``level_radii`` (0.0 and the radii of interest, increasing),
+    ``target`` (the index of the top one certifiable at the cap) and ``stop(look, n_a)`` (vectorized
+    over counts of cA)."""
 
     looks: tuple[int, ...]
+    level_radii: np.ndarray
+    target: int
+
+    @property
+    def target_radius(self) -> float:
+        """The largest radius of interest certifiable at the cap (0.0: "certified at all")."""
+        return float(self.level_radii[self.target])
 
     def stop(self, look: int, n_a: np.ndarray) -> np.ndarray:
         raise NotImplementedError
@@ -159,9 +146,7 @@ class LookStopping:
 
     def run(self, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Stop many images at once: counts[k, i] = votes for cA among image i's first looks[k].
-
-        Returns (the look index where each image stops, its n_a there).
-        """
+        Returns (the look index where each image stops, its n_a there)."""
         stopped = np.full(counts.shape[1], len(self.looks) - 1)
         active = np.ones(counts.shape[1], dtype=bool)
         for look in range(len(self.looks) - 1):
@@ -188,8 +173,8 @@ class SequentialCertifier(LookStopping):
                             f"({np.finfo(float).tiny:g}) for the Bonferroni sequential test; fixed-n CERTIFY takes it")
         self.level_radii = np.unique(np.array((0.0, *config.radii)))
         self.thresholds = ndtr(self.level_radii / config.sigma)
-        self.need = np.stack([_min_counts(lower_bounds, n, self.level, self.thresholds) for n in self.looks])
-        self.upper_need = np.stack([_min_counts(upper_bounds, n, config.futility_alpha, self.thresholds)
+        self.need = np.stack([min_counts(lower_bounds, n, self.level, self.thresholds) for n in self.looks])
+        self.upper_need = np.stack([min_counts(upper_bounds, n, config.futility_alpha, self.thresholds)
                                     for n in self.looks])
         reachable = np.flatnonzero(self.need[-1] <= config.n_max)
         self.target = int(reachable[-1]) if reachable.size else 0
@@ -198,11 +183,6 @@ class SequentialCertifier(LookStopping):
     def procedure(self) -> str:
         """The ``procedure`` column of results made with this certifier."""
         return f"{BONFERRONI_NAME}-K{len(self.looks)}"
-
-    @property
-    def target_radius(self) -> float:
-        """The largest radius of interest certifiable at n_max (0.0: "certified at all")."""
-        return float(self.level_radii[self.target])
 
     def stop(self, look: int, n_a: np.ndarray) -> np.ndarray:
         """Vectorized :meth:`should_stop` over an array of counts at one look."""

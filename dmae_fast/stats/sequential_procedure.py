@@ -71,12 +71,8 @@ class SequentialCertify(Procedure):
         n0 = self.spec.n0
         assert n0 is not None, "a CERTIFY spec has n0"
         certificate: Callable[[int, int], Certificate] | None = None
-        if isinstance(self.certifier, GroupSequentialCertifier):
-            # grid radii and Phi(r / sigma), not a Clopper-Pearson bound at the level
-            grid = self.certifier
-
-            def certificate(n_a: int, n: int) -> Certificate:
-                return grid.certify(np.ones(1), n_a, n)
+        if isinstance(self.certifier, GroupSequentialCertifier):  # grid radii, not a Clopper-Pearson bound
+            certificate = functools.partial(self.certifier.certify, np.ones(1))
         sizes = tuple(end - n0 for end in self.plan.stage_ends) if self.plan.looks else (self.spec.n,)
         return RowRules(CERTIFY, n0, sizes, self.level, self.spec.sigma, self.name, certificate)
 

@@ -8,12 +8,12 @@ BEFORE=${1:?usage: plain_speed.sh BEFORE OUT [ROUNDS]}
 OUT=${2:?usage: plain_speed.sh BEFORE OUT [ROUNDS]}
 ROUNDS=${3:-4}
 PY=${PYTHON:-python}
-mkdir -p "$OUT"
+# shellcheck source=versions.sh
+. "$(dirname "$0")/versions.sh"
+OUT=$(absolute_dir "$OUT")
 C=(--data demo --max 3 --n0 100 --n 10000 --seed 7 --quiet --overwrite --device cpu --body plain)
 run() {  # run VERSION ROUND
-  local env=(env)
-  [ "$1" = before ] && env=(env PYTHONPATH="$BEFORE")
-  "${env[@]}" $PY -m dmae_fast.cli.certify "${C[@]}" --out "$OUT/plain-$1-$2.tsv" > "$OUT/plain-$1-$2.log" 2>&1
+  in_version "$1" $PY -m dmae_fast.cli.certify "${C[@]}" --out "$OUT/plain-$1-$2.tsv" > "$OUT/plain-$1-$2.log" 2>&1
 }
 for round in $(seq 1 "$ROUNDS"); do
   if [ $((round % 2)) -eq 1 ]; then run before "$round"; run after "$round"; else run after "$round"; run before "$round"; fi

@@ -8,14 +8,14 @@ BEFORE=${1:?usage: shard_samples_speed.sh BEFORE OUT [ROUNDS]}
 OUT=${2:?usage: shard_samples_speed.sh BEFORE OUT [ROUNDS]}
 ROUNDS=${3:-2}
 PY=${PYTHON:-python}
-mkdir -p "$OUT"
+# shellcheck source=versions.sh
+. "$(dirname "$0")/versions.sh"
+OUT=$(absolute_dir "$OUT")
 C=(--data demo --max 24 --n0 100 --n 2000 --seed 7 --quiet --overwrite --device cpu --body plain
    --nproc-per-node 2 --shard samples)
 run() {  # run VERSION ROUND
-  local env=(env)
-  [ "$1" = before ] && env=(env PYTHONPATH="$BEFORE")
-  "${env[@]}" $PY -m dmae_fast.cli.certify "${C[@]}" --out "$OUT/fixed-$1-$2.tsv" 2> "$OUT/fixed-$1-$2.log"
-  "${env[@]}" $PY -m dmae_fast.cli.certify "${C[@]}" --sequential --out "$OUT/sequential-$1-$2.tsv" \
+  in_version "$1" $PY -m dmae_fast.cli.certify "${C[@]}" --out "$OUT/fixed-$1-$2.tsv" 2> "$OUT/fixed-$1-$2.log"
+  in_version "$1" $PY -m dmae_fast.cli.certify "${C[@]}" --sequential --out "$OUT/sequential-$1-$2.tsv" \
     2> "$OUT/sequential-$1-$2.log"
 }
 for round in $(seq 1 "$ROUNDS"); do
