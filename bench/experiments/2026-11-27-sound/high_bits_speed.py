@@ -36,6 +36,7 @@ import torch
 from dmae_fast.fast_noise import NoiseSource
 from dmae_fast.memory import keep_freed_memory
 from dmae_fast.noise import key_words, philox4x32
+from dmae_fast.sound_noise import interleave
 from dmae_fast.stats.rounded_gaussian import SoundTable, sound_table
 
 SIGMA, SEED, GRID = 0.25, 0, 255
@@ -66,10 +67,6 @@ def _blocks(numel: int) -> torch.Tensor:
     return torch.arange((numel + 3) // 4, dtype=torch.int64)[None, :]
 
 
-def _interleave(planes: list[torch.Tensor], numel: int) -> torch.Tensor:
-    return torch.stack(torch.broadcast_tensors(*planes), dim=-1).flatten(1)[:, :numel]
-
-
 def common_path(clean: torch.Tensor, slot: torch.Tensor, rows: torch.Tensor, key: torch.Tensor,
                 image: torch.Tensor, phase: torch.Tensor, sample: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(X + Z) / L [B, *shape] from the high words alone, and where the low word must refine Z [B, numel]."""
@@ -82,8 +79,8 @@ def common_path(clean: torch.Tensor, slot: torch.Tensor, rows: torch.Tensor, key
         z, t = row >> THRESHOLD_BITS, row & (2**THRESHOLD_BITS - 1)
         noise.append((z + (w > t).to(torch.int64)).to(torch.int32))
         refine.append((w == t) | (t == REFINE))
-    total = torch.round(clean[slot] * GRID).to(torch.int64) + _interleave(noise, numel).view(-1, *shape)
-    return total.to(torch.float32) / torch.tensor(GRID, dtype=torch.float32), _interleave(refine, numel)
+    total = torch.round(clean[slot] * GRID).to(torch.int64) + interleave(*noise)[:, :numel].view(-1, *shape)
+    return total.to(torch.float32) / torch.tensor(GRID, dtype=torch.float32), interleave(*refine)[:, :numel]
 
 
 def _word(key: torch.Tensor, block: torch.Tensor, sample: torch.Tensor, image: torch.Tensor,
@@ -98,7 +95,7 @@ def words_only(clean: torch.Tensor, slot: torch.Tensor, key: torch.Tensor, image
     shape, numel = clean.shape[1:], math.prod(clean.shape[1:])
     column = lambda v: v.reshape(-1, 1)  # noqa: E731
     words = philox4x32((_blocks(numel), column(sample), column(image), column(phase)), (key[0], key[1]))
-    noise = _interleave([(w >> 24).to(torch.int32) for w in words], numel)
+    noise = interleave(*[(w >> 24).to(torch.int32) for w in words])[:, :numel]
     total = torch.round(clean[slot] * GRID).to(torch.int64) + noise.view(-1, *shape)
     return total.to(torch.float32) / torch.tensor(GRID, dtype=torch.float32)
 
