@@ -21,6 +21,7 @@ def test_wheel_layout(tmp_path):
     for folder in ("kernels", "export", "train", "bench", "model", "batching", "run", "engines", "cli", "serve"):
         assert f"dmae_fast/{folder}/__init__.py" in names
     assert "dmae_fast/assets/demo-digits-vit.safetensors" in names
+    assert "dmae_fast/kernels/sound_noise_cpu.c" in names  # the C kernel compiles from its installed source
     entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     for script in ("dmae-certify", "dmae-train", "dmae-export", "dmae-bench", "dmae-serve"):
         assert script in entry_points

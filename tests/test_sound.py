@@ -115,7 +115,7 @@ def test_dmae_certify_sound_rows_and_record_say_so(one_torch_thread, tmp_path):
     rows = [line.split("\t") for line in plain.read_text().splitlines()]
     assert {row[-1] for row in rows[1:]} == {"cohen-fixed-n sound"}
     strip = lambda path: [line.split("\t")[:5] + line.split("\t")[6:] for line in path.read_text().splitlines()]  # noqa: E731
-    assert strip(plain) == strip(reference)  # the compiled sound noise is the reference's
+    assert strip(plain) == strip(reference)  # the C kernel's sound noise is the reference's
     record = json.loads((tmp_path / "plain.tsv.json").read_text())
     sound = record["sound"]
     assert sound["grid"] == 16 and sound["elements"] == 192 and sound["samples_per_image"] == 120

@@ -15,6 +15,7 @@ from scipy.special import ndtr
 from dmae_fast.data.grid import check_on_grid, quantize
 from dmae_fast.errors import UserError
 from dmae_fast.fast_noise import COMPILED, NoiseSource, sound_patches
+from dmae_fast.kernels import sound_noise_cpu
 from dmae_fast.noise import key_words, uint32_stream
 from dmae_fast.patch_layout import PatchLayout
 from dmae_fast.sound_noise import (
@@ -117,9 +118,11 @@ def test_the_guided_noise_is_the_searchsorted_noise_in_rows_and_patches():
 
 
 @pytest.mark.parametrize("patches", [False, True])
-def test_the_compiled_sound_noise_is_the_reference_on_every_row(patches):
-    """NoiseSource compiles the guide lookup (images, and the CPU fast body's patch rows, serial) without falling
-    back, and every row of a batch, past the four it checks itself, equals the torch-op reference."""
+def test_the_compiled_sound_noise_is_the_reference_on_every_row(patches, monkeypatch):
+    """Without the C kernel (no C compiler) NoiseSource compiles the guide lookup (images, and the CPU fast
+    body's patch rows, serial) without falling back, and every row of a batch, past the four it checks itself,
+    equals the torch-op reference."""
+    monkeypatch.setattr(sound_noise_cpu, "load", lambda: None)
     layout = PatchLayout(3, 8, 4, (0.5, 0.4, 0.3), (0.2, 0.25, 0.3)) if patches else None
     notices: list[str] = []
     compiled = NoiseSource(torch.device("cpu"), serial=patches, layout=layout, notice=notices.append, grid=255)
