@@ -131,11 +131,12 @@ def sound_rows(clean: torch.Tensor, slot: torch.Tensor, table: SoundTable, key: 
     if parts == 1:
         draw(slice(0, count))
     else:
-        list(_pool(parts).map(draw, (slice(a, b) for a, b in zip(ends, ends[1:]))))
+        list(_pool(os.getpid(), parts).map(draw, (slice(a, b) for a, b in zip(ends, ends[1:]))))
     return torch.from_numpy(out).view(count, *shape)
 
 
 @functools.lru_cache(maxsize=None)
-def _pool(threads: int) -> ThreadPoolExecutor:
-    """The threads that share a batch's rows (kept for the process's life)."""
+def _pool(pid: int, threads: int) -> ThreadPoolExecutor:
+    """The threads that share a batch's rows, kept for the life of process ``pid`` (a forked child, whose copy
+    of the parent's pool has no threads, makes its own)."""
     return ThreadPoolExecutor(threads, thread_name_prefix="dmae-sound-noise")

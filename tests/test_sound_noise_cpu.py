@@ -136,3 +136,23 @@ def test_no_working_compiler_means_no_kernel_and_nothing_half_written(compiler, 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert sound_noise_cpu.load.__wrapped__() is None
     assert not list(tmp_path.rglob("*.so"))
+
+
+def _draw_in_child(queue) -> None:
+    table, clean, rows = sound_table(0.25, 255), _clean((3, 8, 8), 255), _rows(8, 3)
+    queue.put(sound_noise_cpu.sound_rows(clean, rows[0], table, (1, 2), *rows[1:], threads=2).numpy())
+
+
+def test_a_forked_child_draws_with_threads_of_its_own():
+    """A pool of threads does not survive fork(): after the parent has used its own, a forked child still draws."""
+    import multiprocessing
+
+    table, clean, rows = sound_table(0.25, 255), _clean((3, 8, 8), 255), _rows(8, 3)
+    want = sound_noise_cpu.sound_rows(clean, rows[0], table, (1, 2), *rows[1:], threads=2)
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_draw_in_child, args=(queue,))
+    child.start()
+    got = queue.get(timeout=600)
+    child.join(timeout=600)
+    assert child.exitcode == 0 and np.array_equal(got, want.numpy())
