@@ -104,14 +104,16 @@ def sound_patches(clean: torch.Tensor, slot: torch.Tensor, table: tuple[torch.Te
 
 @functools.lru_cache(maxsize=4)
 def _thresholds_on(table: SoundTable, device: torch.device) -> torch.Tensor:
+    """A table's thresholds on ``device``, copied there once (the Triton kernel's and the compiled ops' input)."""
     return torch.tensor(table.thresholds, device=device)
 
 
-def _sound_kernel(device: torch.device, patches: bool, serial: bool) -> tuple[str, Callable[..., torch.Tensor]] | None:
+def _sound_kernel(device: torch.device, layout: tuple[torch.Tensor, ...], serial: bool
+                  ) -> tuple[str, Callable[..., torch.Tensor]] | None:
     """The kernel that draws the sound inputs on ``device`` and its name: the Triton kernel on a GPU (images
-    only), the C kernel on a CPU (images and patch rows; one thread if ``serial``); None where there is none
-    (no triton, no C compiler): the compiled torch ops then draw them."""
-    if device.type == "cuda" and not patches:
+    only), the C kernel on a CPU (images, or patch rows with a layout's counters, mean and std; one thread if
+    ``serial``); None where there is none (no triton, no C compiler): the compiled torch ops then draw them."""
+    if device.type == "cuda" and not layout:
         try:
             from dmae_fast.kernels.sound_noise import sound_rows as triton_rows
         except ImportError:
@@ -125,10 +127,11 @@ def _sound_kernel(device: torch.device, patches: bool, serial: bool) -> tuple[st
         from dmae_fast.kernels import sound_noise_cpu
         if sound_noise_cpu.load() is None:
             return None
+        order = sound_noise_cpu.PatchOrder.of(*layout) if layout else None
 
-        def on_cpu(clean, slot, table, key, image, phase, sample, counters=None, mean=None, std=None):
-            return sound_noise_cpu.sound_rows(clean, slot, table, key, image, phase, sample, counters=counters,
-                                              mean=mean, std=std, threads=1 if serial else None)
+        def on_cpu(clean, slot, table, key, image, phase, sample):
+            return sound_noise_cpu.sound_rows(clean, slot, table, key, image, phase, sample, order=order,
+                                              threads=1 if serial else None)
         return C_KERNEL, on_cpu
     return None
 
@@ -173,13 +176,13 @@ class NoiseSource:
             function = noisy_rows if layout is None else noisy_patches
         else:
             function = functools.partial(sound_images if layout is None else sound_patches, grid=grid)
-        kernel = _sound_kernel(device, layout is not None, serial) if compiled and grid is not None else None
+        self._layout_tensors = () if layout is None else (layout.counters.to(device),
+                                                         *(t.to(device) for t in layout.normalization))
+        kernel = _sound_kernel(device, self._layout_tensors, serial) if compiled and grid is not None else None
         self._kernel = None
         if kernel is not None:
             (self.implementation, self._kernel), compiled = kernel, False
         self._compiled = torch.compile(function, dynamic=None, options=options) if compiled else None
-        self._layout_tensors = () if layout is None else (layout.counters.to(device),
-                                                         *(t.to(device) for t in layout.normalization))
         self._checked = False
         self._key: tuple[int, torch.Tensor] | None = None
         self._by_sigma: tuple[float, Any] | None = None  # sigma and its _parameter
@@ -223,8 +226,7 @@ class NoiseSource:
         return (clean[slot] + sigma * eta - mean) / std
 
     def _run_kernel(self, clean: torch.Tensor, sigma: float, seed: int, rows: tuple[torch.Tensor, ...]) -> torch.Tensor:
-        return self._kernel(clean, rows[0], sound_table(sigma, self.grid), key_words(seed), *rows[1:],
-                            *self._layout_tensors)
+        return self._kernel(clean, rows[0], sound_table(sigma, self.grid), key_words(seed), *rows[1:])
 
     def _run_compiled(self, clean: torch.Tensor, sigma: float, seed: int,
                       rows: tuple[torch.Tensor, ...]) -> torch.Tensor:
@@ -276,7 +278,7 @@ class NoiseSource:
                 value: Any = torch.tensor(sigma, dtype=torch.float32, device=self.device)
             else:
                 table = sound_table(sigma, self.grid)
-                value = tuple(torch.tensor(a, device=self.device) for a in (table.thresholds, guide_table(table)))
+                value = _thresholds_on(table, self.device), torch.tensor(guide_table(table), device=self.device)
             self._by_sigma = sigma, value
         return self._by_sigma[1]
 

@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -95,14 +96,30 @@ def _column(values: torch.Tensor | int, count: int) -> np.ndarray:
     return np.ascontiguousarray(torch.as_tensor(values, dtype=torch.int64).expand(count).numpy())
 
 
+@dataclass(frozen=True)
+class PatchOrder:
+    """A patch layout as the kernel reads it (built once per layout, not per batch): the sound counter of each
+    pair of positions, and the per-position ``mean`` and ``std`` of the normalization."""
+
+    pairs: np.ndarray
+    mean: np.ndarray
+    std: np.ndarray
+
+    @classmethod
+    def of(cls, counters: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> PatchOrder:
+        """From a :class:`~dmae_fast.patch_layout.PatchLayout`'s ``counters`` (flat pixel index // 4 of each group
+        of four, [1, L, C*p*p/4]) and ``normalization``: pixels 4c, 4c+1 take sound counter 2c, 4c+2, 4c+3 2c+1."""
+        groups = counters.reshape(-1).to(torch.int64)
+        pairs = torch.stack((2 * groups, 2 * groups + 1), dim=1).reshape(-1)
+        return cls(*(np.ascontiguousarray(t.reshape(-1).cpu().numpy()) for t in (pairs, mean.float(), std.float())))
+
+
 def sound_rows(clean: torch.Tensor, slot: torch.Tensor, table: SoundTable, key: tuple[int, int],
                image: torch.Tensor, phase: torch.Tensor | int, sample: torch.Tensor, *,
-               counters: torch.Tensor | None = None, mean: torch.Tensor | None = None,
-               std: torch.Tensor | None = None, threads: int | None = None) -> torch.Tensor:
+               order: PatchOrder | None = None, threads: int | None = None) -> torch.Tensor:
     """The noisy inputs float32 (X + Z) / L [B, *shape] of B rows of the clean images [S, *shape] (by slot):
-    :func:`dmae_fast.sound_noise.sound_rows`, or with a patch layout's ``counters`` (flat pixel index // 4
-    of each group of four, [1, L, C*p*p/4]) and its per-value ``mean`` and ``std`` the normalized patch
-    rows of :func:`dmae_fast.fast_noise.sound_patches`. On ``threads`` threads (default: torch's)."""
+    :func:`dmae_fast.sound_noise.sound_rows`, or with a patch layout's ``order`` the normalized patch rows of
+    :func:`dmae_fast.fast_noise.sound_patches`. On ``threads`` threads (default: torch's)."""
     library = load()
     if library is None:
         raise RuntimeError("the C sound-noise kernel could not be built (no C compiler)")
@@ -110,21 +127,15 @@ def sound_rows(clean: torch.Tensor, slot: torch.Tensor, table: SoundTable, key: 
     numel = int(np.prod(shape))
     if count and not 0 <= int(slot.min()) <= int(slot.max()) < len(clean):  # C would read outside ``clean``
         raise IndexError(f"slot indices must lie in [0, {len(clean)})")
-    grid_levels = np.int32(table.grid)
     X = torch.round(clean.float() * table.grid).to(torch.int32).reshape(len(clean), numel).contiguous().numpy()
     out = np.empty((count, numel), dtype=np.float32)
-    pairs = None
-    if counters is not None:  # pixels 4c, 4c+1 take sound counter 2c; 4c+2, 4c+3 counter 2c+1
-        groups = counters.reshape(-1).to(torch.int64)
-        pairs = np.ascontiguousarray(torch.stack((2 * groups, 2 * groups + 1), dim=1).reshape(-1).numpy())
-    normalization = [None if t is None else np.ascontiguousarray(t.reshape(-1).float().numpy()) for t in (mean, std)]
-    pointers = [None if a is None else a.ctypes.data for a in (pairs, *normalization)]
+    pointers = [None] * 3 if order is None else [a.ctypes.data for a in (order.pairs, order.mean, order.std)]
     columns = [_column(c, count) for c in (slot, image, phase, sample)]
 
     def draw(rows: slice) -> None:
         library.sound_noise_rows(out[rows], X, numel, *(c[rows] for c in columns), rows.stop - rows.start,
                                  pointers[0], int(key[0]), int(key[1]), table.thresholds, table.K, first_above(table),
-                                 grid_levels, *pointers[1:])
+                                 table.grid, *pointers[1:])
 
     parts = max(1, min(threads or torch.get_num_threads(), count))
     ends = [count * i // parts for i in range(parts + 1)]

@@ -54,8 +54,8 @@ def test_the_kernel_draws_the_references_patch_rows_bit_for_bit():
     mean, std = layout.normalization
     want = sound_patches(clean, rows[0], (torch.tensor(table.thresholds), None), torch.tensor(key_words(seed)),
                          *rows[1:], layout.counters, mean, std, grid=255, fused=False)
-    got = sound_noise_cpu.sound_rows(clean, rows[0], table, key_words(seed), *rows[1:], counters=layout.counters,
-                                     mean=mean, std=std, threads=2)
+    order = sound_noise_cpu.PatchOrder.of(layout.counters, mean, std)
+    got = sound_noise_cpu.sound_rows(clean, rows[0], table, key_words(seed), *rows[1:], order=order, threads=2)
     assert torch.equal(got.view(torch.int32), want.view(torch.int32))
 
 
