@@ -26,6 +26,7 @@ import functools
 import logging
 import math
 import sys
+import threading
 from collections.abc import Callable
 from contextlib import contextmanager, nullcontext
 from typing import Any
@@ -184,6 +185,7 @@ class NoiseSource:
             (self.implementation, self._kernel), compiled = kernel, False
         self._compiled = torch.compile(function, dynamic=None, options=options) if compiled else None
         self._checked = False
+        self._marking = threading.Lock()  # see _run_compiled
         self._key: tuple[int, torch.Tensor] | None = None
         self._by_sigma: tuple[float, Any] | None = None  # sigma and its _parameter
 
@@ -240,7 +242,12 @@ class NoiseSource:
             torch._dynamo.mark_dynamic(column, 0)
         if len(clean) == 1:  # a lone slot twice, likewise
             clean = torch.cat((clean, clean))
-        torch._dynamo.mark_dynamic(clean, 0)
+        # The slots are shared by the threads calling at once, and a body's slots are new after each allocate
+        # (its trial batch, then the run): mark_dynamic sets two attributes one after the other, so two first
+        # marks at once leave a tensor that fails every later mark (seen in CI: "'Tensor' object has no
+        # attribute '_dynamo_dynamic_range'").
+        with self._marking:
+            torch._dynamo.mark_dynamic(clean, 0)
         slot, image, phase, sample = rows
         quiet = _quiet_compiler() if not self._checked else nullcontext()  # only the first call compiles
         with quiet:

@@ -183,6 +183,41 @@ def test_serial_noise_from_several_threads_at_once_is_the_contract():
                                rtol=0, atol=2e-6)
 
 
+def test_threads_marking_new_shared_slots_at_once_take_turns(monkeypatch):
+    """A body's slots are a new tensor after each allocate, first noised by several threads at once: Dynamo's
+    mark_dynamic, which sets two attributes one after the other, must never run on two threads together (on a
+    loaded CI machine it broke the slots mid-run). The marker here is slow, so overlapping calls would show."""
+    source, shape = NoiseSource(CPU, serial=True), (3, 6, 6)
+    slot, image, phase, sample = _rows(range(40))
+    first = source(torch.rand((5, *shape)), slot, 0.5, 13, image, phase, sample)  # compiles and checks
+    assert source.implementation == COMPILED and len(first) == 40
+    clean = torch.rand((5, *shape), generator=torch.Generator().manual_seed(3))  # the run's slots, after the trial's
+    inside, most, lock, mark = [0], [0], threading.Lock(), torch._dynamo.mark_dynamic
+
+    def slow_mark(tensor, index, **options):
+        if tensor is not clean:  # a call's own fresh row columns
+            return mark(tensor, index, **options)
+        with lock:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        time.sleep(0.05)
+        mark(tensor, index, **options)
+        with lock:
+            inside[0] -= 1
+    monkeypatch.setattr(torch._dynamo, "mark_dynamic", slow_mark)
+    chunks = list(zip(*(column.tensor_split(4) for column in (slot, image, phase, sample))))
+    start = threading.Barrier(4)
+
+    def noise(rows):
+        start.wait()
+        return source(clean, rows[0], 0.5, 13, *rows[1:])
+    with ThreadPoolExecutor(4) as pool:
+        parts = list(pool.map(noise, chunks))
+    assert most[0] == 1
+    torch.testing.assert_close(torch.cat(parts), clean[slot] + 0.5 * gaussian_noise(13, image, phase, sample, shape),
+                               rtol=0, atol=2e-6)
+
+
 def test_reference_noise_is_available_on_request():
     assert NoiseSource(CPU, compiled=False).implementation == REFERENCE
 
