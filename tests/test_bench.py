@@ -83,8 +83,8 @@ def test_smoke_run_writes_json_markdown_and_plot(tmp_path, capsys):
     lines = [line for line in table.splitlines() if line.startswith("| tiny-cpu")]
     assert len(lines) == len(record["throughput"]) + len(record["engines"]) + len(record["certify"])
     assert all(line.count("|") in (11,) for line in lines[: len(record["throughput"])])
-    # a second run never overwrites the first: the stem it would take is the next number (result_stem's own
-    # tests cover the numbering; a second whole run would cost 20 s)
+    # a second run never overwrites the first: the run's files mark its stem as taken (result_stem's own tests
+    # cover the numbering, so a second whole run is not needed here)
     first = next(out.glob("*.json")).stem
     assert report.result_stem(out, torch.device("cpu"), "", tmp_path / "engines") != first
 
