@@ -255,3 +255,16 @@ def test_images_on_the_grid_pass_and_others_are_refused_in_one_line():
     rounded = quantize(images, 255)
     check_on_grid(rounded, 255, "a set")
     assert float((rounded - images).abs().max()) <= 0.5 / 255
+
+
+@pytest.mark.parametrize("grid", [16, 255])
+def test_only_the_float32_grid_points_pass_not_pixels_a_fraction_of_a_step_off(grid):
+    levels = torch.arange(grid + 1, dtype=torch.float64).reshape(1, 1, 1, -1)
+    check_on_grid(levels.to(torch.float32) / grid, grid, "a set")  # float32's k / L
+    check_on_grid(levels / grid, grid, "a set")  # float64's k / L: the same points, stored more finely
+    for steps in (9e-4, 5e-4, 1e-5, -1e-5):  # 1e-5 of a step is above float32's rounding of k / L (< 2**-24 * L)
+        with pytest.raises(UserError, match=f"1/{grid} grid"):
+            check_on_grid((levels[..., 1:-1] + steps) / grid, grid, "a set")
+    shifted = (levels[..., 1:-1] + 9e-4) / grid  # every pixel 0.0009 steps off: once accepted as the rounded image
+    with pytest.raises(UserError):
+        check_on_grid(shifted.to(torch.float32), grid, "a set")

@@ -1,5 +1,10 @@
 """Images on a known grid, which ``--sound`` needs: pixel values X / L with X an integer in [0, L]
-(L = 255 for 8-bit images, 16 for the demo's digits)."""
+(L = 255 for 8-bit images, 16 for the demo's digits).
+
+A pixel c is on the grid when it is k / L as float32 stores it: float32(c) == float32(k / L) for
+k = round(c * L). So it differs from the grid point that is certified by float32's own rounding of k / L
+(less than 2**-24 per pixel, one float32 step below 1; in grid steps 2**-24 * L: 1.5e-5 on the 1/255 grid),
+never by more."""
 
 from __future__ import annotations
 
@@ -8,23 +13,27 @@ import torch
 
 from dmae_fast.errors import UserError
 
-TOLERANCE = 1e-3  # |c * L - round(c * L)| allowed, in grid steps (float32 rounding is ~1e-5 of a step)
+
+def off_grid(images: torch.Tensor, grid: int) -> torch.Tensor:
+    """Where ``images`` (any float dtype) hold a pixel that is not a point k / L, k in [0, L], of the 1/``grid``
+    grid as float32 stores it (a boolean tensor of their shape)."""
+    levels = torch.round(images.to(torch.float64) * grid)
+    stored = images.to(torch.float32) == levels.to(torch.float32) / grid  # k / L rounded once, as float32 divides
+    return ~(stored & (levels >= 0) & (levels <= grid))
 
 
 def check_on_grid(images: torch.Tensor, grid: int, what: str, first: int = 0) -> None:
     """Refuse, in one line, a batch of images [N, C, H, W] (image numbers ``first`` ...) of ``what``
     (for example ``"the demo set"``) with a pixel off the 1/``grid`` grid of [0, 1]."""
-    scaled = images.to(torch.float64) * grid
-    levels = torch.round(scaled)
-    on_grid = ((scaled - levels).abs() <= TOLERANCE) & (levels >= 0) & (levels <= grid)
-    if bool(on_grid.all()):
+    outside = off_grid(images, grid)
+    if not bool(outside.any()):
         return
-    flat = int((~on_grid).flatten().nonzero()[0])
+    flat = int(outside.flatten().nonzero()[0])
     number, *pixel = (int(i) for i in np.unravel_index(flat, tuple(images.shape)))
     value = float(images.flatten()[flat])
     needs = "8-bit inputs" if grid == 255 else f"inputs of {grid + 1} levels"
     raise UserError(f"image {first + number} of {what} is not on the 1/{grid} grid of [0, 1] (pixel {tuple(pixel)} = "
-                    f"{value:.6g}): --sound needs {needs}; pass --quantize to round them onto the grid (the "
+                    f"{value:.9g}): --sound needs {needs}; pass --quantize to round them onto the grid (the "
                     "certificate is then for the rounded image)")
 
 
