@@ -45,7 +45,8 @@ def argv_for(program: str, images: int, out: str) -> list[str]:
         return [sys.executable, "-m", "dmae_fast.bench.commands", "cohen", "--images", str(images)]
     body = ["--body", "plain"] if program == PROGRAMS[1] else []
     return [sys.executable, "-m", "dmae_fast.cli.certify", "--data", "demo", "--max", str(images), "--n0", str(N0),
-            "--n", str(N), "--sigma", str(SIGMA), "--alpha", str(ALPHA), "--quiet", "--overwrite", "--out", out, *body]
+            "--n", str(N), "--sigma", str(SIGMA), "--alpha", str(ALPHA), "--seed", "0", "--quiet", "--overwrite",
+            "--out", out, *body]
 
 
 def _time(argv: list[str], env: dict[str, str]) -> float:

@@ -143,7 +143,7 @@ class ServeBenchConfig:
         return str(DEMO_CHECKPOINT) if self.ckpt == DEMO else self.ckpt
 
 
-DEFAULT_CERTIFY = ("--data", "demo", "--max", "40", "--n", "10000")
+DEFAULT_CERTIFY = ("--data", "demo", "--max", "40", "--n", "10000", "--seed", "0")  # rows compared across counts
 
 
 @dataclass(frozen=True)

@@ -164,7 +164,7 @@ pytest_step() {  # NAME LIMIT pytest-arguments...
 demo_check() {  # fp32 counts on CUDA must equal this machine's CPU counts (same seed)
     local gpu=cuda max=5 n=1000
     [ "$SMOKE" = 1 ] && { gpu=cpu; max=1; n=30; }
-    local common=(--data demo --max "$max" --n0 100 --n "$n" --precision fp32 --quiet --overwrite --workers 0)
+    local common=(--data demo --max "$max" --n0 100 --n "$n" --precision fp32 --quiet --overwrite --workers 0 --seed 0)
     # the CPU side with the torch-op reference noise (no compile): the contract across implementations
     "$PY" -m dmae_fast.cli.certify "${common[@]}" --device cpu --noise reference --out "$OUT/demo/cpu.tsv" &&
         "$PY" -m dmae_fast.cli.certify "${common[@]}" --device "$gpu" --out "$OUT/demo/gpu.tsv" &&

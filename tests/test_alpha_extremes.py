@@ -151,7 +151,8 @@ def test_command_at_alpha_1e_300_claims_only_what_is_proven(tmp_path: Path, caps
     """The issue's command (it certified at 600 of 600 votes: probability 2^-600 at pA = 1/2): each
     row abstains or its votes are at least as unlikely as 1e-300 at the threshold it claims."""
     out = tmp_path / "tiny.tsv"
-    rc = main(["--ckpt", "demo", "--data", "demo", "--max", "1", "--n0", str(N0), "--n", str(CAP), "--sequential",
+    rc = main(["--ckpt", "demo", "--data", "demo", "--seed", "0",
+               "--max", "1", "--n0", str(N0), "--n", str(CAP), "--sequential",
                "--alpha", "1e-300", "--body", "plain", "--device", "cpu", "--quiet", "--out", str(out)])
     assert rc == 0, capsys.readouterr().err
     header, *lines = [line.split("\t") for line in out.read_text().splitlines()]

@@ -337,7 +337,8 @@ def test_summaries_list_only_the_radii_the_run_could_reach(tmp_path: Path, capsy
     from dmae_fast.stats.bounds import max_radius
 
     out = tmp_path / "run.tsv"
-    assert certify_main(["--data", "demo", "--max", "2", "--n0", "10", "--n", "100", "--quiet", "--device", "cpu",
+    assert certify_main(["--data", "demo", "--seed", "0",
+                         "--max", "2", "--n0", "10", "--n", "100", "--quiet", "--device", "cpu",
                          "--out", str(out)]) == 0
     capsys.readouterr()
     assert analyze_main([str(out)]) == 0

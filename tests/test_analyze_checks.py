@@ -35,7 +35,8 @@ ROWS = {"fixed": [(0, 3, 3, 1990, 2000), (1, 5, 5, 900, 2000), (2, 7, 7, 2000, 2
 def _run_file(directory: Path, kind: str) -> Path:
     """A results file and its run record as dmae-certify writes them, from chosen counts."""
     path = directory / f"{kind}.tsv"
-    config = CertifyConfig.from_settings(dict(engine="demo", data="demo", out=str(path), sigma=0.25, n0=20, n=2000,
+    config = CertifyConfig.from_settings(dict(seed=0,
+                                              engine="demo", data="demo", out=str(path), sigma=0.25, n0=20, n=2000,
                                               alpha=0.001, sequential=kind == "sequential", predict=kind == "predict"))
     procedure = Procedure(config.procedure_spec())
     predict = kind == "predict"

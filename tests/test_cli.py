@@ -32,7 +32,7 @@ from dmae_fast.errors import UserError
 from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier
 
 # --device cpu: fp32 everywhere, so rows are bit-for-bit reproducible on any machine.
-BASE = ["--data", "demo", "--n0", "20", "--n", "200", "--batch", "64", "--quiet", "--device", "cpu"]
+BASE = ["--data", "demo", "--seed", "0", "--n0", "20", "--n", "200", "--batch", "64", "--quiet", "--device", "cpu"]
 SIGMA = 0.25  # the demo checkpoint's sigma
 ALPHA = 0.001  # the default --alpha
 CERTIFY_HEAD = ["idx", "label", "predict", "radius", "correct", "time"]
@@ -215,6 +215,38 @@ def test_same_command_twice_gives_same_rows(certified: tuple[Path, Run], tmp_pat
     again = tmp_path / "again.tsv"
     assert certify(capsys, *BASE, "--skip", "7", "--max", "3", "--out", again).rc == 0
     assert without_time(again) == without_time(first)
+
+
+def test_a_run_without_seed_draws_a_fresh_one_that_reproduces_it(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """No public default seed: each run not given --seed draws its own (start line and record), and --seed
+    with the recorded value gives the same rows."""
+    args = [a for a in BASE if a not in ("--seed", "0")] + ["--max", "2"]
+    seeds = []
+    for name in ("a", "b"):
+        run = certify(capsys, *args, "--out", tmp_path / f"{name}.tsv")
+        assert run.rc == 0
+        seed = json.loads((tmp_path / f"{name}.tsv.json").read_text())["config"]["seed"]
+        assert isinstance(seed, int) and 0 <= seed < 2**64 and f"seed {seed}," in run.err
+        seeds.append(seed)
+    assert seeds[0] != seeds[1] and 0 not in seeds
+    assert certify(capsys, *args, "--seed", seeds[0], "--out", tmp_path / "again.tsv").rc == 0
+    assert without_time(tmp_path / "again.tsv") == without_time(tmp_path / "a.tsv")
+
+
+def test_a_resumed_run_keeps_its_recorded_seed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = [a for a in BASE if a not in ("--seed", "0")] + ["--max", "3"]
+    out = tmp_path / "r.tsv"
+    assert certify(capsys, *args, "--out", out).rc == 0
+    complete = without_time(out)
+    seed = json.loads(Path(f"{out}.json").read_text())["config"]["seed"]
+    out.write_text("\n".join(out.read_text().splitlines()[:-1]) + "\n")  # the last image lost
+    run = certify(capsys, *args, "--resume", "--out", out)
+    assert run.rc == 0 and f"seed {seed}," in run.err
+    assert without_time(out) == complete
+    out.write_text("\n".join(out.read_text().splitlines()[:-1]) + "\n")
+    run = certify(capsys, *args, "--resume", "--seed", seed + 1, "--out", out)
+    assert run.rc == 2 and "seed differ" in run.err
 
 
 def test_batch_size_does_not_change_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -563,7 +595,7 @@ def test_sequential_mode_samples_a_prefix_of_the_fixed_n_run(tmp_path: Path,
     """Each image stops at a look; its votes equal a fixed-n run's with n = that look."""
     looks = ["100", "400", "2000"]
     seq = tmp_path / "seq.tsv"
-    args = ["--data", "demo", "--n0", "20", "--batch", "64", "--quiet", "--device", "cpu", "--max", "4"]
+    args = ["--data", "demo", "--seed", "0", "--n0", "20", "--batch", "64", "--quiet", "--device", "cpu", "--max", "4"]
     run = certify(capsys, *args, "--n", "2000", "--sequential", "--sequential-test", "bonferroni", "--looks", *looks,
                   "--out", seq)
     assert run.rc == 0, run.err
@@ -592,7 +624,7 @@ def test_exact_sequential_mode_certifies_grid_radii_from_a_prefix_and_resumes(
     the votes of a fixed-n run of that n, its radius is a radius of the grid (or 0 when abstaining)
     with pA_lower = Phi(r / sigma); a --resume keeps such rows and refuses a tampered one."""
     seq = tmp_path / "seq.tsv"
-    args = ["--data", "demo", "--n0", "20", "--batch", "64", "--quiet", "--device", "cpu", "--max", "4"]
+    args = ["--data", "demo", "--seed", "0", "--n0", "20", "--batch", "64", "--quiet", "--device", "cpu", "--max", "4"]
     run = certify(capsys, *args, "--n", "1000", "--sequential", "--out", seq)
     assert run.rc == 0, run.err
     header, rows = read_rows(seq)
@@ -759,8 +791,8 @@ def test_a_directory_as_checkpoint(tmp_path: Path, capsys: pytest.CaptureFixture
 # Per console script (its entry in dmae_fast.cli.entry): its and its subcommands' --help, an option
 # argparse refuses and, mostly, a value the command's configuration refuses before running.
 QUICK_ANSWERS = [
-    ("certify", ["--help"]), ("certify", ["--data", "demo", "--n", "abc"]),
-    ("certify", ["--data", "demo", "--n", "-5"]),
+    ("certify", ["--help"]), ("certify", ["--data", "demo", "--seed", "0", "--n", "abc"]),
+    ("certify", ["--data", "demo", "--seed", "0", "--n", "-5"]),
     ("serve", ["--help"]), ("serve", ["--ckpt", "demo", "--precision", "fp64"]),
     ("serve", ["--ckpt", "demo", "--port", "-1"]),
     ("serve", ["replay", "--help"]), ("serve", ["replay", "answer.json", "digit.png"]),

@@ -143,7 +143,8 @@ def test_cli_rows_equal_dmae_certify(engine_file, build, demo_files, tmp_path, c
     assert done.returncode == 0, done.stderr
     predict = ["--predict"] if command == "predict" else []
     with contextlib.redirect_stdout(io.StringIO()):
-        assert certify_main(["--data", "demo", "--device", "cpu", "--out", str(python), *predict, *common]) == 0
+        assert certify_main(["--data", "demo", "--seed", "0",
+                             "--device", "cpu", "--out", str(python), *predict, *common]) == 0
     assert _rows_without_time(cpp) == _rows_without_time(python)
     table = read_results(cpp)  # dmae-certify's reader takes the file
     assert table.idx.tolist() == INDICES
@@ -167,9 +168,11 @@ def test_cuda_package_rows_equal_dmae_certify_on_the_gpu_and_the_cpu_counts(engi
                   "--out", str(cpp), *common)
     assert done.returncode == 0, done.stderr
     with contextlib.redirect_stdout(io.StringIO()):
-        assert certify_main(["--data", "demo", "--engine", str(cuda_engine), "--device", "cuda", "--out", str(python),
+        assert certify_main(["--data", "demo", "--seed", "0",
+                             "--engine", str(cuda_engine), "--device", "cuda", "--out", str(python),
                              *common]) == 0
-        assert certify_main(["--data", "demo", "--engine", str(engine_file), "--device", "cpu", "--out", str(cpu),
+        assert certify_main(["--data", "demo", "--seed", "0",
+                             "--engine", str(engine_file), "--device", "cpu", "--out", str(cpu),
                              *common]) == 0
     assert _rows_without_time(cpp) == _rows_without_time(python)
     gpu_rows, cpu_rows = read_results(cpp), read_results(cpu)
@@ -497,7 +500,8 @@ def test_sound_rows_equal_dmae_certify_sound(engine_file, build, demo_files, sou
     assert done.returncode == 0, done.stderr
     predict = ["--predict"] if command == "predict" else []
     with contextlib.redirect_stdout(io.StringIO()):
-        assert certify_main(["--data", "demo", "--device", "cpu", "--out", str(python), "--sound", "--sigma", "0.5",
+        assert certify_main(["--data", "demo", "--seed", "0",
+                             "--device", "cpu", "--out", str(python), "--sound", "--sigma", "0.5",
                              *predict, *common]) == 0
     assert _rows_without_time(cpp) == _rows_without_time(python)
     if command == "certify":

@@ -401,7 +401,7 @@ def test_a_runtime_that_disagrees_with_pytorch_fails_its_parity_check(demo, monk
 
 def test_cli_cpu_runtime_needs_fast(tmp_path, capsys):
     out = tmp_path / "unused.tsv"
-    assert certify_main(["--data", "demo", "--max", "1", "--cpu-runtime", "onnxruntime", "--quiet",
+    assert certify_main(["--data", "demo", "--seed", "0", "--max", "1", "--cpu-runtime", "onnxruntime", "--quiet",
                          "--out", str(out)]) == 2
     error = capsys.readouterr().err.strip()
     assert error == "dmae-certify: error: --cpu-runtime applies to --fast (on a CPU); add --fast"
@@ -443,7 +443,8 @@ def _rows_without_time(path: Path) -> list[list[str]]:
 
 
 def test_cli_fast_on_cpu_writes_the_plain_rows_and_records_threads(tmp_path):
-    common = ["--data", "demo", "--max", "3", "--skip", "7", "--n0", "30", "--n", "400", "--batch", "256",
+    common = ["--data", "demo", "--seed", "0",
+              "--max", "3", "--skip", "7", "--n0", "30", "--n", "400", "--batch", "256",
               "--device", "cpu", "--quiet"]
     assert certify_main([*common, "--out", str(tmp_path / "plain.tsv")]) == 0
     assert certify_main([*common, "--fast", "--out", str(tmp_path / "fast.tsv")]) == 0
@@ -456,7 +457,8 @@ def test_cli_fast_on_cpu_writes_the_plain_rows_and_records_threads(tmp_path):
 
 
 def test_cli_reference_noise_gives_the_same_certificates(tmp_path):
-    common = ["--data", "demo", "--max", "2", "--n0", "20", "--n", "200", "--batch", "128", "--device", "cpu",
+    common = ["--data", "demo", "--seed", "0",
+              "--max", "2", "--n0", "20", "--n", "200", "--batch", "128", "--device", "cpu",
               "--quiet"]
     assert certify_main([*common, "--out", str(tmp_path / "a.tsv")]) == 0
     assert certify_main([*common, "--noise", "reference", "--out", str(tmp_path / "b.tsv")]) == 0
@@ -489,7 +491,8 @@ def test_cli_fast_on_cpu_runs_an_onnx_engine_file_like_the_plain_path(tmp_path):
 
     (engine,) = export_engines(ExportConfig("demo", str(tmp_path), ("onnx",), name="demo", parity_samples=100,
                                             seed=0), report=lambda line: None)
-    common = ["--engine", str(engine), "--data", "demo", "--max", "2", "--skip", "11", "--n0", "20", "--n", "300",
+    common = ["--engine", str(engine), "--data", "demo", "--seed", "0",
+              "--max", "2", "--skip", "11", "--n0", "20", "--n", "300",
               "--batch", "128", "--device", "cpu", "--quiet"]
     assert certify_main([*common, "--out", str(tmp_path / "plain.tsv")]) == 0
     assert certify_main([*common, "--fast", "--out", str(tmp_path / "fast.tsv")]) == 0
@@ -530,7 +533,8 @@ def test_a_signal_after_an_openvino_body_is_freed_reaches_its_handler():
 def test_gpu_options_beside_fast_on_a_cpu_are_named_as_ignored(capsys, tmp_path):
     from dmae_fast.cli.certify import main
 
-    argv = ["--data", "demo", "--max", "1", "--n0", "10", "--n", "30", "--quiet", "--device", "cpu", "--fast",
+    argv = ["--data", "demo", "--seed", "0",
+            "--max", "1", "--n0", "10", "--n", "30", "--quiet", "--device", "cpu", "--fast",
             "--fast-parts", "fused,cuda-graphs", "--out", str(tmp_path / "r.tsv")]
     assert main(argv) == 0
     err = capsys.readouterr().err
@@ -670,7 +674,7 @@ def test_an_edited_cache_entry_with_its_digest_recomputed_is_named_dropped_and_r
     from onnx import numpy_helper
 
     monkeypatch.delenv("DMAE_FAST_BODY")
-    common = ["--data", "demo", "--max", "1", "--n0", "20", "--n", "100", "--device", "cpu", "--quiet"]
+    common = ["--data", "demo", "--seed", "0", "--max", "1", "--n0", "20", "--n", "100", "--device", "cpu", "--quiet"]
 
     def run(name):
         assert certify_main([*common, "--out", str(tmp_path / name)]) == 0

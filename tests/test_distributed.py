@@ -37,7 +37,7 @@ LONG = dict(max_images=8, sigma=0.5, n0=100, n=6000, batch=500)  # long enough t
 
 def _cli_args(settings: dict, extra: tuple[str, ...] = ()) -> list[str]:
     names = {"max_images": "--max-images", "n": "--num-samples", "n0": "--n0", "sigma": "--sigma", "batch": "--batch"}
-    args = ["--data", "demo", "--quiet", "--noise", "reference"]
+    args = ["--data", "demo", "--seed", "0", "--quiet", "--noise", "reference"]
     for key, value in settings.items():
         args += [names[key], str(value)]
     return args + list(extra)
@@ -59,9 +59,9 @@ def _finish(process: subprocess.Popen, timeout: float = 900) -> tuple[int, str]:
 
 
 def _one_process(out: Path, settings: dict, **more) -> None:
-    certify_dataset(CertifyConfig.from_settings(dict(engine=str(DEMO_CHECKPOINT), data="demo", out=str(out),
-                                                     device="cpu", progress=False, noise="reference", **settings,
-                                                     **more)))
+    config = dict(seed=0, engine=str(DEMO_CHECKPOINT), data="demo", out=str(out), device="cpu", progress=False,
+                  noise="reference", **settings)
+    certify_dataset(CertifyConfig.from_settings({**config, **more}))
 
 
 def _rows(path: Path) -> list[list[str]]:
@@ -157,6 +157,31 @@ def test_sigkilled_rank_is_restarted_and_the_file_is_complete(tmp_path, referenc
     assert status == 0, err
     assert _rows(out) == reference["long"]
     assert json.loads(Path(f"{out}.json").read_text())["status"] == "complete"
+
+
+@pytest.mark.parametrize("shard, overwrite", [("images", True), ("samples", False)])
+def test_ranks_share_one_fresh_seed_and_a_restart_keeps_it(tmp_path, shard, overwrite):
+    """Without --seed rank 0 draws the seed and hands it to every rank; a rank killed mid-run and restarted
+    continues with the same seed (the record's, or an --overwrite run's parts marker): the rows are those of one
+    process at the recorded seed."""
+    out = tmp_path / "r.tsv"
+    if overwrite:
+        out.write_text("a user's old file\n")
+    settings = LONG if shard == "images" else SMALL  # images: long enough to kill a rank mid-run
+    args = [a for a in _cli_args(settings, ("--shard", shard) + (("--overwrite",) if overwrite else ()))
+            if a not in ("--seed", "0")]
+    process = subprocess.Popen(_torchrun_command(2, [*args, "--out", str(out)], restarts=1), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    if shard == "images":
+        _wait_for_rows(process, out)
+        os.kill(_worker_pids(process.pid)[1], signal.SIGKILL)
+    status, err = _finish(process)
+    assert status == 0, err
+    seed = json.loads(Path(f"{out}.json").read_text())["config"]["seed"]
+    assert isinstance(seed, int) and seed != 0 and err.count(f"seed {seed},") >= 1
+    alone = tmp_path / "alone.tsv"
+    _one_process(alone, settings, seed=seed)
+    assert _rows(out) == _rows(alone)
 
 
 @pytest.mark.parametrize("resume_with", [2, 1])
@@ -501,7 +526,7 @@ def test_bad_launch_options_give_one_line(tmp_path, capsys, args, message):
     from dmae_fast.cli.certify import main
 
     try:
-        status = main(["--data", "demo", "--out", str(tmp_path / "r.tsv"), *args])
+        status = main(["--data", "demo", "--seed", "0", "--out", str(tmp_path / "r.tsv"), *args])
     except SystemExit as stop:  # argparse's own errors
         status = stop.code
     err = capsys.readouterr().err
@@ -512,7 +537,7 @@ def test_bad_launch_options_give_one_line(tmp_path, capsys, args, message):
 def test_scaling_bench_runs_each_process_count_and_checks_rows(tmp_path):
     from dmae_fast.bench.scaling import ScalingConfig, run_scaling
 
-    certify = ("--data", "demo", "--max", "3", "--n", "200", "--noise", "reference")
+    certify = ("--data", "demo", "--seed", "0", "--max", "3", "--n", "200", "--noise", "reference")
     record, paths = run_scaling(ScalingConfig(out=str(tmp_path), procs=(1, 2), rounds=1, certify=certify))
     assert record["identical_rows"] and record["samples_per_run"] == 3 * 300
     assert [row["procs"] for row in record["table"]] == [1, 2]
@@ -524,4 +549,4 @@ def test_scaling_bench_refuses_an_out_for_dmae_certify(tmp_path):
     from dmae_fast.bench.scaling import ScalingConfig, run_scaling
 
     with pytest.raises(UserError, match="no --out"):
-        run_scaling(ScalingConfig(out=str(tmp_path), certify=("--data", "demo", "--out", "x.tsv")))
+        run_scaling(ScalingConfig(out=str(tmp_path), certify=("--data", "demo", "--seed", "0", "--out", "x.tsv")))

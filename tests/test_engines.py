@@ -25,7 +25,7 @@ from dmae_fast.errors import UserError
 from dmae_fast.export import ExportConfig, export_engines
 from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier
 
-CERTIFY = ["--data", "demo", "--max", "2", "--n0", "10", "--n", "50", "--batch", "32", "--quiet"]
+CERTIFY = ["--data", "demo", "--seed", "0", "--max", "2", "--n0", "10", "--n", "50", "--batch", "32", "--quiet"]
 
 
 pytestmark = pytest.mark.usefixtures("two_torch_threads")

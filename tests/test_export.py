@@ -43,7 +43,8 @@ CONTRACT_FIELDS = {"format", "kind", "file", "input", "input_name", "input_shape
                    "precision", "batch", "classifier", "num_classes", "sigma", "patch_size", "parity", "versions",
                    "device", "source_checkpoint", "created", "sha256"}
 PARITY_FIELDS = {"samples", "max_abs_logit_diff", "top1_agreement", "threshold", "reference", "device"}
-CERTIFY = ["--data", "demo", "--max", "5", "--n0", "20", "--n", "200", "--batch", "64", "--quiet", "--device", "cpu"]
+CERTIFY = ["--data", "demo", "--seed", "0",
+           "--max", "5", "--n0", "20", "--n", "200", "--batch", "64", "--quiet", "--device", "cpu"]
 DEMO_SPEC = load_classifier(DEMO_CHECKPOINT).spec
 COUNTS = ["idx", "label", "predict", "radius", "correct", "n0", "n", "nA", "pA_lower"]
 

@@ -161,7 +161,8 @@ def test_an_exported_graph_that_fails_its_parity_check_is_not_used(demo_model, m
     monkeypatch.setenv("DMAE_FAST_CACHE", "off")  # the check runs, not a verdict cached by another test
     for kind in (cpu_runtimes.OrtChunks, cpu_runtimes.OpenVinoChunks):
         monkeypatch.setattr(kind, "logits", lambda self, chunk: torch.zeros(len(chunk), 10))
-    common = ["--data", "demo", "--max", "2", "--n0", "20", "--n", "100", "--quiet", "--workers", "0", "--device",
+    common = ["--data", "demo", "--seed", "0",
+              "--max", "2", "--n0", "20", "--n", "100", "--quiet", "--workers", "0", "--device",
               "cpu"]
     assert main([*common, "--out", str(tmp_path / "plain.tsv")]) == 0
     capsys.readouterr()
@@ -192,7 +193,7 @@ def test_an_aoti_package_that_fails_to_load_stops_the_run_in_one_line(engine, mo
 def test_dmae_certify_runs_the_fast_body_by_default_and_says_why(monkeypatch, tmp_path, capsys):
     monkeypatch.delenv("DMAE_FAST_BODY")
     out = tmp_path / "default.tsv"
-    assert main(["--data", "demo", "--max", "1", "--n0", "20", "--n", "100", "--quiet", "--workers", "0",
+    assert main(["--data", "demo", "--seed", "0", "--max", "1", "--n0", "20", "--n", "100", "--quiet", "--workers", "0",
                  "--device", "cpu", "--out", str(out)]) == 0
     err = capsys.readouterr().err
     assert "worker(s) x 1 thread" in err and "(fast body: the default (--body plain runs" in err
@@ -262,7 +263,8 @@ def test_interrupts_and_user_errors_in_a_batch_are_not_fallen_back_from(engine, 
     assert body.fallbacks == [] and body.chain.body is body
 
 
-DEMO_RUN = ["--data", "demo", "--max", "3", "--n0", "20", "--n", "100", "--batch", "50", "--quiet", "--workers", "0",
+DEMO_RUN = ["--data", "demo", "--seed", "0",
+            "--max", "3", "--n0", "20", "--n", "100", "--batch", "50", "--quiet", "--workers", "0",
             "--device", "cpu"]
 
 

@@ -109,7 +109,8 @@ def test_fp8_bodies_compile_in_the_default_mode_and_say_so(capsys):
 
 def test_dmae_certify_runs_the_demo_in_fp8(tmp_path):
     out = tmp_path / "fp8.tsv"
-    assert main(["--data", "demo", "--max", "3", "--n0", "20", "--n", "100", "--precision", "fp8", "--device", "cpu",
+    assert main(["--data", "demo", "--seed", "0",
+                 "--max", "3", "--n0", "20", "--n", "100", "--precision", "fp8", "--device", "cpu",
                  "--quiet", "--workers", "0", "--out", str(out)]) == 0
     rows = out.read_text().splitlines()
     assert len(rows) == 4 and rows[0].startswith("idx")

@@ -18,7 +18,8 @@ from dmae_fast.run.results import read_results
 def test_certify_dataset_writes_and_passes_on_every_row(tmp_path):
     out = tmp_path / "run.tsv"
     rows = []
-    config = CertifyConfig.from_settings(dict(engine=str(DEMO_CHECKPOINT), data="demo", out=str(out), n0=20, n=200,
+    config = CertifyConfig.from_settings(dict(seed=0,
+                                              engine=str(DEMO_CHECKPOINT), data="demo", out=str(out), n0=20, n=200,
                                               batch=128, max_images=3, device="cpu", progress=False))
     result = certify_dataset(config, on_row=rows.append)
     table = read_results(str(out))
@@ -30,7 +31,8 @@ def test_certify_dataset_writes_and_passes_on_every_row(tmp_path):
 
 
 def test_certify_dataset_refuses_bad_input_before_writing(tmp_path):
-    config = CertifyConfig.from_settings(dict(engine=str(DEMO_CHECKPOINT), data="demo", out=str(tmp_path / "x.tsv"),
+    config = CertifyConfig.from_settings(dict(seed=0,
+                                              engine=str(DEMO_CHECKPOINT), data="demo", out=str(tmp_path / "x.tsv"),
                                               sigma=-1.0))
     with pytest.raises(UserError, match="sigma"):
         certify_dataset(config)
@@ -60,11 +62,12 @@ def test_a_config_is_validated_once_at_the_edge(tmp_path, monkeypatch):
     checked: list[CertifyConfig] = []
     validate = CertifyConfig.validate
     monkeypatch.setattr(CertifyConfig, "validate", lambda config: (checked.append(config), validate(config))[1])
-    small = ["--data", "demo", "--max", "1", "--n0", "10", "--n", "50", "--device", "cpu", "--quiet"]
+    small = ["--data", "demo", "--seed", "0", "--max", "1", "--n0", "10", "--n", "50", "--device", "cpu", "--quiet"]
     assert main([*small, "--out", str(tmp_path / "cli.tsv")]) == 0
     assert sum(config is checked[0] for config in checked) == 1
     checked.clear()
-    config = CertifyConfig.from_settings(dict(engine=str(DEMO_CHECKPOINT), data="demo", out=str(tmp_path / "api.tsv"),
+    config = CertifyConfig.from_settings(dict(seed=0,
+                                              engine=str(DEMO_CHECKPOINT), data="demo", out=str(tmp_path / "api.tsv"),
                                               n0=10, n=50, max_images=1, device="cpu", progress=False))
     certify_dataset(config)
     assert sum(c is config for c in checked) == 1

@@ -23,9 +23,9 @@ from dmae_fast.locking import OutputLock
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 # 12 demo digits, 2,020 samples each: a few seconds on one CPU thread.
-RUN = ["--data", "demo", "--n0", "20", "--n", "2000", "--batch", "500", "--max", "12", "--device", "cpu",
+RUN = ["--data", "demo", "--seed", "0", "--n0", "20", "--n", "2000", "--batch", "500", "--max", "12", "--device", "cpu",
        "--sigma", "0.25", "--precision", "fp32", "--quiet"]
-SMALL = ["--data", "demo", "--n0", "20", "--n", "200", "--batch", "64", "--max", "4", "--device", "cpu",
+SMALL = ["--data", "demo", "--seed", "0", "--n0", "20", "--n", "200", "--batch", "64", "--max", "4", "--device", "cpu",
          "--sigma", "0.25", "--precision", "fp32", "--quiet"]
 
 

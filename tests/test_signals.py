@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 DMAE_CERTIFY = str(Path(sys.executable).with_name("dmae-certify"))
-RUN = ["--data", "demo", "--max-images", "2", "--n0", "10", "--num-samples", "100", "--device", "cpu", "--quiet"]
+RUN = ["--data", "demo", "--seed", "0",
+       "--max-images", "2", "--n0", "10", "--num-samples", "100", "--device", "cpu", "--quiet"]
 HANG_GUARD = 300  # seconds; a start takes a few, a 2-rank job under 30
 
 

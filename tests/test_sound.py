@@ -27,6 +27,7 @@ from dmae_fast.fast_noise import NoiseSource
 from dmae_fast.model.config import ClassifierSpec, EncoderConfig
 from dmae_fast.patch_layout import PatchLayout
 from dmae_fast.run.config import CertifyConfig
+from dmae_fast.run.output import run_seed
 from dmae_fast.run.results import read_results
 from dmae_fast.serve.config import Defaults, Limits, ServeConfig
 from dmae_fast.serve.payloads import ParsedRequest, PayloadError, parse_request
@@ -69,11 +70,37 @@ class TraceReader(Engine):
         return torch.where((nearest < 1.5e-7).double().mean(1) > 0.9, 0, 1)
 
 
-def _counts(engine: Engine, image: torch.Tensor, plan: SamplingPlan, grid: int | None = None) -> np.ndarray:
-    body = ImageBatches(engine, SIGMA, 0, 1000, NoiseSource(CPU, compiled=False, grid=grid))
-    streamer = StreamingCertifier(engine, plan, SIGMA, 0, 1000, body, None if grid is None else Sound(grid))
+def _counts(engine: Engine, image: torch.Tensor, plan: SamplingPlan, grid: int | None = None,
+            seed: int = 0) -> np.ndarray:
+    body = ImageBatches(engine, SIGMA, seed, 1000, NoiseSource(CPU, compiled=False, grid=grid))
+    streamer = StreamingCertifier(engine, plan, SIGMA, seed, 1000, body, None if grid is None else Sound(grid))
     [done] = streamer.run([(0, image, 0)])
     return done.counts
+
+
+class SeedReader(TraceReader):
+    """A classifier made knowing a seed: it holds the exact noisy inputs a run with that seed feeds it at x0 and
+    says class 0 on those, class 1 on everything else (so class 1 everywhere but on that one stream)."""
+
+    def __init__(self, inputs: set[bytes]) -> None:
+        super().__init__()
+        self.inputs = inputs
+
+    def classify(self, images: torch.Tensor) -> torch.Tensor:
+        return torch.tensor([0 if row.numpy().tobytes() in self.inputs else 1 for row in images])
+
+    @classmethod
+    def made_for(cls, seed: int, x0: torch.Tensor, plan: SamplingPlan, grid: int | None) -> SeedReader:
+        """The reader of the inputs that a run with ``seed`` draws at ``x0``, recorded by running it once."""
+        seen: set[bytes] = set()
+
+        class Recorder(TraceReader):
+            def classify(self, images: torch.Tensor) -> torch.Tensor:
+                seen.update(row.numpy().tobytes() for row in images)
+                return torch.ones(len(images), dtype=torch.int64)
+
+        _counts(Recorder(), x0, plan, grid, seed)
+        return cls(seen)
 
 
 def test_the_default_noise_certifies_a_false_radius_and_sound_noise_does_not(one_torch_thread):
@@ -104,7 +131,8 @@ def test_patch_rows_carry_the_same_sound_noise_as_images():
 
 def _demo(tmp_path, name, *extra):
     out = tmp_path / f"{name}.tsv"
-    assert certify_main(["--data", "demo", "--max", "6", "--n0", "20", "--n", "100", "--batch", "64", "--quiet",
+    assert certify_main(["--data", "demo", "--seed", "0",
+                         "--max", "6", "--n0", "20", "--n", "100", "--batch", "64", "--quiet",
                          "--device", "cpu", "--out", str(out), *extra]) == 0
     return out
 
@@ -197,7 +225,7 @@ def test_a_sound_answer_replays_as_identical(one_torch_thread):
 
 def test_a_sound_run_resumes_as_sound_only(one_torch_thread, tmp_path, capsys):
     out = tmp_path / "r.tsv"
-    args = ["--data", "demo", "--n0", "20", "--n", "100", "--batch", "64", "--quiet", "--device", "cpu",
+    args = ["--data", "demo", "--seed", "0", "--n0", "20", "--n", "100", "--batch", "64", "--quiet", "--device", "cpu",
             "--body", "plain", "--max", "3", "--out", str(out)]
     assert certify_main([*args, "--sound"]) == 0
     rows = out.read_text().splitlines()
@@ -207,3 +235,20 @@ def test_a_sound_run_resumes_as_sound_only(one_torch_thread, tmp_path, capsys):
     assert certify_main([*args, "--sound", "--resume"]) == 0
     assert out.read_text().splitlines()[:-1] == rows[:-1] and read_results(out).idx.tolist() == [0, 1, 2]
     assert set(read_results(out).extra["procedure"]) == {"cohen-fixed-n sound"}
+
+
+@pytest.mark.parametrize("grid", [None, 255], ids=["default-noise", "sound"])
+def test_a_classifier_that_knows_a_seed_forges_only_runs_with_that_seed(one_torch_thread, tmp_path, grid):
+    """The guarantee assumes a classifier fixed independently of the seed: one made with a run's seed forges a
+    certificate, so a run not given --seed draws a fresh one, which the forger cannot have known."""
+    x0, plan, public = torch.zeros(1, 16, 16), SamplingPlan.certify(100, 1000), 0
+    forger = SeedReader.made_for(public, x0, plan, grid)
+    forged = _counts(forger, x0, plan, grid, seed=public)
+    assert forged.tolist() == [[100, 0], [1000, 0]]
+    assert certify_from_counts(forged[0], forged[1], 0.001, SIGMA).radius > 0.6  # false: class 1 all around x0
+    config = CertifyConfig.from_settings(dict(engine="m", data="demo", out=str(tmp_path / "r.tsv")))
+    seeds = {run_seed(config, "new", parts=False) for _ in range(3)}
+    assert len(seeds) == 3 and public not in seeds and all(0 <= s < 2**64 for s in seeds)
+    for seed in seeds:
+        counts = _counts(forger, x0, plan, grid, seed=seed)
+        assert counts.tolist() == [[0, 100], [0, 1000]]  # the truth: class 1, never a class-0 certificate

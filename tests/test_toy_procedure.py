@@ -53,7 +53,8 @@ class QuarterSplit(Procedure):
 
 
 def test_certify_dataset_runs_a_config_naming_the_toy_and_resumes_it(one_torch_thread, tmp_path):
-    config = CertifyConfig.from_settings(dict(engine=str(DEMO_CHECKPOINT), data="demo", out=str(tmp_path / "toy.tsv"),
+    config = CertifyConfig.from_settings(dict(seed=0,
+                                              engine=str(DEMO_CHECKPOINT), data="demo", out=str(tmp_path / "toy.tsv"),
                                               n=200, batch=128, max_images=3, device="cpu", progress=False,
                                               procedure_name=TOY))
     result = certify_dataset(config)
@@ -69,7 +70,8 @@ def test_certify_dataset_runs_a_config_naming_the_toy_and_resumes_it(one_torch_t
 
 
 def test_a_config_naming_an_unregistered_procedure_is_refused(tmp_path):
-    config = CertifyConfig.from_settings(dict(engine=str(DEMO_CHECKPOINT), data="demo", out=str(tmp_path / "x.tsv"),
+    config = CertifyConfig.from_settings(dict(seed=0,
+                                              engine=str(DEMO_CHECKPOINT), data="demo", out=str(tmp_path / "x.tsv"),
                                               procedure_name="no-such-procedure"))
     with pytest.raises(UserError, match="no procedure named no-such-procedure is registered"):
         config.validate()

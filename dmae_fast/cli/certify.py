@@ -64,7 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default 10,000; spell it --num-samples after torchrun, whose parser takes --n for its own)")
     smooth.add_argument("--alpha", type=float, default=0.001, help="failure probability (default 0.001)")
     smooth.add_argument("--predict", action="store_true", help="run PREDICT (n samples, binomial test) instead")
-    smooth.add_argument("--seed", type=int, default=0, help="64-bit noise seed (results are a function of it)")
+    smooth.add_argument("--seed", type=int, help="64-bit noise seed: --seed N reproduces a run exactly (default: a "
+                        "fresh seed from the OS, printed in the start line and recorded; --resume keeps the recorded)")
     smooth.add_argument("--sound", action="store_true", help="certificates that hold in floating point: inputs on "
                         "their grid (8-bit images: 1/255; the demo digits: 1/16), the Gaussian rounded onto it drawn "
                         "exactly, the classifier on the exact grid sum (docs/sound.md); off-grid inputs are refused")

@@ -74,7 +74,7 @@ class ProcedureOptions:
     n0: int = 100
     n: int = 10_000
     alpha: float = 0.001
-    seed: int = 0
+    seed: int | None = None  # None: a fresh 64-bit seed from the OS (a continued run: its recorded one)
     predict: bool = False
     sequential: bool = False
     looks: tuple[int, ...] | None = None
@@ -100,7 +100,7 @@ class ProcedureOptions:
             (0 < self.alpha < 1, f"--alpha must be in (0, 1), got {self.alpha}"),
             (self.n0 >= 1, f"--n0 must be >= 1, got {self.n0}"),
             (1 <= self.n < 2**32, f"--n must be in [1, 2**32), got {self.n}"),
-            (0 <= self.seed < 2**64, f"--seed must be in [0, 2**64), got {self.seed}"),
+            (self.seed is None or 0 <= self.seed < 2**64, f"--seed must be in [0, 2**64), got {self.seed}"),
             (all(math.isfinite(r) and r >= 0 for r in self.radii or ()), "--radii must be finite and >= 0"),
             (not (self.sequential and self.predict), "--sequential applies to CERTIFY, not --predict"),
             (self.sequential_test in SEQUENTIAL_TESTS,

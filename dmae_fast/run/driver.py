@@ -26,11 +26,12 @@ from dmae_fast.batching.choices import PROG
 from dmae_fast.batching.fallback import one_line
 from dmae_fast.batching.fast_stream import StageTimer
 from dmae_fast.errors import AlreadyReported, Interrupted, UserError
+from dmae_fast.integrity import file_sha256
 from dmae_fast.locking import OutputLock
 from dmae_fast.run.config import CertifyConfig
 from dmae_fast.run.host import device_name
 from dmae_fast.run.opened import OpenedRun, open_run
-from dmae_fast.run.output import check_out_before_loading, images_to_do, output_mode
+from dmae_fast.run.output import check_out_before_loading, images_to_do, output_mode, run_seed
 from dmae_fast.run.parts import has_parts, start_parts
 from dmae_fast.run.ranks import join
 from dmae_fast.run.record import RunRecord, RunResult
@@ -64,9 +65,10 @@ class Run:
         self.ranks = join(self.config.classifier.device)
         with self.ranks.running(), contextlib.ExitStack() as self.held:
             opened = self.ranks.agree(self._open)
-            self.config = opened.config  # sigma and precision resolved
-            mode, indices = self.ranks.decide(lambda: self._take_output(opened))
-            return self._certify(opened, mode, indices)
+            mode, indices, seed, model_sha256 = self.ranks.decide(lambda: self._take_output(opened))
+            opened = opened.seeded(seed)
+            self.config = opened.config  # sigma, precision and seed resolved
+            return self._certify(opened, mode, indices, model_sha256)
 
     def _open(self) -> OpenedRun:
         """Every process: check ``--out``, rank 0 locks it, open the classifier and the data."""
@@ -80,24 +82,27 @@ class Run:
             self.held.enter_context(OutputLock(config.output.out, "results file"))
         return open_run(config, ranks.device)
 
-    def _take_output(self, opened: OpenedRun) -> tuple[Mode, list[int]]:
-        """Rank 0: how the run treats ``--out``, and the images still to do."""
-        config, out = self.config, self.config.output.out
+    def _take_output(self, opened: OpenedRun) -> tuple[Mode, list[int], int, str]:
+        """Rank 0: how the run treats ``--out``, the images still to do, the noise seed (drawn only now, once
+        the classifier is opened and hashed) and the classifier file's SHA-256."""
+        config, out = opened.config, opened.config.output.out
         mode = output_mode(config)
         if mode == "append" and config.output.resume and not Path(out).exists() and not has_parts(out):
             print(f"{PROG}: --resume: {out} does not exist yet; starting the run", file=sys.stderr)
         parts = self.ranks.world > 1 and config.shard == "images"
+        model_sha256 = file_sha256(config.classifier.engine)
+        seed = run_seed(config, mode, parts)
         indices = images_to_do(opened, mode, parts=parts)
         if parts:
-            start_parts(out, replacing=mode == "overwrite")
-        return mode, indices
+            start_parts(out, replacing=mode == "overwrite", seed=seed)
+        return mode, indices, seed, model_sha256
 
-    def _certify(self, opened: OpenedRun, mode: Mode, indices: list[int]) -> RunResult:
+    def _certify(self, opened: OpenedRun, mode: Mode, indices: list[int], model_sha256: str) -> RunResult:
         ranks, config = self.ranks, self.config
         timer = StageTimer(opened.engine.device) if config.output.profile else None
         resolved = opened.body(timer)
         sharing = {"world_size": ranks.world, "shard": config.shard} if ranks.world > 1 else {}
-        self.record = RunRecord(opened, resolved, mode, sharing)
+        self.record = RunRecord(opened, resolved, mode, model_sha256, sharing)
         if ranks.primary:
             opened.announce(len(indices), resolved, f", {ranks.world} ranks sharing {config.shard}" if sharing else "")
             self.record.write({"status": "running"})

@@ -3,6 +3,7 @@ procedure, checked against each other (:func:`open_run`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -87,6 +88,11 @@ class OpenedRun:
                 raise UserError(label)
             yield index, image, int(label)
 
+    def seeded(self, seed: int) -> OpenedRun:
+        """This run with its noise seed resolved."""
+        procedure = dataclasses.replace(self.config.procedure, seed=seed)
+        return dataclasses.replace(self, config=dataclasses.replace(self.config, procedure=procedure))
+
     def body(self, timer: StageTimer | None = None) -> ResolvedBody:
         return self.smoother.body(self.config.procedure.seed, self.config.batch, timer)
 
@@ -100,7 +106,7 @@ class OpenedRun:
         c, plan = self.config, self.procedure.plan
         print(f"{PROG}: {images} images, {'up to ' if plan.looks else ''}{plan.total:,} samples each, "
               f"{self.procedure.name}, sigma {self.smoother.sigma}, {body.body.description} ({body}), "
-              f"batch {c.batch}{ranks} -> {c.output.out}", file=sys.stderr)
+              f"seed {c.procedure.seed}, batch {c.batch}{ranks} -> {c.output.out}", file=sys.stderr)
 
 def open_run(config: CertifyConfig, device: str | None = None) -> OpenedRun:
     """Open the classifier (on ``device``, default the config's) and the data, and check they fit."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,7 +14,7 @@ from dmae_fast.errors import UserError
 
 # Light modules only (no torch): the command checks --out before its slow imports.
 from dmae_fast.run.config import CertifyConfig
-from dmae_fast.run.parts import clear_parts, has_parts, merge_parts, parts_dir, replaces_out
+from dmae_fast.run.parts import clear_parts, has_parts, merge_parts, parts_dir, replaces_out, replacing_seed
 from dmae_fast.run.results import Mode, read_kept_rows
 from dmae_fast.run.resume import check_kept_rows, dataset_labels
 from dmae_fast.run.torchrun_env import restart_count
@@ -75,14 +76,38 @@ def output_mode(config: CertifyConfig) -> Mode:
 def record_path(config: CertifyConfig) -> Path:
     return Path(config.output.out + ".json")
 
-def _check_resumable(config: CertifyConfig) -> None:
+def run_seed(config: CertifyConfig, mode: Mode, parts: bool) -> int:
+    """The run's noise seed: ``--seed``; else that of the rows it continues (the run record's, or for a torchrun
+    restart of an --overwrite run its parts'); else a fresh 64-bit seed from the operating system."""
+    out = config.output.out
+    if config.procedure.seed is not None:
+        return config.procedure.seed
+    if mode == "append" and (Path(out).exists() or has_parts(out)):
+        seed = _recorded_settings(config).get("seed")
+        if not (isinstance(seed, int) and 0 <= seed < 2**64):
+            raise UserError(f"--resume: the run record {record_path(config)} names no noise seed ({seed!r})")
+        return seed
+    if mode == "overwrite" and parts and restart_count() > 0 and has_parts(out) and replaces_out(out):
+        return replacing_seed(out)
+    return secrets.randbits(64)
+
+def _recorded_settings(config: CertifyConfig) -> dict:
     sidecar = record_path(config)
     try:
         recorded = json.loads(sidecar.read_text())["config"]
-    except (OSError, ValueError, KeyError):
+    except (OSError, ValueError, KeyError, TypeError):
         raise UserError(f"--resume needs the run record {sidecar} written beside {config.output.out}") from None
+    if not isinstance(recorded, dict):
+        raise UserError(f"--resume: the run record {sidecar} holds no settings")
+    return recorded
+
+def _check_resumable(config: CertifyConfig) -> None:
+    sidecar = record_path(config)
+    recorded = _recorded_settings(config)
     current = config.recorded()
     fields = RESULT_FIELDS + tuple(f for f in config.procedure_settings() if f not in RESULT_FIELDS)
+    if config.procedure.seed is None:  # the run continues with the recorded seed
+        fields = tuple(f for f in fields if f != "seed")
     differing = [k for k in fields if _as_recorded(recorded.get(k)) != _as_recorded(current.get(k))]
     if differing:
         raise UserError(f"--resume: {', '.join(differing)} differ from the run recorded in {sidecar}")

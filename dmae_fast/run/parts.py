@@ -15,7 +15,7 @@ from pathlib import Path
 from dmae_fast.errors import UserError
 from dmae_fast.run.results import Kind, columns_of, read_row_lines
 
-REPLACES_OUT = "REPLACES_OUT"  # marker: these parts belong to an --overwrite run, not to --out's rows
+REPLACES_OUT = "REPLACES_OUT"  # marker: these parts belong to an --overwrite run, not to --out's rows; holds its seed
 
 
 def parts_dir(out: str | os.PathLike[str]) -> Path:
@@ -32,14 +32,24 @@ def replaces_out(out: str | os.PathLike[str]) -> bool:
     return (parts_dir(out) / REPLACES_OUT).exists()
 
 
-def start_parts(out: str | os.PathLike[str], replacing: bool) -> None:
-    """Create the parts folder (kept if there), marking it when the run replaces ``--out``."""
+def start_parts(out: str | os.PathLike[str], replacing: bool, seed: int) -> None:
+    """Create the parts folder (kept if there), marking it with the run's noise ``seed`` when the run replaces
+    ``--out`` (whose record is written only at the end: a restart reads the seed of its rows here)."""
     folder = parts_dir(out)
     if folder.exists() and not folder.is_dir():
         raise UserError(f"{folder} is a file; the parts of a multi-process run are written there: remove it")
     folder.mkdir(exist_ok=True)
     if replacing:
-        (folder / REPLACES_OUT).touch()
+        (folder / REPLACES_OUT).write_text(f"{seed}\n")
+
+
+def replacing_seed(out: str | os.PathLike[str]) -> int:
+    """The noise seed of the parts of an ``--overwrite`` run (:func:`start_parts`)."""
+    marker = parts_dir(out) / REPLACES_OUT
+    text = marker.read_text().strip() if marker.is_file() else ""
+    if not (text.isascii() and text.isdigit() and int(text) < 2**64):
+        raise UserError(f"{marker} names no noise seed, so its rows cannot be continued; run again with --overwrite")
+    return int(text)
 
 
 def part_path(out: str | os.PathLike[str], rank: int) -> Path:

@@ -17,7 +17,6 @@ from tqdm import tqdm
 from dmae_fast import __version__
 from dmae_fast.batching.bodies import ResolvedBody
 from dmae_fast.batching.stream import ImageCounts
-from dmae_fast.integrity import file_sha256
 from dmae_fast.memory import keep_freed_memory
 from dmae_fast.run.config import CertifyConfig
 from dmae_fast.run.host import device_name
@@ -33,9 +32,10 @@ from dmae_fast.stats.rounded_gaussian import guarantee, sound_table
 class RunRecord:
     """The run record ``<out>.json``: the resolved settings, engine, threads, versions, status."""
 
-    def __init__(self, opened: OpenedRun, body: ResolvedBody, mode: Mode, extra: dict | None = None) -> None:
+    def __init__(self, opened: OpenedRun, body: ResolvedBody, mode: Mode, model_sha256: str,
+                 extra: dict | None = None) -> None:
         self.opened, self.resolved, self.mode, self.extra = opened, body, mode, extra or {}
-        self.model_sha256 = file_sha256(opened.config.classifier.engine)  # names the very file that was certified
+        self.model_sha256 = model_sha256  # names the very file that was certified
 
     def write(self, summary: dict, final: bool = False) -> None:
         """Write the record; an --overwrite run's old record stays until the new results replace it."""
