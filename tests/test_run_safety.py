@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from dmae_fast.cli.certify import main
+from dmae_fast.errors import UserError
 from dmae_fast.locking import OutputLock
 
 # One thread in-process, as in the subprocesses: training runs compare weights bit for bit.
@@ -241,6 +242,96 @@ def test_resume_drops_a_torn_last_line_and_completes(tmp_path, small):
         f.write("2\t1\t1\t0.5")  # a crash in the middle of a row
     assert main([*SMALL, "--resume", "--out", str(out)]) == 0
     assert without_time(out) == without_time(small)
+
+
+# A value other than the base run's for every setting a resumed run must match (a new setting that changes the
+# results must be added here, or test_resume_checks_exactly_the_settings_that_change_the_results fails).
+CHANGED = {"engine": "other.safetensors", "data": "/data/val", "split": "train", "labels": "labels.txt",
+           "image_size": 9, "input_size": 9, "normalize": "cifar10", "sigma": 0.5, "n0": 21, "n": 201, "alpha": 0.01,
+           "seed": 1, "predict": True, "skip": 2, "max_images": 3, "precision": "fp16", "sequential": True,
+           "looks": (100, 201), "futility": "none", "sequential_test": "bonferroni", "procedure_name": "certify",
+           "sound": True, "quantize": True, "radii": (0.5, 1.0)}
+HOW = {"device": "cuda", "workers": 3, "batch": 7, "shard": "samples", "fast": True, "fused": True, "compile": True,
+       "cuda_graphs": True, "noise": "reference", "cpu_runtime": "torch", "body_reason": "a test", "progress": False}
+KINDS = {"certify": {}, "predict": {"predict": True}, "sequential": {"sequential": True},
+         "sound": {"sound": True}}
+
+
+def _config(tmp_path, settings: dict):
+    from dmae_fast.run.config import CertifyConfig
+
+    base = dict(engine="model.safetensors", data="demo", out=str(tmp_path / "r.tsv"), sigma=0.25, n0=20, n=200,
+                seed=0, precision="fp32", resume=True)
+    return CertifyConfig.from_settings({**base, **settings})
+
+
+def _resumes(tmp_path, recorded: dict, resumed: dict) -> str | None:
+    """None if a run of ``resumed`` may continue the rows of a run of ``recorded``, else the refusal."""
+    from dmae_fast.run.output import output_mode
+
+    first = _config(tmp_path, recorded)
+    (tmp_path / "r.tsv").write_text("idx\tlabel\tpredict\tradius\tcorrect\ttime\n")
+    (tmp_path / "r.tsv.json").write_text(json.dumps({"config": first.recorded()}, default=list))
+    try:
+        output_mode(_config(tmp_path, resumed))
+    except UserError as error:
+        return str(error)
+    return None
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_resume_checks_exactly_the_settings_that_change_the_results(tmp_path, kind):
+    """Every setting that changes the noise, the classifier's input or a decision, in both directions, for
+    certify, predict, sequential and sound files; none of the settings of how the run computes."""
+    base = KINDS[kind]
+    checked = set(_config(tmp_path, base).must_match())
+    assert checked == set(CHANGED) - ({"radii"} if kind != "sequential" else set())
+    for key in sorted(checked):
+        value = "predict" if key == "procedure_name" and kind == "predict" else CHANGED[key]  # a registered name
+        value = not base[key] if key in base else value  # this kind's own switch: off
+        changed = {**base, key: value, **({"sound": True} if key == "quantize" else {})}
+        if changed.get("predict") and changed.get("sequential"):  # a sequential PREDICT is no run: drop the other
+            changed = {**changed, ("sequential" if key == "predict" else "predict"): False}
+        plain = {**base, **({"sound": True} if key == "quantize" else {})}
+        for recorded, resumed in ((plain, changed), (changed, plain)):
+            refusal = _resumes(tmp_path, recorded, resumed)
+            assert refusal is not None and key in refusal.split(" differ ")[0], (key, recorded, resumed, refusal)
+    for key, value in HOW.items():
+        assert _resumes(tmp_path, base, {**base, key: value}) is None, key
+
+
+def test_resume_without_seed_takes_the_recorded_one_and_a_given_seed_must_match(tmp_path):
+    assert _resumes(tmp_path, {"seed": 5}, {"seed": None}) is None
+    assert "seed" in _resumes(tmp_path, {"seed": 5}, {"seed": 6})
+
+
+@pytest.mark.parametrize("first, then", [([], ["--sound"]), (["--sound"], []),
+                                         (["--predict"], ["--predict", "--sound"]),
+                                         (["--predict", "--sound"], ["--predict"]),
+                                         (["--sequential"], ["--sequential", "--sound"]),
+                                         (["--sequential", "--sound"], ["--sequential"])])
+def test_a_run_never_continues_rows_of_the_other_noise(tmp_path, capsys, first, then):
+    """A default run's rows continued with --sound (and the reverse) would carry a claim only some rows earned."""
+    out = tmp_path / "r.tsv"
+    assert main([*SMALL, *first, "--out", str(out)]) == 0
+    out.write_text("\n".join(out.read_text().splitlines()[:-1]) + "\n")  # the last image lost
+    before = out.read_bytes()
+    one_error(capsys, main([*SMALL, *then, "--resume", "--out", str(out)]), "--resume", "sound differ")
+    assert out.read_bytes() == before
+    assert main([*SMALL, *first, "--resume", "--out", str(out)]) == 0
+
+
+def test_resume_refuses_another_classifier_file(tmp_path, capsys):
+    from dmae_fast.demo import DEMO_CHECKPOINT
+
+    model, out = tmp_path / "model.safetensors", tmp_path / "r.tsv"
+    model.write_bytes(DEMO_CHECKPOINT.read_bytes())
+    assert main([*SMALL, "--ckpt", str(model), "--out", str(out)]) == 0
+    out.write_text("\n".join(out.read_text().splitlines()[:-1]) + "\n")
+    record = json.loads(Path(f"{out}.json").read_text())
+    record["model_sha256"] = "0" * 64  # as if the rows came from another file at that path
+    Path(f"{out}.json").write_text(json.dumps(record))
+    one_error(capsys, main([*SMALL, "--ckpt", str(model), "--resume", "--out", str(out)]), "not the classifier file")
 
 
 # --------------------------------------------------------------------------- how much a crash can take

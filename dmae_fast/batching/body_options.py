@@ -3,10 +3,23 @@ dmae-serve and its replay (no torch here: the commands check them before loading
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 from dmae_fast.batching.choices import CPU_RUNTIMES, FAST_PARTS, NOISE_CHOICES
 from dmae_fast.errors import UserError
+
+
+def how(default: Any = dataclasses.MISSING) -> Any:
+    """A setting of how a run computes, not what: it changes neither the noise, the classifier's input nor any
+    decision, so a resumed run may differ in it. Every other setting must match (``CertifyConfig.must_match``)."""
+    return dataclasses.field(default=default, metadata={"how": True})
+
+
+def is_how(field: dataclasses.Field) -> bool:
+    return bool(field.metadata.get("how"))
+
 
 BYTE_GRID, DEMO_GRID = 255, 16  # --sound's grids: 8-bit images; the demo digits' 17 grey levels k/16
 
@@ -38,17 +51,17 @@ class BodyOptions:
     on any device.
     """
 
-    fast: bool = False
-    fused: bool = False
-    compile: bool = False
-    cuda_graphs: bool = False
-    profile: bool = False
-    noise: str = "compiled"  # "reference": the torch-op noise (slow; for checking)
-    cpu_runtime: str = "auto"  # CPU fast path: "openvino", "onnxruntime", "torch" (auto: the first installed)
-    workers: int | None = None  # CPU fast path: worker threads (default: one per core)
-    chunk: int | None = None  # CPU fast path: rows per chunk (default: fits the L2 cache)
-    patch_input: bool = True  # CPU fast path: feed an exported checkpoint patch rows where it allows (else images)
-    reason: str = ""  # why these options ("" where a caller named them in code)
+    fast: bool = how(False)
+    fused: bool = how(False)
+    compile: bool = how(False)
+    cuda_graphs: bool = how(False)
+    profile: bool = how(False)
+    noise: str = how("compiled")  # "reference": the torch-op noise (the same values, slow; for checking)
+    cpu_runtime: str = how("auto")  # CPU fast path: "openvino", "onnxruntime", "torch" (auto: the first installed)
+    workers: int | None = how(None)  # CPU fast path: worker threads (default: one per core)
+    chunk: int | None = how(None)  # CPU fast path: rows per chunk (default: fits the L2 cache)
+    patch_input: bool = how(True)  # CPU fast path: feed an exported checkpoint patch rows where it allows
+    reason: str = how("")  # why these options ("" where a caller named them in code)
     sound: Sound | None = None  # --sound: the exact rounded Gaussian on the inputs' grid (None: Gaussian noise)
 
     @property

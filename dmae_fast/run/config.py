@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dmae_fast.batching.body_options import BodyOptions, Sound, data_grid
+from dmae_fast.batching.body_options import BodyOptions, Sound, data_grid, how, is_how
 from dmae_fast.batching.choices import SHARD_CHOICES
 from dmae_fast.errors import UserError
 from dmae_fast.model.config import sigma_problem
@@ -36,7 +36,7 @@ class ClassifierOptions:
     """The classifier: a checkpoint or engine file, and where and how it runs."""
 
     engine: str
-    device: str = "auto"
+    device: str = how("auto")  # the same classifier on any device; its precision must match
     precision: str = "auto"
     input_size: int | None = None  # None: the checkpoint's
     normalize: str | None = None  # None: the checkpoint's, else imagenet
@@ -55,7 +55,7 @@ class DataOptions:
     image_size: int | None = None  # None: the classifier's input size
     skip: int = 1
     max_images: int | None = None
-    workers: int | None = None  # DataLoader processes (None: by the data and the device)
+    workers: int | None = how(None)  # DataLoader processes (None: by the data and the device)
 
     def validate(self) -> None:
         _check([
@@ -81,7 +81,8 @@ class ProcedureOptions:
     futility: str | None = None  # None: the sequential test's own default (exact: upper; bonferroni: deterministic)
     sequential_test: str = "exact"
     procedure_name: str | None = None  # a registered procedure's key; None: the one predict / sequential name
-    radii: tuple[float, ...] | None = None  # summary radii; radii of interest with --sequential
+    # summary radii (how); radii of interest with --sequential (must match when the procedure reads them)
+    radii: tuple[float, ...] | None = how(None)
 
     def spec(self, sound: bool) -> ProcedureSpec:
         """What these settings ask for (``sigma`` as resolved so far)."""
@@ -123,16 +124,17 @@ class ProcedureOptions:
 class OutputOptions:
     """Where the rows and the run record go, and what the run shows while it runs."""
 
-    out: str  # the results file; its run record is <out>.json
-    overwrite: bool = False
-    resume: bool = False
-    progress: bool = True
-    profile: str | None = None  # directory for a torch profiler trace + per-stage table
+    out: str = how()  # the results file; its run record is <out>.json
+    overwrite: bool = how(False)
+    resume: bool = how(False)
+    progress: bool = how(True)
+    profile: str | None = how(None)  # directory for a torch profiler trace + per-stage table
 
     def validate(self) -> None:
         _check([(not (self.overwrite and self.resume), "--overwrite and --resume exclude each other")])
 
 
+_BODY_FIELDS = {f.name: f for f in dataclasses.fields(BodyOptions)}
 PARTS = {"classifier": ClassifierOptions, "data": DataOptions, "procedure": ProcedureOptions, "output": OutputOptions}
 # the flat settings beside the body's (BODY_SETTINGS): the parts' fields, the run's and --sound's
 SETTINGS = frozenset({f.name for part in PARTS.values() for f in dataclasses.fields(part)}
@@ -150,8 +152,8 @@ class CertifyConfig:
     # the batch body (the record's "body" names the one that ran); its sound and profile follow the procedure's
     # and the output's (:meth:`from_settings` sets them; :meth:`validate` checks them)
     body: BodyOptions = field(default_factory=BodyOptions)
-    batch: int = 1000  # noisy samples per forward pass
-    shard: str = "images"  # under torchrun: "images" (ranks claim images) or "samples" (ranks split each image's)
+    batch: int = how(1000)  # noisy samples per forward pass
+    shard: str = how("images")  # under torchrun: "images" (ranks claim images) or "samples" (ranks split each image's)
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any], body: BodyOptions | None = None) -> CertifyConfig:
@@ -192,6 +194,17 @@ class CertifyConfig:
     def procedure_spec(self) -> ProcedureSpec:
         """What this run asks for (``sigma`` as resolved so far)."""
         return self.procedure.spec(self.body.sound is not None)
+
+    def must_match(self) -> tuple[str, ...]:
+        """The recorded settings a run must share with the rows it continues: every setting that is not
+        :func:`~dmae_fast.batching.body_options.how` (so the noise, the classifier's input and every decision),
+        and those its procedure reads; not the seed when none is given (the run takes the recorded one)."""
+        parts = (*PARTS.values(), CertifyConfig)
+        how_settings = {f.name for part in parts for f in dataclasses.fields(part) if is_how(f)}
+        how_settings |= {key for key, name in BODY_SETTINGS.items() if is_how(_BODY_FIELDS[name])}
+        read = set(self.procedure_settings())
+        settings = [key for key in sorted(SETTINGS | set(BODY_SETTINGS)) if key not in how_settings or key in read]
+        return tuple(key for key in settings if not (key == "seed" and self.procedure.seed is None))
 
     def procedure_settings(self) -> tuple[str, ...]:
         """The settings of this run that its procedure's results depend on beyond n, n0, alpha and sigma."""

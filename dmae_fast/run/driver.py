@@ -31,7 +31,13 @@ from dmae_fast.locking import OutputLock
 from dmae_fast.run.config import CertifyConfig
 from dmae_fast.run.host import device_name
 from dmae_fast.run.opened import OpenedRun, open_run
-from dmae_fast.run.output import check_out_before_loading, images_to_do, output_mode, run_seed
+from dmae_fast.run.output import (
+    check_continued_classifier,
+    check_out_before_loading,
+    images_to_do,
+    output_mode,
+    run_seed,
+)
 from dmae_fast.run.parts import has_parts, start_parts
 from dmae_fast.run.ranks import join
 from dmae_fast.run.record import RunRecord, RunResult
@@ -91,6 +97,7 @@ class Run:
             print(f"{PROG}: --resume: {out} does not exist yet; starting the run", file=sys.stderr)
         parts = self.ranks.world > 1 and config.shard == "images"
         model_sha256 = file_sha256(config.classifier.engine)
+        check_continued_classifier(config, mode, model_sha256)
         seed = run_seed(config, mode, parts)
         indices = images_to_do(opened, mode, parts=parts)
         if parts:

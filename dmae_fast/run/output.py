@@ -22,11 +22,6 @@ from dmae_fast.run.torchrun_env import restart_count
 if TYPE_CHECKING:
     from dmae_fast.run.opened import OpenedRun
 
-# Settings that change the results: a resumed run must agree on all of them.
-RESULT_FIELDS = ("engine", "data", "split", "labels", "image_size", "input_size", "normalize",
-                 "sigma", "n0", "n", "alpha", "seed", "predict", "skip", "max_images", "precision",
-                 "sequential", "looks", "futility", "sequential_test", "procedure_name")
-
 
 def check_out_directory(out: Path) -> None:
     if out.is_dir():
@@ -91,6 +86,19 @@ def run_seed(config: CertifyConfig, mode: Mode, parts: bool) -> int:
         return replacing_seed(out)
     return secrets.randbits(64)
 
+def check_continued_classifier(config: CertifyConfig, mode: Mode, model_sha256: str) -> None:
+    """Refuse to continue rows made by another classifier file than ``model_sha256`` (the run record's)."""
+    out = config.output.out
+    if mode != "append" or not (Path(out).exists() or has_parts(out)):
+        return
+    try:
+        recorded = json.loads(record_path(config).read_text()).get("model_sha256")
+    except (OSError, ValueError, AttributeError):
+        recorded = None
+    if recorded != model_sha256:
+        raise UserError(f"--resume: {config.classifier.engine} is not the classifier file the rows of {out} were "
+                        f"made with (SHA-256 {str(model_sha256)[:12]}..., the record says {str(recorded)[:12]}...)")
+
 def _recorded_settings(config: CertifyConfig) -> dict:
     sidecar = record_path(config)
     try:
@@ -105,10 +113,7 @@ def _check_resumable(config: CertifyConfig) -> None:
     sidecar = record_path(config)
     recorded = _recorded_settings(config)
     current = config.recorded()
-    fields = RESULT_FIELDS + tuple(f for f in config.procedure_settings() if f not in RESULT_FIELDS)
-    if config.procedure.seed is None:  # the run continues with the recorded seed
-        fields = tuple(f for f in fields if f != "seed")
-    differing = [k for k in fields if _as_recorded(recorded.get(k)) != _as_recorded(current.get(k))]
+    differing = [k for k in config.must_match() if _as_recorded(recorded.get(k)) != _as_recorded(current.get(k))]
     if differing:
         raise UserError(f"--resume: {', '.join(differing)} differ from the run recorded in {sidecar}")
 
