@@ -1,8 +1,10 @@
-"""Reading a user's file safely: a regular file only, and never more than a stated limit."""
+"""A user's files, safely: reading a regular file only, never more than a stated limit; writing one
+all at once, never over anything but a regular file."""
 
 from __future__ import annotations
 
 import os
+import secrets
 import stat
 
 from dmae_fast.errors import UserError
@@ -40,3 +42,79 @@ def read_regular_file(path: str | os.PathLike[str], limit: int, what: str = "res
     if len(data) > limit:
         raise UserError(too_large)
     return data
+
+
+def write_regular_file(path: str | os.PathLike[str], data: bytes, overwrite: bool = False, what: str = "file") -> None:
+    """Write ``data`` to ``path`` all at once (UserError, in one line, when it cannot be).
+
+    The bytes go to a new hidden file beside ``path`` (a random name no user's file has), are flushed and
+    synced, and only then take ``path``'s name; on any failure the hidden file is removed and ``path`` is
+    as it was. An existing ``path`` is refused unless ``overwrite``, and then must be a regular file (a
+    symbolic link to one has its target replaced): a directory, device, pipe or socket is never replaced.
+    """
+    target = os.path.realpath(path) if os.path.islink(path) else os.fspath(path)
+    _check_replaceable(path, target, overwrite, what)
+    directory, name = os.path.split(target)
+    fd, temporary = _create_hidden(directory or ".", name, path)
+    try:
+        try:
+            with open(fd, "wb") as file:
+                file.write(data)
+                file.flush()
+                os.fsync(file.fileno())
+            _check_replaceable(path, target, overwrite, what)  # nothing else may have taken the name since
+            if overwrite:
+                os.replace(temporary, target)
+            else:
+                _link_new(temporary, target, path)
+        except OSError as exc:
+            raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
+    finally:
+        if os.path.lexists(temporary):
+            os.unlink(temporary)
+
+
+def _check_replaceable(path: str | os.PathLike[str], target: str, overwrite: bool, what: str) -> None:
+    """Refuse a ``path`` that exists but may not be replaced (anything but a regular file, or any
+    file without ``overwrite``)."""
+    try:
+        mode = os.stat(target).st_mode
+    except FileNotFoundError:
+        if target != os.fspath(path):
+            raise UserError(f"{path} is a symbolic link to {target}, which does not exist; "
+                            f"remove the link or name the {what} to write") from None
+        return
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {exc.strerror}") from None
+    if stat.S_ISDIR(mode):
+        raise UserError(f"{path} is a directory, not a {what}")
+    if not stat.S_ISREG(mode):
+        raise UserError(f"{path} is not a regular file (a device, pipe or socket?); it is never replaced by a {what}")
+    if not overwrite:
+        raise UserError(f"{path} exists; pass --overwrite to replace it")
+
+
+def _create_hidden(directory: str, name: str, path: str | os.PathLike[str]) -> tuple[int, str]:
+    """A new empty file ``.NAME.RANDOM.tmp`` in ``directory`` (mode 0666 less the umask, as ``open``'s),
+    open for writing: its descriptor and its path."""
+    while True:
+        temporary = os.path.join(directory, f".{name}.{secrets.token_hex(6)}.tmp")
+        try:
+            return os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), temporary
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise UserError(f"cannot write {path}: {exc.strerror}") from None
+
+
+def _link_new(temporary: str, target: str, path: str | os.PathLike[str]) -> None:
+    """Give ``temporary`` the name ``target``, which must still be free (a hard link never replaces a file;
+    where the file system has none, a rename after one more look)."""
+    try:
+        os.link(temporary, target)
+    except FileExistsError:
+        raise UserError(f"{path} exists; pass --overwrite to replace it") from None
+    except OSError:
+        if os.path.lexists(target):
+            raise UserError(f"{path} exists; pass --overwrite to replace it") from None
+        os.replace(temporary, target)

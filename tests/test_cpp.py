@@ -9,7 +9,8 @@
 * bad input: one line on stderr, non-zero exit, the user's files untouched,
 * ``--sound``: the noise integers bit for bit as dmae_fast.sound_noise's (tables written by
   ``dmae-sound-table``), the counts of the inputs (X + Z) / L, and one-line refusals of a bad
-  table, a sigma that is not the table's and an image off the table's grid.
+  table, a sigma that is not the table's and an image off the table's grid; the table file's
+  SHA-256 digest vs hashlib, and altered tables refused by both readers (C++ and Python).
 
 Skipped when cmake or a C++ compiler is missing. On 2 cores the build takes 25-40 s and
 the demo export 15-20 s, concurrently; the whole file about a minute.
@@ -19,9 +20,14 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import errno
+import hashlib
 import io
+import os
+import re
 import shlex
 import shutil
+import stat
 import subprocess
 from pathlib import Path
 
@@ -36,6 +42,7 @@ from dmae_fast.data import demo_digits
 from dmae_fast.demo import DEMO_CHECKPOINT
 from dmae_fast.engines.opening import open_engine
 from dmae_fast.engines.sidecar import BatchRange
+from dmae_fast.errors import UserError
 from dmae_fast.export import ExportConfig, export_engines
 from dmae_fast.noise import gaussian_noise, key_words, uint32_stream
 from dmae_fast.run.results import read_results
@@ -43,7 +50,7 @@ from dmae_fast.run.results_writer import ceil_significant, floor_decimals
 from dmae_fast.sound_noise import rounded_gaussian_noise, sound_rows
 from dmae_fast.stats.plan import Phase
 from dmae_fast.stats.rounded_gaussian import sound_table
-from dmae_fast.stats.sound_table_file import TAG
+from dmae_fast.stats.sound_table_file import OLD_TAG, TAG, digest_words, read_sound_table, table_array
 
 SOURCE = Path(__file__).resolve().parents[1] / "examples" / "cpp"
 SEED = 2**40 + 12345  # a seed whose high word matters
@@ -334,6 +341,22 @@ def test_overwrite_replaces_the_file_only_when_the_run_completes(build, engine_f
     assert read_results(out).idx.tolist() == [0, 1] and not Path(f"{out}.partial").exists()
 
 
+def test_a_run_without_seed_draws_and_prints_a_fresh_one_that_reproduces_it(build, engine_file, demo_files,
+                                                                            tmp_path):
+    images, labels = demo_files
+    args = ["certify", "--engine", str(engine_file), "--images", str(images), "--labels", str(labels), "--n0", "5",
+            "--n", "20", "--max", "2", "--quiet"]
+    seeds = []
+    for name in ("a", "b"):
+        done = smooth(build, *args, "--out", str(tmp_path / f"{name}.tsv"))
+        assert done.returncode == 0, done.stderr
+        seeds.append(int(re.search(r", seed (\d+), batch ", done.stderr).group(1)))
+    assert seeds[0] != seeds[1] and 0 not in seeds
+    again = smooth(build, *args, "--seed", str(seeds[0]), "--out", str(tmp_path / "again.tsv"))
+    assert again.returncode == 0 and f", seed {seeds[0]}, " in again.stderr
+    assert _rows_without_time(tmp_path / "again.tsv") == _rows_without_time(tmp_path / "a.tsv")
+
+
 # --------------------------------------------------------------------------- sound noise (--sound)
 
 SOUND_TABLES = [(0.25, 255), (0.25, 16), (0.5, 16)]  # (0.5, 16): the demo digits' grid, counts spread
@@ -364,18 +387,181 @@ def test_sound_table_command_writes_the_documented_layout_and_keeps_files(tmp_pa
     table = sound_table(0.25, 16)
     assert status == 0 and f"K = {table.K}" in printed and repr(table.tv_per_element) in printed
     words = np.load(out)
-    assert words.dtype == np.dtype("<i8") and words.shape == (5 + 2 * table.K,)
-    assert words[:3].tolist() == [TAG, 16, table.K] and TAG.to_bytes(8, "little") == b"dmaesnd1"
+    assert words.dtype == np.dtype("<i8") and words.shape == (9 + 2 * table.K,)
+    assert words[:3].tolist() == [TAG, 16, table.K] and TAG.to_bytes(8, "little") == b"dmaesnd2"
     assert words[3:5].view(np.float64).tolist() == [0.25, table.tv_per_element]
-    assert np.array_equal(words[5:], table.thresholds)
+    covered = np.concatenate([words[:5], words[9:]]).tobytes()
+    assert words[5:9].tobytes() == hashlib.sha256(covered).digest()
+    assert np.array_equal(words[9:], table.thresholds)
+    assert read_sound_table(str(out)) is table
     before = out.read_bytes()
     status, _, error = write_table(0.5, 16, out)
     assert status == 2 and error == f"dmae-sound-table: error: {out} exists; pass --overwrite to replace it\n"
     assert out.read_bytes() == before
     assert write_table(0.5, 16, out, "--overwrite")[0] == 0
     assert np.load(out)[3:4].view(np.float64)[0] == 0.5 and [p.name for p in tmp_path.iterdir()] == ["table.npy"]
+    assert stat.S_IMODE(out.stat().st_mode) == 0o666 & ~_umask()  # as open() makes files, not 0600
     status, _, error = write_table(0.0, 16, tmp_path / "zero.npy")
     assert status == 2 and error.count("\n") == 1 and "sigma" in error and not (tmp_path / "zero.npy").exists()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_sound_table_keeps_a_users_partial_file(tmp_path):
+    """--overwrite writes beside the file under a hidden random name: a user's own t.npy.partial is kept."""
+    out, partial = tmp_path / "t.npy", tmp_path / "t.npy.partial"
+    assert write_table(0.25, 16, out)[0] == 0
+    partial.write_bytes(b"mine")
+    assert write_table(0.5, 16, out, "--overwrite")[0] == 0
+    assert partial.read_bytes() == b"mine" and sorted(p.name for p in tmp_path.iterdir()) == ["t.npy", "t.npy.partial"]
+    assert read_sound_table(str(out)).sigma == 0.5
+
+
+def _refused(status_out_err: tuple[int, str, str], *fragments: str) -> None:
+    status, _, error = status_out_err
+    assert status == 2 and error.count("\n") == 1 and error.startswith("dmae-sound-table: error: "), error
+    for fragment in fragments:
+        assert fragment in error, error
+
+
+def test_sound_table_replaces_only_a_regular_file(tmp_path):
+    """A device (/dev/full, for real: these tests may run as root), a directory, a FIFO and a link to any of
+    them are refused in one line and left as they were; a link to a regular file has its target replaced."""
+    if os.path.exists("/dev/full") and stat.S_ISCHR(os.stat("/dev/full").st_mode):
+        for flags in ((), ("--overwrite",)):
+            _refused(write_table(0.25, 16, Path("/dev/full"), *flags), "/dev/full is not a regular file")
+            assert stat.S_ISCHR(os.lstat("/dev/full").st_mode)
+        (tmp_path / "full").symlink_to("/dev/full")
+        _refused(write_table(0.25, 16, tmp_path / "full", "--overwrite"), "not a regular file")
+    directory, fifo = tmp_path / "dir", tmp_path / "fifo"
+    directory.mkdir()
+    os.mkfifo(fifo)
+    _refused(write_table(0.25, 16, directory, "--overwrite"), "is a directory")
+    _refused(write_table(0.25, 16, fifo, "--overwrite"), "not a regular file")
+    assert directory.is_dir() and not any(directory.iterdir()) and stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    _refused(write_table(0.25, 16, tmp_path / "dangling"), "does not exist")
+    target, link = tmp_path / "target.npy", tmp_path / "link.npy"
+    target.write_bytes(b"old")
+    link.symlink_to(target)
+    _refused(write_table(0.25, 16, link), "exists; pass --overwrite")
+    assert write_table(0.25, 16, link, "--overwrite")[0] == 0
+    assert link.is_symlink() and read_sound_table(str(target)).sigma == 0.25
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+@pytest.mark.parametrize("failing", ["write", "fsync"])
+def test_a_failed_write_is_one_line_and_leaves_the_old_file(tmp_path, monkeypatch, failing):
+    """A full disk: the error in one line, exit 2, the old file as it was and no hidden file left."""
+    import dmae_fast.files
+
+    out = tmp_path / "t.npy"
+    out.write_bytes(b"old")
+
+    def full(*args: object) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    class FullDisk(io.FileIO):
+        write = full
+
+    if failing == "fsync":
+        monkeypatch.setattr(dmae_fast.files.os, "fsync", full)
+    else:
+        monkeypatch.setattr(dmae_fast.files, "open", lambda path, mode: FullDisk(path, "w"), raising=False)
+    _refused(write_table(0.25, 16, out, "--overwrite"), f"cannot write {out}", os.strerror(errno.ENOSPC))
+    assert out.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["t.npy"]
+
+
+def seal(words: np.ndarray) -> np.ndarray:
+    """``words`` (a table's, altered) with their digest recomputed: what stands behind the digest refuses them."""
+    words[5:9] = digest_words(words)
+    return words
+
+
+def _bits(value: float) -> int:
+    return int(np.array([value]).view(np.int64)[0])
+
+
+def altered_tables(sound_tables: dict[tuple[float, int], Path], directory: Path) -> dict[str, tuple[Path, str, str]]:
+    """Each alteration of the table of sigma 0.25 on the 1/16 grid, written to ``directory``: the file and what the
+    C++ and the Python reader's one line say of it."""
+    words = np.load(sound_tables[0.25, 16])
+    K, tv = int(words[2]), float(words[4:5].view(np.float64)[0])
+    foreign = table_array(sound_table(0.125, 16))
+    not_those = "not those of sigma"
+    cases = {
+        "sigma": ({3: _bits(0.5)}, "K = 38 is not the truncation of sigma 0.5 on the 1/16 grid", not_those),
+        "sigma-slightly": ({3: _bits(0.2501)}, "threshold T_", not_those),
+        "grid": ({1: 32}, "is not the truncation of sigma 0.25 on the 1/32 grid", not_those),
+        "tv-zero": ({4: _bits(0.0)}, "total variation is not a valid number", not_those),
+        "tv-tenfold": ({4: _bits(10 * tv)}, "total variation", not_those),
+        "widened": ({9 + K - 1: words[9 + K - 1] - 2**40, 9 + K: words[9 + K] + 2**40}, "threshold T_-1", not_those),
+    }
+    paths = {}
+    for name, (edits, cpp, python) in cases.items():
+        altered = words.copy()
+        for index, value in edits.items():
+            altered[index] = value
+        paths[name] = (seal(altered), cpp, python)
+    other = np.concatenate([words[:9], foreign[9:]])  # sigma 0.125's thresholds under the 0.25 header
+    other[2] = foreign[2]
+    paths["foreign"] = (seal(other), "is not the truncation of sigma 0.25 on the 1/16 grid", not_those)
+    paths["foreign-length"] = (seal(np.concatenate([words[:9], foreign[9:]])), "(a truncated or altered file)",
+                               not_those)
+    unsealed = words.copy()
+    unsealed[3] = _bits(0.5)
+    paths["unsealed"] = (unsealed, "SHA-256 digest does not match", "SHA-256 digest does not match")
+    old = np.concatenate([[OLD_TAG], words[1:5], words[9:]])
+    paths["first-format"] = (old, "first format (dmaesnd1", "first format (dmaesnd1")
+    written = {}
+    for name, (altered, cpp, python) in paths.items():
+        np.save(directory / f"{name}.npy", altered)
+        written[name] = (directory / f"{name}.npy", cpp, python)
+    return written
+
+
+def test_the_python_reader_refuses_altered_tables(sound_tables, tmp_path):
+    for name, (path, _, python) in altered_tables(sound_tables, tmp_path).items():
+        with pytest.raises(UserError) as refused:
+            read_sound_table(str(path))
+        message = str(refused.value)
+        assert "\n" not in message and message.startswith(f"{path}: ") and python in message, (name, message)
+
+
+def test_altered_tables_are_refused_by_dmae_smooth(build, engine_file, demo_files, sound_tables, tmp_path):
+    """The header's sigma, grid or total variation edited, another sigma's thresholds under its header, the middle
+    pair widened by 2^40 (each with its digest recomputed), an edit without, the first format: one line, exit != 0."""
+    images, labels = demo_files
+    for name, (path, cpp, _) in altered_tables(sound_tables, tmp_path).items():
+        done = smooth(build, "certify", "--engine", str(engine_file), "--images", str(images), "--labels", str(labels),
+                      "--n0", "5", "--n", "20", "--max", "1", "--quiet", "--sound", str(path), cwd=tmp_path)
+        _one_line_error(done, f"{path}: ", cpp)
+    assert not [p for p in tmp_path.iterdir() if p.suffix == ".tsv"]
+
+
+def test_sha256_matches_hashlib(build):
+    rng = np.random.default_rng(11)
+    messages = [rng.bytes(n) for n in [*range(0, 130), 1000, 4096, 9 + 2 * 39_297]]
+    answers = ask(build, [f"sha256 {m.hex() or '-'}" for m in messages])
+    assert answers == [hashlib.sha256(m).hexdigest() for m in messages]
+
+
+EXACT_TABLES = [(1 / 1024, 16), (0.12, 16), (1.0, 255), (1.0, 4096)]  # K = 1 .. 39,297 (the bound on grid * sigma)
+
+
+def test_exact_tables_pass_the_cpp_checks(build, tmp_path):
+    """The 1e-12 tolerance of T_k / 2^64 against Phi, the truncation and the total variation's bounds: every
+    table dmae-sound-table writes passes them, up to the largest it writes."""
+    paths = [tmp_path / f"{sigma}-{grid}.npy" for sigma, grid in EXACT_TABLES]
+    for (sigma, grid), path in zip(EXACT_TABLES, paths):
+        assert write_table(sigma, grid, path)[0] == 0
+    for (sigma, grid), answer in zip(EXACT_TABLES, ask(build, [f"table {path}" for path in paths])):
+        table = sound_table(sigma, grid)
+        assert answer.split()[:2] == [str(grid), str(table.K)]
 
 
 def test_sound_noise_is_bit_identical(build, sound_tables):
@@ -462,7 +648,7 @@ def test_sound_refusals_are_one_line(build, engine_file, demo_files, sound_table
     good = sound_tables[0.25, 16]
     words, bad = np.load(good), tmp_path / "bad.npy"
     K = int(words[2])
-    np.save(bad, words[:-1])
+    np.save(bad, seal(words[:-1].copy()))
     _one_line_error(run("--sound", str(bad)), "bad.npy", "truncated")
     bad.write_bytes(good.read_bytes()[:-8])
     _one_line_error(run("--sound", str(bad)), "bad.npy", "data bytes")
@@ -471,15 +657,19 @@ def test_sound_refusals_are_one_line(build, engine_file, demo_files, sound_table
     np.save(bad, words.astype(np.float64))
     _one_line_error(run("--sound", str(bad)), "bad.npy", "dtype")
     altered = words.copy()
-    altered[5 + K] += 2**20  # S_0 moved, still ascending
-    np.save(bad, altered)
+    altered[9 + K] += 2**20  # S_0 moved, still ascending
+    np.save(bad, seal(altered))
     _one_line_error(run("--sound", str(bad)), "bad.npy", "not symmetric")
     altered = words.copy()
-    altered[[5 + K - 1, 5 + K]] = altered[[5 + K, 5 + K - 1]]
-    np.save(bad, altered)
+    altered[[9 + K - 1, 9 + K]] = altered[[9 + K, 9 + K - 1]]
+    np.save(bad, seal(altered))
     _one_line_error(run("--sound", str(bad)), "bad.npy", "ascending")
     _one_line_error(run("--sound", str(good), "--sigma", "0.5"), "--sigma 0.5", "0.25")
     _one_line_error(run("--sound", str(sound_tables[0.25, 255])), "image 0", "1/255 grid")
+    for steps in (9e-4, 5e-4):  # a fraction of a step off the 1/16 grid: no longer taken as the rounded image
+        shifted = tmp_path / "shifted.npy"
+        np.save(shifted, (np.load(images).astype(np.float64) + steps / 16).astype(np.float32))
+        _one_line_error(run("--sound", str(good), "--images", str(shifted)), "image 0", "1/16 grid")
     assert not [p for p in tmp_path.iterdir() if p.suffix == ".tsv"]
 
 

@@ -10,13 +10,17 @@ import asyncio
 import dataclasses
 import json
 import math
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 
-from dmae_fast.batching.body_options import Sound
+from dmae_fast.batching.body_options import BodyOptions, Sound
 from dmae_fast.batching.stream import ImageBatches, StreamingCertifier
 from dmae_fast.cli.certify import main as certify_main
 from dmae_fast.data import demo_digits
@@ -31,11 +35,13 @@ from dmae_fast.run.output import run_seed
 from dmae_fast.run.results import read_results
 from dmae_fast.serve.config import Defaults, Limits, ServeConfig
 from dmae_fast.serve.payloads import ParsedRequest, PayloadError, parse_request
-from dmae_fast.serve.receipt import replay_answer
+from dmae_fast.serve.receipt import read_answer, replay_answer
 from dmae_fast.serve.service import Service
+from dmae_fast.stats import rounded_gaussian
 from dmae_fast.stats.decisions import certify_from_counts
 from dmae_fast.stats.plan import SamplingPlan
 from dmae_fast.stats.procedure import CERTIFY, ProcedureSpec
+from dmae_fast.stats.rounded_gaussian import MAX_K, MAX_STEPS, sound_table, table_problem
 
 CPU = torch.device("cpu")
 SIGMA = 0.25
@@ -252,3 +258,70 @@ def test_a_classifier_that_knows_a_seed_forges_only_runs_with_that_seed(one_torc
     for seed in seeds:
         counts = _counts(forger, x0, plan, grid, seed=seed)
         assert counts.tolist() == [[0, 100], [0, 1000]]  # the truth: class 1, never a class-0 certificate
+
+
+TOO_WIDE = "too wide for --sound"
+BIN = Path(sys.executable).parent
+
+
+def _one_line(done: subprocess.CompletedProcess, prog: str, fragment: str) -> None:
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"{prog}: error: "), done.stderr
+    assert fragment in lines[0], lines[0]
+
+
+def test_the_bound_on_a_table_passes_every_use_and_is_k_max():
+    """grid * sigma <= MAX_STEPS: K <= MAX_K (the truncation at the bound); sigma 1 on the 8-bit and the demo
+    grids and the settings the tests use pass, one step beyond is refused at once."""
+    assert rounded_gaussian._truncation(MAX_STEPS / 4096, 4096) == MAX_K
+    for sigma, grid in [(1.0, 255), (1.0, 16), (0.12, 16), (0.02, 255), (1 / 1024, 16), (100.0, 16), (1.0, 4096)]:
+        assert table_problem(sigma, grid) is None, (sigma, grid)
+    for sigma, grid in [(1.0, 4097), (16.1, 255), (1.0, 65536), (1e308, 255), (0.25, 2**63), (5e-324, 10**400)]:
+        start = time.monotonic()
+        assert TOO_WIDE in table_problem(sigma, grid)
+        with pytest.raises(UserError, match=TOO_WIDE):
+            sound_table(sigma, grid)
+        assert time.monotonic() - start < 1
+    assert "below 1e-06" in table_problem(1e-300, 2**63)
+
+
+@pytest.mark.parametrize("args", [["--sigma", "1e308"], ["--sigma", "1000000"],
+                                  ["--sigma", "0.25", "--grid", "1000000000"],
+                                  ["--sigma", "0.25", "--grid", "9223372036854775808"]])
+def test_dmae_sound_table_refuses_a_table_beyond_the_bound_at_once(tmp_path, args):
+    done = subprocess.run([str(BIN / "dmae-sound-table"), *args, "--out", str(tmp_path / "t.npy")],
+                          capture_output=True, text=True, timeout=60)
+    _one_line(done, "dmae-sound-table", TOO_WIDE)
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_server_a_run_and_a_replay_beyond_the_bound_are_refused_at_once():
+    with pytest.raises(UserError, match=TOO_WIDE):
+        ServeConfig(engine="demo", sigma=100.0, body=BodyOptions(sound=Sound(65536))).validate()
+    done = subprocess.run([str(BIN / "dmae-serve"), "--ckpt", "demo", "--sound", "--sound-grid", "65536", "--sigma",
+                           "100", "--port", "0"], capture_output=True, text=True, timeout=60)
+    _one_line(done, "dmae-serve", TOO_WIDE)
+    with pytest.raises(UserError, match=TOO_WIDE):
+        settings = dict(engine="m", data="/imagenet/val", out="o.tsv", sigma=100.0, sound=True)  # the 1/255 grid
+        CertifyConfig.from_settings(settings).validate()
+    receipt = {"procedure": "cohen-fixed-n sound", "phases": ["SELECTION", "ESTIMATION"], "sizes": [20, 100],
+               "looks": [100], "n": 100, "n0": 20, "alpha": 0.001, "sigma": 100.0, "seed": 7, "model_sha256": None,
+               "indices": [0], "sound_grid": 65520}
+    answer = {"procedure": "cohen-fixed-n sound", "results": [{}], "receipt": receipt}
+    with pytest.raises(UserError, match=f"the receipt's sigma 100.0 on the 1/65520 grid is {TOO_WIDE}"):
+        read_answer(answer)
+    receipt.update(sigma=0.25, sound_grid=16)  # within the bound the receipt passes: the results come next
+    with pytest.raises(UserError, match="results"):
+        read_answer(answer)
+
+
+def test_the_documented_demo_cost_is_what_a_demo_run_records():
+    """docs/sound.md's figures for the README's demo run (sigma 0.25 on the 1/16 grid, n0 100 + n 10,000 samples
+    of 3x8x8 elements), as the run record computes them."""
+    from dmae_fast.run.record import guarantee
+
+    stated = guarantee(sound_table(SIGMA, 16), 10_100, 192, 0.001)
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "sound.md").read_text()
+    assert f"`tv_per_element` {stated['tv_per_element']:.3g}" in docs
+    assert f"`tv_per_image` {stated['tv_per_image']:.3g}" in docs and f"it adds {stated['tv_per_image']:.3g}" in docs
+    assert f"`failure_probability` {stated['failure_probability']!r}" in docs

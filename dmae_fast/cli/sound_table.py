@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 
 from dmae_fast.command import Parser, run_reporting_errors
-from dmae_fast.stats.rounded_gaussian import sound_table
+from dmae_fast.errors import UserError
+from dmae_fast.stats.rounded_gaussian import MAX_STEPS, sound_table, table_problem
 from dmae_fast.stats.sound_table_file import write_sound_table
 
 PROG = "dmae-sound-table"
@@ -15,11 +16,13 @@ PROG = "dmae-sound-table"
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog=PROG, description="Compute the exact integer thresholds of --sound's rounded Gaussian "
                     "noise (mpmath, checked at two precisions) and write them as a .npy file for dmae-smooth --sound.")
-    parser.add_argument("--sigma", type=float, required=True, help="noise level in [0, 1] pixel units")
+    parser.add_argument("--sigma", type=float, required=True, help="noise level in [0, 1] pixel units "
+                        f"(--grid times --sigma at most {MAX_STEPS})")
     parser.add_argument("--grid", type=int, default=255,
                         help="grid levels L: inputs are k/L (255: 8-bit images; 16: the demo digits)")
-    parser.add_argument("--out", required=True, help="the .npy file to write (an existing one is refused)")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    parser.add_argument("--out", required=True, help="the .npy file to write (an existing one is refused; "
+                        "it appears only once complete)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --out (a regular file only)")
     return parser
 
 
@@ -29,6 +32,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _write(args: argparse.Namespace) -> int:
+    problem = table_problem(args.sigma, args.grid)  # before any work: a table too large to build is refused at once
+    if problem is not None:
+        raise UserError(problem)
     table = sound_table(args.sigma, args.grid)
     write_sound_table(table, args.out, args.overwrite)
     print(f"{args.out}: sigma {table.sigma!r} on the 1/{table.grid} grid, K = {table.K}, "

@@ -222,3 +222,9 @@ class CertifyConfig:
              "the body's profile part and the output's profile directory must come together"),
         ])
         self.body.validate()
+        if self.body.sound is not None and self.procedure.sigma is not None:
+            from dmae_fast.stats.rounded_gaussian import table_problem  # mpmath: only for --sound
+
+            problem = table_problem(self.procedure.sigma, self.body.sound.grid)
+            if problem is not None:
+                raise UserError(problem)

@@ -109,6 +109,12 @@ class ServeConfig:
              f"--alpha must be in [--min-alpha, --max-alpha], got {self.defaults.alpha}"),
         ])
         self.body.validate()
+        if self.body.sound is not None and self.sigma is not None:
+            from dmae_fast.stats.rounded_gaussian import table_problem  # mpmath: only for --sound
+
+            problem = table_problem(self.sigma, self.body.sound.grid)
+            if problem is not None:
+                raise UserError(problem)
 
 
 def _check(checks: list[tuple[bool, str]]) -> None:

@@ -23,6 +23,8 @@ BITS = 64  # bits of the uniform integer U
 TAIL = Fraction(1, 2**70)  # the most probability P(|Z| > K) the truncation may cut
 DIGITS = (60, 120)  # the precisions (significant decimal digits) whose thresholds must agree
 MIN_STEPS = 1e-6  # the smallest s = grid * sigma taken (far below it mpmath's erfc overflows)
+MAX_STEPS = 4096  # the largest s taken: K <= MAX_K, a table built in about 7 s (see table_problem)
+MAX_K = 39_297  # K at s = MAX_STEPS: P(|Z| > K) <= 2**-70 needs (K + 1/2) / s >= 9.594
 
 
 @dataclass(frozen=True, eq=False)
@@ -38,15 +40,34 @@ class SoundTable:
     tv_per_element: float
 
 
-def sound_table(sigma: float, grid: int) -> SoundTable:
-    """The checked table of noise level ``sigma`` (pixel units) on the 1/``grid`` grid (cached)."""
+def table_problem(sigma: float, grid: int) -> str | None:
+    """Why no table is built for noise level ``sigma`` on the 1/``grid`` grid (None when one is).
+
+    The bound: s = grid * sigma in [MIN_STEPS, MAX_STEPS], so the table's half-length K is at most
+    MAX_K = 39,297 (s = 4096: sigma 1 on a 12-bit grid, sigma 16 on the 8-bit one); the time to build
+    it grows with K, to about 7 s at the bound (measured on 2 busy CPU cores; sigma 1 on the 1/255 grid,
+    K = 2,446, takes 0.5 s). Checked exactly, before any work, so a huge sigma or grid is refused at once.
+    """
     if isinstance(grid, bool) or not isinstance(grid, numbers.Integral) or grid < 1:
-        raise UserError(f"the grid of --sound must be a whole number of levels >= 1, got {grid}")
+        return f"the grid of --sound must be a whole number of levels >= 1, got {grid}"
     if isinstance(sigma, bool) or not isinstance(sigma, numbers.Real) or not (math.isfinite(sigma) and sigma > 0):
-        raise UserError(f"sigma must be a positive finite number for --sound, got {sigma}")
-    if sigma * grid < MIN_STEPS:
-        raise UserError(f"sigma {sigma} is {sigma * grid:g} steps of the 1/{grid} grid, below {MIN_STEPS:g}: "
-                        "--sound's noise would always round to 0")
+        return f"sigma must be a positive finite number for --sound, got {sigma}"
+    steps = Fraction(float(sigma)) * int(grid)
+    if steps < MIN_STEPS:
+        return (f"sigma {sigma} is {float(steps):g} steps of the 1/{grid} grid, below {MIN_STEPS:g}: "
+                "--sound's noise would always round to 0")
+    if steps > MAX_STEPS:
+        return (f"sigma {sigma} on the 1/{grid} grid is too wide for --sound: its noise table would exceed "
+                f"K = {MAX_K:,} levels each side (grid * sigma must be at most {MAX_STEPS})")
+    return None
+
+
+def sound_table(sigma: float, grid: int) -> SoundTable:
+    """The checked table of noise level ``sigma`` (pixel units) on the 1/``grid`` grid (cached);
+    UserError when :func:`table_problem` refuses them."""
+    problem = table_problem(sigma, grid)
+    if problem is not None:
+        raise UserError(problem)
     return _table(float(sigma), int(grid))
 
 

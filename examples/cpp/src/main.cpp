@@ -11,6 +11,7 @@
 #include <iostream>
 #include <map>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -28,7 +29,7 @@ using dmae_smooth::UserError;
 constexpr const char* kProg = "dmae-smooth";
 constexpr const char* kUsage =
     "usage: dmae-smooth {certify,predict} --engine FILE --images IMAGES.npy --labels LABELS.npy\n"
-    "                   [--sigma S] [--n0 100] [--n 10000] [--alpha 0.001] [--seed 0]\n"
+    "                   [--sigma S] [--n0 100] [--n 10000] [--alpha 0.001] [--seed N]\n"
     "                   [--batch 1000] [--skip 1] [--max M] [--out FILE] [--overwrite]\n"
     "                   [--host-noise] [--sound TABLE.npy] [--quiet]\n"
     "\n"
@@ -44,7 +45,7 @@ constexpr const char* kUsage =
     "  --n0 N0            CERTIFY's selection samples (default 100)\n"
     "  --n N              estimation samples (PREDICT: samples) (default 10000)\n"
     "  --alpha A          failure probability (default 0.001)\n"
-    "  --seed SEED        64-bit noise seed (default 0)\n"
+    "  --seed SEED        64-bit noise seed: reproduces a run (default: a fresh seed from the OS, printed)\n"
     "  --batch B          noisy samples per forward pass (default min(1000, engine max))\n"
     "  --skip K           every K-th image from index 0 (default 1)\n"
     "  --max M            at most M images\n"
@@ -61,7 +62,7 @@ struct Options {
   std::optional<double> sigma;
   std::uint32_t n0 = 100, n = 10000;
   double alpha = 0.001;
-  std::uint64_t seed = 0;
+  std::optional<std::uint64_t> seed;  // none: a fresh one from the operating system
   std::optional<std::uint32_t> batch;
   std::uint64_t skip = 1;
   std::optional<std::uint64_t> max_images;
@@ -193,6 +194,11 @@ Inputs load_inputs(const Options& options, const dmae_smooth::EngineInfo& info, 
   return in;
 }
 
+std::uint64_t fresh_seed() {
+  std::random_device device;  // the operating system's entropy (getrandom / /dev/urandom on Linux)
+  return (static_cast<std::uint64_t>(device()) << 32) | static_cast<std::uint64_t>(device());
+}
+
 int run(const Options& options) {
   auto engine = dmae_smooth::open_engine(options.engine);
   const dmae_smooth::EngineInfo& info = engine->info();
@@ -219,7 +225,9 @@ int run(const Options& options) {
   dmae_smooth::ResultsWriter writer(out, options.predict ? dmae_smooth::kPredictHeader : dmae_smooth::kCertifyHeader,
                                     options.overwrite);
   auto sampler = dmae_smooth::make_sampler(*engine, batch, options.host_noise);
-  dmae_smooth::Smoother smoother(*sampler, {sigma, options.seed, sound ? &*sound : nullptr});
+  // drawn only now, with the classifier opened: a classifier made knowing the seed could forge certificates
+  const std::uint64_t seed = options.seed ? *options.seed : fresh_seed();
+  dmae_smooth::Smoother smoother(*sampler, {sigma, seed, sound ? &*sound : nullptr});
   const std::uint64_t per_image = options.predict ? options.n : std::uint64_t{options.n0} + options.n;
   std::string noise = options.host_noise ? ", host noise" : "";
   if (sound) {  // the thresholds' total variation, per image: added to alpha (an upper bound)
@@ -229,7 +237,8 @@ int run(const Options& options) {
   }
   std::cerr << kProg << ": " << indices.size() << " images, " << per_image << " samples each, "
             << (options.predict ? "predict" : dmae_smooth::kFixedNProcedure) << ", sigma " << dmae_smooth::format_repr(sigma)
-            << ", " << engine->description() << noise << ", batch " << batch << " -> " << out << "\n";
+            << ", " << engine->description() << noise << ", seed " << seed << ", batch " << batch << " -> " << out
+            << "\n";
   const auto start = std::chrono::steady_clock::now();
   double elapsed = 0, certified = 0, radius_sum = 0;
   std::size_t finished = 0;

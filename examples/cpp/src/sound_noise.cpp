@@ -1,18 +1,24 @@
 #include "dmae_smooth/sound_noise.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 
 #include "dmae_smooth/error.h"
 #include "dmae_smooth/npy.h"
+#include "dmae_smooth/results.h"
+#include "dmae_smooth/sha256.h"
 
 namespace dmae_smooth {
 namespace {
 
 constexpr std::int64_t kMaxSum = std::int64_t{1} << 24;  // X + Z stays exact in float32 below this
-constexpr double kGridTolerance = 1e-3;                  // as dmae_fast/data/grid.py
+constexpr long double kMinSteps = 1e-6L;                 // the smallest L * sigma (dmae_fast's table_problem)
+constexpr long double kTail = 0x1p-70L;                  // the most P(|Z| > K) the truncation may cut
+constexpr long double kPhiTolerance = 1e-12L;            // |T_k / 2^64 - Phi((k + 1/2) / s)| of a valid table
+constexpr long double kSlack = 1e-9L;                    // relative, for erfc near the truncation's cut
 
 double from_bits(std::int64_t bits) {
   double value;
@@ -20,23 +26,76 @@ double from_bits(std::int64_t bits) {
   return value;
 }
 
+// SHA-256 of the words a table's digest covers (all but the four digest words), as four int64.
+std::array<std::int64_t, 4> digest_words(const std::vector<std::int64_t>& words) {
+  std::vector<std::int64_t> covered(words.begin(), words.begin() + 5);
+  covered.insert(covered.end(), words.begin() + kSoundTableHeader, words.end());
+  const std::array<std::uint8_t, 32> digest = sha256(covered.data(), covered.size() * sizeof(std::int64_t));
+  std::array<std::int64_t, 4> out;
+  std::memcpy(out.data(), digest.data(), digest.size());  // little-endian words, as read_npy's host
+  return out;
+}
+
+// The checks that the thresholds, K and the total variation are those of the header's sigma and grid:
+// "" when they are, else the problem.
+std::string semantic_problem(const SoundTable& table) {
+  const long double s = static_cast<long double>(table.grid) * table.sigma;
+  const long double root2 = std::sqrt(2.0L);
+  const auto cut = [&](std::int64_t k) { return std::erfc((k + 0.5L) / s / root2); };  // P(|Z| > k)
+  const std::string of = " of sigma " + format_repr(table.sigma) + " on the 1/" + std::to_string(table.grid) + " grid";
+  if (!(cut(table.K) <= kTail * (1 + kSlack) && (table.K == 1 || cut(table.K - 1) > kTail * (1 - kSlack)))) {
+    return "its K = " + std::to_string(table.K) + " is not the truncation" + of;
+  }
+  const std::vector<std::int64_t>& t = table.thresholds;
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    const std::int64_t k = static_cast<std::int64_t>(i) - table.K;
+    const long double phi = std::erfc(-(k + 0.5L) / s / root2) / 2;
+    const long double threshold = std::ldexp(static_cast<long double>(t[i]), -64) + 0.5L;  // T_k / 2^64
+    if (!(std::abs(threshold - phi) <= kPhiTolerance)) {
+      return "its threshold T_" + std::to_string(k) + " / 2^64 is more than 1e-12 from Phi((k + 1/2) / (L * sigma))" +
+             of;
+    }
+  }
+  // tv = 1/2 (sum of |q_k - p_k| + P(|Z| > K)): at least P(|Z| > K) / 2 and, each T_k being floor(2^64 Phi),
+  // at most (2K + 1) 2^-65 + P(|Z| > K)
+  const long double tail = cut(table.K), tv = table.tv_per_element;
+  if (!(tv >= tail / 2 * (1 - kSlack) && tv <= (std::ldexp((2.0L * table.K + 1), -65) + tail) * (1 + kSlack))) {
+    return "its total variation " + format_repr(table.tv_per_element) + " is not that of its thresholds" + of;
+  }
+  return "";
+}
+
 }  // namespace
 
 SoundTable read_sound_table(const std::string& path) {
   const NpyArray array = read_npy(path);
   const auto refuse = [&](const std::string& problem) { return UserError(path + ": " + problem); };
-  if (array.dtype != "<i8" || array.shape.size() != 1 || array.i64.size() < kSoundTableHeader ||
-      array.i64[0] != kSoundTableTag) {
+  const std::string again = "; write it again with dmae-sound-table";
+  if (array.dtype != "<i8" || array.shape.size() != 1 || array.i64.empty() ||
+      (array.i64[0] != kSoundTableTag && array.i64[0] != kOldSoundTableTag)) {
     throw refuse("not a sound-noise table (write one with dmae-sound-table)");
   }
   const std::vector<std::int64_t>& words = array.i64;
+  if (words[0] == kOldSoundTableTag) {
+    throw refuse("a sound table in the first format (dmaesnd1, without a digest)" + again);
+  }
+  if (words.size() < kSoundTableHeader ||
+      !std::equal(words.begin() + 5, words.begin() + kSoundTableHeader, digest_words(words).begin())) {
+    throw refuse("its SHA-256 digest does not match its contents (a damaged or altered file)" + again);
+  }
   SoundTable table{words[1], words[2], from_bits(words[3]), from_bits(words[4]), {}};
   if (table.grid < 1 || table.K < 1 || table.grid >= kMaxSum || table.K >= kMaxSum - table.grid) {
     throw refuse("grid " + std::to_string(table.grid) + " or K " + std::to_string(table.K) + " out of range");
   }
   if (!(std::isfinite(table.sigma) && table.sigma > 0 && std::isfinite(table.tv_per_element) &&
-        table.tv_per_element >= 0 && table.tv_per_element < 1)) {
-    throw refuse("its sigma or total variation is not a valid number");
+        table.tv_per_element > 0 && table.tv_per_element < 1)) {
+    throw refuse("its sigma or total variation is not a valid number (sigma positive and finite, "
+                 "the total variation in (0, 1))");
+  }
+  const long double steps = static_cast<long double>(table.grid) * table.sigma;
+  if (!(steps >= kMinSteps && steps <= kSoundMaxSteps)) {
+    throw refuse("sigma " + format_repr(table.sigma) + " on the 1/" + std::to_string(table.grid) +
+                 " grid is outside the tables dmae-sound-table writes (grid * sigma in [1e-06, 4096])");
   }
   const auto count = static_cast<std::size_t>(2 * table.K);
   if (words.size() - kSoundTableHeader != count) {
@@ -50,6 +109,8 @@ SoundTable read_sound_table(const std::string& path) {
     const __int128 sum = static_cast<__int128>(s[i]) + s[count - 1 - i];
     if (sum != 0 && sum != -1) throw refuse("its thresholds are not symmetric about 0 (an altered file)");
   }
+  const std::string problem = semantic_problem(table);
+  if (!problem.empty()) throw refuse(problem + " (an altered file)" + again);
   return table;
 }
 
@@ -73,9 +134,10 @@ std::vector<std::int32_t> grid_integers(const float* image, std::size_t numel, s
                                         const std::string& what) {
   std::vector<std::int32_t> integers(numel);
   for (std::size_t e = 0; e < numel; ++e) {
-    const double scaled = static_cast<double>(image[e]) * static_cast<double>(grid);
-    const double x = std::round(scaled);
-    if (!(std::abs(scaled - x) <= kGridTolerance && x >= 0 && x <= static_cast<double>(grid))) {
+    // on the grid: k / L as float32 stores it (as dmae_fast/data/grid.py), nothing a fraction of a step off
+    const double x = std::round(static_cast<double>(image[e]) * static_cast<double>(grid));
+    const bool stored = image[e] == static_cast<float>(x) / static_cast<float>(grid);
+    if (!(stored && x >= 0 && x <= static_cast<double>(grid))) {
       char value[32];
       std::snprintf(value, sizeof value, "%.9g", static_cast<double>(image[e]));
       throw UserError(what + " is not on the 1/" + std::to_string(grid) + " grid (element " + std::to_string(e) +

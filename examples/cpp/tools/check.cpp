@@ -8,6 +8,7 @@
 //   words SEED IMAGE PHASE SAMPLE NUMEL -> the uint32 stream (space-separated)
 //   gauss SEED IMAGE PHASE SAMPLE NUMEL -> std:: Gaussians as float32 bit patterns
 //   gauss-torch SEED IMAGE PHASE SAMPLE NUMEL -> ATen Gaussians (CPU) as bit patterns
+//   sha256 HEX            -> the SHA-256 digest (hex) of the bytes HEX spells ("-" for none)
 //   table PATH            -> a sound table's grid, K, sigma, tv per element (%.17g), or "error: ..."
 //   sound PATH SEED IMAGE PHASE SAMPLE NUMEL -> the sound noise integers Z with that table
 //   sound-input PATH SEED IMAGE PHASE SAMPLE NUMEL -> float32(X + Z) / L as bit patterns, for the
@@ -25,6 +26,7 @@
 #include "dmae_smooth/error.h"
 #include "dmae_smooth/noise.h"
 #include "dmae_smooth/results.h"
+#include "dmae_smooth/sha256.h"
 #include "dmae_smooth/sound_noise.h"
 #include "dmae_smooth/stats.h"
 #ifdef DMAE_SMOOTH_WITH_TORCH
@@ -104,6 +106,20 @@ std::string answer(const std::string& line) {
     double seconds;
     in >> seconds;
     return format_duration(seconds);
+  }
+  if (op == "sha256") {
+    std::string hex, bytes;
+    in >> hex;
+    for (std::size_t i = 0; hex != "-" && i + 1 < hex.size(); i += 2) {
+      bytes += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
+    }
+    std::string out;
+    char digit[3];
+    for (const std::uint8_t byte : sha256(bytes.data(), bytes.size())) {
+      std::snprintf(digit, sizeof digit, "%02x", byte);
+      out += digit;
+    }
+    return out;
   }
   std::string path;
   if (op == "table" || op == "sound" || op == "sound-input") in >> path;

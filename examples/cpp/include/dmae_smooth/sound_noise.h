@@ -8,7 +8,8 @@
 // The classifier sees float32(X + Z) / float32(L), a function of the exact integer sum alone.
 //
 // The thresholds S_k (exact, from mpmath) come in a file `dmae-sound-table` writes: a 1-D
-// int64 .npy array [tag, L, K, sigma's float64 bits, tv's float64 bits, S_-K .. S_K-1].
+// int64 .npy array [tag, L, K, sigma's float64 bits, tv's float64 bits, D0 .. D3, S_-K .. S_K-1],
+// D0 .. D3 the SHA-256 digest (32 bytes as four little-endian int64) of every other word's bytes.
 #pragma once
 
 #include <cstddef>
@@ -20,9 +21,12 @@
 
 namespace dmae_smooth {
 
-// The first word of a sound-table file: "dmaesnd1" as a little-endian int64.
-inline constexpr std::int64_t kSoundTableTag = 0x31646e7365616d64;
-inline constexpr std::size_t kSoundTableHeader = 5;  // tag, L, K, sigma bits, tv bits
+// The first word of a sound-table file: "dmaesnd2" as a little-endian int64 ("dmaesnd1": the first
+// format, without a digest, refused).
+inline constexpr std::int64_t kSoundTableTag = 0x32646e7365616d64;
+inline constexpr std::int64_t kOldSoundTableTag = 0x31646e7365616d64;
+inline constexpr std::size_t kSoundTableHeader = 9;  // tag, L, K, sigma bits, tv bits, four digest words
+inline constexpr double kSoundMaxSteps = 4096;       // the largest L * sigma (dmae_fast's table_problem)
 
 struct SoundTable {
   std::int64_t grid = 0;        // L: inputs are X / L, X in [0, L]
@@ -33,7 +37,10 @@ struct SoundTable {
 };
 
 // Reads and checks a table written by dmae-sound-table; throws UserError naming the file and
-// the problem (not a table, truncated, thresholds out of order or not symmetric, ...).
+// the problem: not a table (or the first format), a digest that does not match, L * sigma beyond
+// kSoundMaxSteps, truncated, thresholds out of order or not symmetric, a K that is not the truncation
+// of the header's sigma and grid, a T_k / 2^64 more than 1e-12 from Phi((k + 1/2) / (L * sigma)), or a
+// total variation outside the bounds the thresholds imply.
 SoundTable read_sound_table(const std::string& path);
 
 // The integer noise Z of one draw: numel values written to `out`.
