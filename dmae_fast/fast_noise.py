@@ -17,7 +17,9 @@ integers.
 
 Where compiling is impossible (no C++ compiler, no Triton) or the compiled kernel does not
 reproduce the reference on a check batch, :class:`NoiseSource` says so in one line (to its
-``notice``, which the batch bodies also keep in the run record) and runs the reference instead.
+``notice``, which the batch bodies also keep in the run record) and runs the reference instead. A C kernel
+that was built but does not load or reproduce the reference (:mod:`dmae_fast.kernels.sound_noise_cpu` checks it
+before it is named) is said likewise, and the compiled torch ops run: the name is settled before the first batch.
 """
 
 from __future__ import annotations
@@ -109,11 +111,12 @@ def _thresholds_on(table: SoundTable, device: torch.device) -> torch.Tensor:
     return torch.tensor(table.thresholds, device=device)
 
 
-def _sound_kernel(device: torch.device, layout: tuple[torch.Tensor, ...], serial: bool
-                  ) -> tuple[str, Callable[..., torch.Tensor]] | None:
+def _sound_kernel(device: torch.device, layout: tuple[torch.Tensor, ...], serial: bool,
+                  notice: Callable[[str], None]) -> tuple[str, Callable[..., torch.Tensor]] | None:
     """The kernel that draws the sound inputs on ``device`` and its name: the Triton kernel on a GPU (images
     only), the C kernel on a CPU (images, or patch rows with a layout's counters, mean and std; one thread if
-    ``serial``); None where there is none (no triton, no C compiler): the compiled torch ops then draw them."""
+    ``serial``); None where there is none (no triton, no C compiler): the compiled torch ops then draw them.
+    A C kernel that a compiler could not make work is named to ``notice``, in one line."""
     if device.type == "cuda" and not layout:
         try:
             from dmae_fast.kernels.sound_noise import sound_rows as triton_rows
@@ -127,6 +130,9 @@ def _sound_kernel(device: torch.device, layout: tuple[torch.Tensor, ...], serial
     if device.type == "cpu":
         from dmae_fast.kernels import sound_noise_cpu
         if sound_noise_cpu.load() is None:
+            why = sound_noise_cpu.load_failure()
+            if why is not None:
+                notice(f"{C_KERNEL} noise unavailable ({why}); using the compiled torch ops (slower, same noise)")
             return None
         order = sound_noise_cpu.PatchOrder.of(*layout) if layout else None
 
@@ -179,7 +185,8 @@ class NoiseSource:
             function = functools.partial(sound_images if layout is None else sound_patches, grid=grid)
         self._layout_tensors = () if layout is None else (layout.counters.to(device),
                                                          *(t.to(device) for t in layout.normalization))
-        kernel = _sound_kernel(device, self._layout_tensors, serial) if compiled and grid is not None else None
+        wanted = compiled and grid is not None
+        kernel = _sound_kernel(device, self._layout_tensors, serial, self._notice) if wanted else None
         self._kernel = None
         if kernel is not None:
             (self.implementation, self._kernel), compiled = kernel, False

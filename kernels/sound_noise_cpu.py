@@ -5,19 +5,26 @@ so ``--sound`` ran at half the default noise's speed where the noise is the work
 draws the same integers in plain C: Philox in a loop the compiler vectorizes, then a lookup that is one
 load and one comparison for almost every element (its header says why it is exact).
 
-The source is compiled once per machine with the system's C compiler (``$CC``, else ``cc``) into the user's
-cache (``$XDG_CACHE_HOME/dmae-fast``, else ``~/.cache/dmae-fast``), keyed by the source, the compiler, its
-flags and the CPU's features (``-march=native`` builds for this CPU: a home shared by a cluster's nodes keeps
-one library per kind of CPU), and called through ctypes, which releases the GIL. :func:`load` returns None
-where that fails (no compiler, no writable cache); the caller then runs the compiled torch ops instead, and
-names them ("compiled sound noise") where it names the noise.
+The source is compiled once per machine with the system's C compiler (``$CC``, else ``cc``) into the model
+cache's folder (:func:`dmae_fast.model_cache.cache_folder`; with ``DMAE_FAST_CACHE=off``, a temporary folder
+each run), keyed by the source, the compiler, its flags and the CPU's features (``-march=native`` builds for
+this CPU: a home shared by a cluster's nodes keeps one library per kind of CPU), and called through ctypes,
+which releases the GIL. A build is made in a fresh temporary folder, loaded and checked against the reference
+on a small batch (:func:`_reproduces`), then renamed into the cache beside its digest file (the SHA-256 of the
+build key and of the library's bytes), itself written whole. A cached library is loaded only when it is a
+regular file that matches its digest file; any other (missing, altered, truncated, a FIFO, without the
+kernel's symbol, failing the check) is built again, once. :func:`load` returns None where no library works,
+and :func:`load_failure` says why where a compiler was found: the caller then runs the compiled torch ops,
+names them ("compiled sound noise") where it names the noise, and gives that reason in one line.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import hashlib
+import json
 import os
 import platform
 import shutil
@@ -30,19 +37,23 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dmae_fast.stats.rounded_gaussian import SoundTable
+from dmae_fast.errors import UserError
+from dmae_fast.files import read_regular_file
+from dmae_fast.model_cache import cache_folder
+from dmae_fast.sound_noise import sound_rows as reference_rows
+from dmae_fast.stats.rounded_gaussian import SoundTable, sound_table
 
 SOURCE = Path(__file__).with_name("sound_noise_cpu.c")
 FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fno-fast-math", "-shared", "-fPIC")
 TOP_BITS = 16  # the lookup's buckets: U's top 16 bits
+MAX_LIBRARY_BYTES = 64 << 20  # the largest cached library read (the kernel's is tens of KiB)
 
 _i64, _i32, _f32 = (np.ctypeslib.ndpointer(t, flags="C_CONTIGUOUS") for t in (np.int64, np.int32, np.float32))
 _pointer = ctypes.c_void_p  # arguments that may be NULL
 
 
-def _cache_dir() -> Path:
-    root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(root) / "dmae-fast"
+class _Unusable(Exception):
+    """A library that cannot be built, loaded or trusted; the message says why, in one line."""
 
 
 def _cpu_features() -> bytes:
@@ -54,32 +65,147 @@ def _cpu_features() -> bytes:
     return "\n".join(sorted({line for line in lines if line.startswith(("model name", "flags"))})).encode()
 
 
+def _build_key(compiler: str) -> str:
+    """The SHA-256 of what makes the library: the source, the compiler, its flags and the CPU's features."""
+    parts = [SOURCE.read_bytes(), compiler.encode(), " ".join(FLAGS).encode(), _cpu_features()]
+    return hashlib.sha256(b"\0".join(parts)).hexdigest()
+
+
+def _digest_path(library: Path) -> Path:
+    return library.with_name(library.name + ".sha256")
+
+
+def _one_line(said: object) -> str:
+    """``said`` (an error, a line) on one line, at most 200 characters."""
+    text = " ".join(str(said).split()) or type(said).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
 @functools.lru_cache(maxsize=1)
-def load() -> ctypes.CDLL | None:
-    """The compiled library (compiled on first use, then cached on disk), or None where it cannot be built."""
+def _load() -> tuple[ctypes.CDLL | None, str | None]:
+    """(the library, None), else (None, why it could not be built; None where there is no compiler)."""
     compiler = shutil.which(os.environ.get("CC", "cc"))
     if compiler is None:
-        return None
-    key = [SOURCE.read_bytes(), compiler.encode(), " ".join(FLAGS).encode(), _cpu_features()]
-    tag = hashlib.sha256(b"\0".join(key)).hexdigest()[:16]
+        return None, None
+    build = _build_key(compiler)
     try:
-        library = _cache_dir() / f"sound_noise_cpu-{tag}.so"
-        if not library.exists():
-            library.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryDirectory(dir=library.parent) as scratch:  # built aside, then moved in whole
-                built = Path(scratch) / library.name
-                subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", str(built)], check=True, capture_output=True,
-                               timeout=120)
-                os.replace(built, library)
-        handle = ctypes.CDLL(str(library))
-    except (OSError, RuntimeError, subprocess.SubprocessError):  # RuntimeError: no home directory
-        return None
-    function = handle.sound_noise_rows
+        folder = cache_folder()
+    except RuntimeError:  # no home directory
+        folder = None
+    library = None if folder is None else folder / f"sound_noise_cpu-{build[:16]}.so"
+    if library is not None:
+        with contextlib.suppress(_Unusable):
+            return _cached(library, build), None
+    try:
+        return _built(compiler, build, library), None
+    except _Unusable as error:
+        return None, str(error)
+
+
+def load() -> ctypes.CDLL | None:
+    """The checked library (built on first use, then cached on disk), or None where none works."""
+    return _load()[0]
+
+
+def load_failure() -> str | None:
+    """Why :func:`load` has no library although a compiler exists, in one line (None: it has one, or no compiler)."""
+    return _load()[1]
+
+
+def _cached(library: Path, build: str) -> ctypes.CDLL:
+    """The cached ``library``, loaded: a regular file whose digest file records ``build`` and its SHA-256."""
+    try:
+        recorded = json.loads(read_regular_file(_digest_path(library), 4096, "C-kernel digest file"))
+        data = read_regular_file(library, MAX_LIBRARY_BYTES, "C-kernel library")  # a FIFO is never opened
+    except (UserError, ValueError) as error:
+        raise _Unusable(str(error)) from None
+    if recorded != {"build": build, "library": hashlib.sha256(data).hexdigest()}:
+        raise _Unusable(f"{library} does not match its digest file")
+    return _opened(library)
+
+
+def _built(compiler: str, build: str, library: Path | None) -> ctypes.CDLL:
+    """The source compiled in a fresh temporary folder, loaded and checked, then moved to ``library`` (None: not
+    cached) beside its digest file; where the cache cannot be written, this run uses it uncached."""
+    with _scratch(None if library is None else library.parent) as scratch:
+        built = Path(scratch) / "sound_noise_cpu.so"
+        try:
+            subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", str(built)], check=True, capture_output=True,
+                           timeout=120)
+        except subprocess.CalledProcessError as error:
+            lines = error.stderr.decode(errors="replace").strip().splitlines()
+            said = f": {_one_line(lines[0])}" if lines else ""
+            raise _Unusable(f"{compiler} exited with status {error.returncode}{said}") from None
+        except (OSError, subprocess.SubprocessError) as error:
+            raise _Unusable(f"{compiler} failed: {_one_line(error)}") from None
+        handle = _opened(built)
+        if library is not None:
+            with contextlib.suppress(OSError):
+                _publish(built, build, library)
+    return handle
+
+
+def _scratch(folder: Path | None) -> tempfile.TemporaryDirectory:
+    """A fresh temporary folder in ``folder`` (so the build is renamed into place), else in the system's."""
+    if folder is not None:
+        with contextlib.suppress(OSError):
+            folder.mkdir(parents=True, exist_ok=True)
+            return tempfile.TemporaryDirectory(dir=folder, prefix=".build-")
+    try:
+        return tempfile.TemporaryDirectory(prefix="dmae-fast-")
+    except OSError as error:
+        raise _Unusable(f"no folder to build it in ({_one_line(error)})") from None
+
+
+def _publish(built: Path, build: str, library: Path) -> None:
+    """Move ``built`` to ``library`` and write its digest file, each by a rename (no reader sees half of one)."""
+    record = json.dumps({"build": build, "library": hashlib.sha256(built.read_bytes()).hexdigest()})
+    handle, temporary = tempfile.mkstemp(dir=library.parent, suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w") as file:
+            file.write(record + "\n")
+        os.replace(temporary, _digest_path(library))
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    os.replace(built, library)
+
+
+def _opened(path: Path) -> ctypes.CDLL:
+    """The library at ``path``, loaded, with the kernel's signature set, once it reproduces the reference."""
+    try:
+        handle = ctypes.CDLL(str(path))
+        function = handle.sound_noise_rows
+    except (OSError, AttributeError) as error:  # not a library for this machine; no sound_noise_rows
+        raise _Unusable(f"its library does not load: {_one_line(error)}") from None
     function.restype = None
     function.argtypes = [_f32, _i32, ctypes.c_int64, _i64, _i64, _i64, _i64, ctypes.c_int64, _pointer,
                          ctypes.c_uint32, ctypes.c_uint32, _i64, ctypes.c_int64, _i32, ctypes.c_int32,
                          _pointer, _pointer]
+    if not _reproduces(handle):
+        raise _Unusable("its library does not reproduce the reference")
     return handle
+
+
+def _reproduces(library: ctypes.CDLL) -> bool:
+    """Does ``library`` draw the reference's inputs bit for bit on three rows of 1,130 elements (three blocks of
+    pairs), as images and as normalized patch rows with the pairs in reverse order?"""
+    table, key, numel = sound_table(1.0, 16), (0x9E3779B9, 0x7F4A7C15), 1130
+    clean = torch.arange(2 * numel).remainder(17).float().div(16).view(2, numel)
+    slot, image, phase, sample = (torch.tensor(v) for v in ([1, 0, 1], [0, 7, 2**32 - 1], [0, 1, 2], [5, 3, 0]))
+    images = reference_rows(clean, slot, 16, torch.tensor(table.thresholds), table.K, torch.tensor(key), image,
+                            phase, sample)
+    # patch position 2j + l takes pair counter pairs[j], lane l: image element 2 * pairs[j] + l
+    pairs = np.arange(numel // 2)[::-1].copy()
+    where = torch.from_numpy(np.stack((2 * pairs, 2 * pairs + 1), axis=1).reshape(-1))
+    mean, std = torch.linspace(0.1, 0.9, numel), torch.linspace(0.2, 0.4, numel)
+    moved = torch.empty_like(clean)
+    moved[:, where] = clean
+    patches = (reference_rows(moved, slot, 16, torch.tensor(table.thresholds), table.K, torch.tensor(key), image,
+                              phase, sample)[:, where] - mean) / std
+    order = PatchOrder(pairs, mean.numpy(), std.numpy())
+    return all(torch.equal(_drawn(library, clean, slot, table, key, image, phase, sample, o, 1).view(torch.int32),
+                           want.view(torch.int32)) for o, want in ((None, images), (order, patches)))
 
 
 @functools.lru_cache(maxsize=16)
@@ -122,7 +248,14 @@ def sound_rows(clean: torch.Tensor, slot: torch.Tensor, table: SoundTable, key: 
     :func:`dmae_fast.fast_noise.sound_patches`. On ``threads`` threads (default: torch's)."""
     library = load()
     if library is None:
-        raise RuntimeError("the C sound-noise kernel could not be built (no C compiler)")
+        raise RuntimeError(f"the C sound-noise kernel could not be built ({load_failure() or 'no C compiler'})")
+    return _drawn(library, clean, slot, table, key, image, phase, sample, order, threads)
+
+
+def _drawn(library: ctypes.CDLL, clean: torch.Tensor, slot: torch.Tensor, table: SoundTable, key: tuple[int, int],
+           image: torch.Tensor, phase: torch.Tensor | int, sample: torch.Tensor, order: PatchOrder | None,
+           threads: int | None) -> torch.Tensor:
+    """:func:`sound_rows` drawn by ``library``."""
     shape, count = clean.shape[1:], len(slot)
     numel = int(np.prod(shape))
     if count and not 0 <= int(slot.min()) <= int(slot.max()) < len(clean):  # C would read outside ``clean``
