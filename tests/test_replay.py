@@ -8,7 +8,9 @@ through the command's ``main``. Malformed answers give one line and exit 2, neve
 from __future__ import annotations
 
 import asyncio
+import base64
 import copy
+import dataclasses
 import functools
 import json
 import math
@@ -18,13 +20,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from dmae_fast.batching.body_options import Sound
 from dmae_fast.cli import serve_replay
 from dmae_fast.data import demo_digits
 from dmae_fast.demo import DEMO_CHECKPOINT
-from dmae_fast.serve.config import ServeConfig
-from dmae_fast.serve.payloads import ParsedRequest
+from dmae_fast.serve.config import Defaults, Limits, ServeConfig
+from dmae_fast.serve.payloads import ParsedRequest, parse_request
+from dmae_fast.serve.receipt import procedure_of
 from dmae_fast.serve.service import Service
 from dmae_fast.stats.procedure import CERTIFY, PREDICT, ProcedureSpec
+from dmae_fast.stats.rounded_gaussian import guarantee, sound_table
 
 SEED, FIRST_INDEX = 4242, 500
 DELETE = object()
@@ -51,6 +56,41 @@ def answers(one_torch_thread, tmp_path_factory) -> dict:
                        [str(folder / f"digit{i}.npy") for i in which]) for name, (which, spec) in requests.items()}
     finally:
         service.stop()
+
+
+@pytest.fixture(scope="module")
+def sound_answers(one_torch_thread, tmp_path_factory) -> dict:
+    """Genuine answers of --sound servers on the demo's 1/16 grid by name, with their image files: fixed-n,
+    sequential, and --quantize's of a float64 image off the grid (rounded) and one on it."""
+    digits, folder = demo_digits("test").images, tmp_path_factory.mktemp("sound")
+    off = digits[11].numpy().astype(np.float64)
+    off.flat[0] += 0.3 / 16 if off.flat[0] < 1 else -0.3 / 16  # rounds back onto its grid point
+    files = {"on": folder / "digit11.npy", "off": folder / "off.npy"}
+    np.save(files["on"], digits[11].numpy())
+    np.save(files["off"], off)
+    requests = {"sound": (False, ["on"], {"n0": 20, "n": 100}),
+                "sound-sequential": (False, ["on"], {"n0": 20, "n": 1000, "sequential": True}),
+                "quantized": (True, ["off", "on"], {"n0": 20, "n": 100})}
+    out = {}
+    for quantize in (False, True):
+        config = ServeConfig(engine=str(DEMO_CHECKPOINT), seed=SEED, first_index=FIRST_INDEX, device="cpu",
+                             batch=256, max_wait_ms=0)
+        service = Service(dataclasses.replace(config, body=dataclasses.replace(config.body,
+                                                                               sound=Sound(16, quantize))))
+        service.start()
+        try:
+            for name, (rounding, which, fields) in requests.items():
+                if rounding != quantize:
+                    continue
+                images = [base64.b64encode(files[w].read_bytes()).decode() for w in which]
+                body = json.dumps({"images": images, **fields}).encode()
+                parsed = parse_request(CERTIFY, "application/json", body, [], service.shape, Limits(), Defaults(),
+                                       service.sigma, service.config.body.sound)
+                out[name] = (json.loads(json.dumps(asyncio.run(service.answer(parsed)))),
+                             [str(files[w]) for w in which])
+        finally:
+            service.stop()
+    return out
 
 
 def replay(tmp_path: Path, capsys, answer: dict, images: list[str]) -> tuple[int, str, str]:
@@ -91,6 +131,37 @@ def test_genuine_answers_replay_as_identical(answers, name, tmp_path, capsys):
     if name == "one-look":  # a sequential plan of one look records no looks: the receipt says it is sequential
         assert answer["receipt"]["looks"] == [] and answer["receipt"]["sequential"] is True
         assert answer["procedure"].startswith("group-sequential-exact-K1-")
+
+
+@pytest.mark.parametrize("name", ["sound", "sound-sequential", "quantized"])
+def test_genuine_sound_answers_replay_as_identical(sound_answers, name, tmp_path, capsys):
+    answer, images = sound_answers[name]
+    status, out, err = replay(tmp_path, capsys, answer, images)
+    assert status == 0, out + err
+    assert out.count("identical counts (same input); every field it states is as recomputed") == len(images)
+
+
+@pytest.mark.parametrize("name", ["sound", "sound-sequential", "quantized"])
+def test_a_sound_answer_states_the_failure_probability_of_its_plan(sound_answers, name):
+    """alpha plus the noise table's total variation over the plan's total samples: a sequential answer's
+    cap n0 + n, the most an image could draw, wherever it stopped."""
+    answer, images = sound_answers[name]
+    receipt = answer["receipt"]
+    total = procedure_of(receipt).plan.total
+    assert total == receipt["n0"] + receipt["n"]
+    stated = guarantee(sound_table(receipt["sigma"], 16), total, np.load(images[0]).size, receipt["alpha"])
+    for where in (receipt, *answer["results"]):
+        assert where["tv_per_image"] == stated["tv_per_image"] > 0
+        assert where["failure_probability"] == stated["failure_probability"] > receipt["alpha"]
+    if name == "sound-sequential":
+        assert sum(answer["results"][0]["counts"]["estimation"]) < receipt["n"]  # stopped early all the same
+    if name == "quantized":  # says which image was rounded, and that the certificate and hash are the rounded one's
+        assert [result["rounded"] for result in answer["results"]] == [True, False]
+        assert receipt["sound_quantize"] is True and "input_sha256 are for the rounded image" in \
+            receipt["certified_image"]
+    else:
+        assert receipt["sound_quantize"] is False and "certified_image" not in receipt
+        assert all("rounded" not in result for result in answer["results"])
 
 
 def test_a_one_look_sequential_receipt_without_the_sequential_field_still_replays(answers, tmp_path, capsys):
@@ -135,13 +206,28 @@ EDITS = [
     ("predict", ("receipt", "n0"), 20,
      "receipt n0 served 20, but its settings (PREDICT with n 60, alpha 0.01) give null"),
     ("certify", ("receipt", "indices"), [FIRST_INDEX + 7], f"receipt indices served [{FIRST_INDEX + 7}]"),
+    ("certify", ("receipt", "failure_probability"), 0.001,
+     "the receipt states 'failure_probability', which a cohen-fixed-n receipt does not have"),
+    ("sound", ("receipt", "failure_probability"), 0.001, "receipt failure_probability served 0.001, recomputed {old}"),
+    ("sound", ("receipt", "failure_probability"), DELETE, "receipt failure_probability missing, recomputed {old}"),
+    ("sound", ("receipt", "tv_per_image"), 0.0, "receipt tv_per_image served 0.0, recomputed {old}"),
+    ("sound", ("results", 0, "failure_probability"), 0.001,
+     "index {index}: failure_probability served 0.001, recomputed {old}"),
+    ("sound", ("results", 0, "tv_per_image"), DELETE, "index {index}: tv_per_image missing, recomputed {old}"),
+    ("sound", ("receipt", "sound_quantize"), True, "receipt certified_image missing, recomputed"),
+    ("sound-sequential", ("receipt", "tv_per_image"), lambda old: old / 2,
+     "receipt tv_per_image served {new}, recomputed {old}"),
+    ("sound-sequential", ("results", 0, "failure_probability"), lambda old: old / 2,
+     "failure_probability served {new}, recomputed {old}"),
+    ("quantized", ("results", 0, "rounded"), False, "index {index}: rounded served false, recomputed true"),
+    ("quantized", ("receipt", "certified_image"), "as sent", 'receipt certified_image served "as sent"'),
 ]
 
 
 @pytest.mark.parametrize("name, where, value, message", EDITS,
                          ids=[f"{e[0]}-{'.'.join(map(str, e[1]))}" for e in EDITS])
-def test_an_edited_field_is_named_and_exits_1(answers, name, where, value, message, tmp_path, capsys):
-    answer, images = answers[name]
+def test_an_edited_field_is_named_and_exits_1(answers, sound_answers, name, where, value, message, tmp_path, capsys):
+    answer, images = {**answers, **sound_answers}[name]
     parent = functools.reduce(lambda document, key: document[key], where[:-1], answer)
     old = parent.get(where[-1]) if isinstance(parent, dict) else parent[where[-1]]  # None: a field it lacks
     new = value(old) if callable(value) else value

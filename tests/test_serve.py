@@ -13,6 +13,7 @@ import hashlib
 import http.client
 import io
 import json
+import math
 import os
 import re
 import signal
@@ -40,6 +41,7 @@ from dmae_fast.run.record import result_row
 from dmae_fast.serve.config import Limits
 from dmae_fast.serve.payloads import decode_image
 from dmae_fast.serve.receipt import plan_of, procedure_of, replay_answer
+from dmae_fast.stats.rounded_gaussian import guarantee, sound_table
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED, FIRST_INDEX, TOKEN = 12345, 1000, "s3cret-token"
@@ -57,6 +59,7 @@ class Server:
     host: str
     port: int
     stderr: list[str]
+    reader: threading.Thread | None = None  # reads stderr into ``stderr`` until the process closes it
 
     def request(self, method: str, path: str, body: bytes | None = None, headers: dict | None = None,
                 token: str | None = TOKEN, timeout: float = 900) -> tuple[int, dict, object]:
@@ -94,14 +97,15 @@ def start_server(*args: str, timeout: float = 900) -> Server:
             if "listening on" in line:
                 found.set()
 
-    threading.Thread(target=read, daemon=True).start()
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     deadline = time.monotonic() + timeout
     while not found.wait(0.2):
         if process.poll() is not None or time.monotonic() > deadline:
             process.kill()
             raise AssertionError(f"dmae-serve did not start: {''.join(lines)}")
     host, port = re.search(r"listening on http://([0-9.]+):([0-9]+)", "".join(lines)).groups()
-    return Server(process, host, int(port), lines)
+    return Server(process, host, int(port), lines, reader)
 
 
 def stop_server(server: Server) -> None:
@@ -532,6 +536,56 @@ def test_concurrent_clients_lose_duplicate_and_mix_up_no_answer(server, engine, 
     assert fill and float(fill.group(1)) > 0
 
 
+# --------------------------------------------------------------------------- --sound
+
+
+@pytest.fixture(scope="module")
+def sound_server():
+    server = start_server("--sound", "--seed", "3", "--batch", "256", "--n0", "20", "--n", "100", "--max-n", "5000")
+    yield server
+    stop_server(server)
+
+
+def off_grid(image: torch.Tensor, steps: float) -> np.ndarray:
+    """``image`` as float64 with its first pixel ``steps`` of a step off the demo's 1/16 grid."""
+    array = image.numpy().astype(np.float64)
+    array.flat[0] += steps / 16 if array.flat[0] < 1 else -steps / 16
+    return array
+
+
+@pytest.mark.parametrize("steps", [5e-4, 9e-4])
+def test_a_sound_server_refuses_a_float64_image_just_off_its_grid_in_every_format(sound_server, digits, steps):
+    """Was answered 200 ("cohen-fixed-n sound"): a certificate for the rounded image, while its input_sha256
+    named the one sent."""
+    array = off_grid(digits[3], steps)
+    npy = {"Content-Type": "application/x-npy"}
+    for path, body, headers in [("/v1/certify", npy_bytes(array), npy), ("/v1/predict", npy_bytes(array[None]), npy),
+                                ("/v1/certify", *as_json({"image": b64(npy_bytes(array))})),
+                                ("/v1/certify", *as_json({"images": [{"array": array.tolist()}]}))]:
+        status, _, payload = sound_server.request("POST", path, body, headers, token=None)
+        assert status == 422, payload
+        assert "image 0 of the request is not on the 1/16 grid" in payload["error"] and "\n" not in payload["error"]
+        assert "start dmae-serve with --quantize" in payload["error"]
+
+
+def test_a_sound_answer_states_the_failure_probability_of_its_samples(sound_server, digits):
+    elements = math.prod(sound_server.request("GET", "/v1/model", token=None)[2]["input_shape"])
+    for fields in ({"n": 100}, {"n": 2000, "alpha": 0.01, "sequential": True}):
+        body = {"images": [{"array": digits[i].double().tolist()} for i in (0, 11)], **fields}
+        status, _, answer = sound_server.request("POST", "/v1/certify", *as_json(body), token=None)
+        assert status == 200, answer
+        receipt = answer["receipt"]
+        assert answer["procedure"].endswith(" sound") and receipt["sound_grid"] == 16
+        # the plan's total (n0 + n: a sequential answer's cap), whatever an image stopped at
+        total = procedure_of(receipt).plan.total
+        assert total == 20 + fields["n"]
+        stated = guarantee(sound_table(receipt["sigma"], 16), total, elements, fields.get("alpha", 0.001))
+        for where in (receipt, *answer["results"]):
+            assert where["tv_per_image"] == stated["tv_per_image"] > 0
+            assert where["failure_probability"] == stated["failure_probability"] > receipt["alpha"]
+        assert receipt["sound_quantize"] is False and "certified_image" not in receipt
+
+
 # --------------------------------------------------------------------------- timeouts, queue bound, SIGTERM
 
 
@@ -645,6 +699,18 @@ def test_sigterm_finishes_the_requests_in_flight_then_stops(small_server, digits
     assert any("stopped by SIGTERM after answering" in line for line in small_server.stderr)
     with pytest.raises(OSError):
         request(small_server.host, small_server.port, "GET", "/healthz", token=None, timeout=5)
+
+
+def test_sigterm_as_soon_as_the_server_listens_is_a_clean_stop():
+    """A SIGTERM the moment the listening line appears, five times: each a graceful stop and exit 0 (was,
+    now and then, 143 "interrupted by SIGTERM": the signal came before the server's own handling of it)."""
+    for _ in range(5):
+        server = start_server("--batch", "64", timeout=300)
+        server.process.send_signal(signal.SIGTERM)
+        status = server.process.wait(300)
+        server.reader.join(60)
+        log = "".join(server.stderr)
+        assert status == 0 and log.splitlines()[-1] == "dmae-serve: stopped by SIGTERM after answering 0 requests", log
 
 
 # --------------------------------------------------------------------------- slow clients

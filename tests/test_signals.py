@@ -171,3 +171,38 @@ def test_the_other_commands_import_torch_where_a_signal_ends_them_in_one_line(tm
     assert result.returncode == 128 + signal.SIGTERM, result.stderr
     assert result.stderr.splitlines() == [f"{command}: interrupted by SIGTERM while starting; nothing was written"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["site"]
+
+
+SIGNAL_AFTER_LISTENING = """
+import signal, sys
+
+class SignalAfterListening:  # stderr that raises SIGTERM in the process once dmae-serve's listening line is out
+    def __init__(self, stream):
+        self.stream, self.sent = stream, False
+
+    def write(self, text):
+        written = self.stream.write(text)
+        if "listening on" in text and not self.sent:
+            self.sent = True
+            self.stream.flush()
+            signal.raise_signal(signal.SIGTERM)
+        return written
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+sys.stderr = SignalAfterListening(sys.stderr)
+"""
+
+
+def test_a_sigterm_right_after_the_listening_line_is_a_clean_stop(tmp_path):
+    """The signal arrives before uvicorn's loop runs: was "interrupted by SIGTERM; what was written so far
+    is left as it is" and 143, where a server that says it listens stops cleanly on a signal."""
+    env = _with_site(tmp_path, SIGNAL_AFTER_LISTENING)
+    result = subprocess.run([str(Path(sys.executable).with_name("dmae-serve")), "--ckpt", "demo", "--port", "0",
+                             "--device", "cpu", "--batch", "64"], capture_output=True, text=True, env=env,
+                            timeout=HANG_GUARD)
+    assert result.returncode == 0, result.stderr
+    listening, stopped = result.stderr.splitlines()
+    assert "listening on http://127.0.0.1:" in listening
+    assert stopped == "dmae-serve: stopped by SIGTERM after answering 0 requests"

@@ -53,7 +53,8 @@ class PayloadError(Exception):
 @dataclass(frozen=True)
 class ParsedRequest:
     spec: ProcedureSpec  # what the request asks for, under the server's sigma
-    images: list[torch.Tensor]  # float32 [C, H, W] in [0, 1], on the CPU
+    images: list[torch.Tensor]  # float32 [C, H, W] in [0, 1], on the CPU: what is smoothed
+    rounded: tuple[bool, ...] | None = None  # with --sound --quantize: which images rounding onto the grid changed
 
 
 def parse_request(kind: str, content_type: str | None, body: bytes, query: list[tuple[str, str]],
@@ -91,20 +92,26 @@ def parse_request(kind: str, content_type: str | None, body: bytes, query: list[
     if samples > limits.max_request_samples:
         raise PayloadError(413, f"the request needs {samples:,} noisy samples; the limit is "
                            f"{limits.max_request_samples:,} per request (fewer images or a smaller n)")
-    return ParsedRequest(spec, [_on_grid(image, i, sound) for i, image in enumerate(images)])
+    smoothed = [served_image(image, i, sound) for i, image in enumerate(images)]
+    rounded = None
+    if sound is not None and sound.quantize:
+        rounded = tuple(not torch.equal(new, old.to(torch.float32)) for new, old in zip(smoothed, images))
+    return ParsedRequest(spec, smoothed, rounded)
 
 
-def _on_grid(image: torch.Tensor, number: int, sound: Sound | None) -> torch.Tensor:
-    """A ``--sound`` server's image on its grid: rounded onto it (``--quantize``) or refused (422)."""
-    if sound is None:
-        return image
-    if sound.quantize:
+def served_image(image: torch.Tensor, number: int, sound: Sound | None) -> torch.Tensor:
+    """The float32 image a server with ``sound`` smooths for the decoded ``image`` (float32 or float64, as
+    sent): with ``--sound`` checked on the grid in its own dtype and refused (422) off it, or rounded onto
+    it with ``--quantize``."""
+    if sound is not None and sound.quantize:
         return quantize(image, sound.grid)
-    try:
-        check_on_grid(image[None], sound.grid, "the request", first=number)
-    except UserError as error:
-        raise PayloadError(422, str(error).replace("pass --quantize", "start dmae-serve with --quantize")) from None
-    return image
+    if sound is not None:
+        try:
+            check_on_grid(image[None], sound.grid, "the request", first=number)
+        except UserError as error:
+            message = " ".join(str(error).replace("pass --quantize", "start dmae-serve with --quantize").split())
+            raise PayloadError(422, message) from None
+    return image.to(torch.float32).contiguous()
 
 
 def _reject_constant(name: str) -> float:
@@ -216,7 +223,8 @@ def _json_images(document: dict, shape: tuple[int, ...], limits: Limits) -> list
 
 
 def decode_image(data: bytes, where: str, shape: tuple[int, ...], limits: Limits) -> list[torch.Tensor]:
-    """The images in one PNG, JPEG or .npy file (a 4-D .npy array holds several)."""
+    """The images in one PNG, JPEG or .npy file (a 4-D .npy array holds several): float64 for a float64
+    .npy file, else float32 (:func:`served_image` gives what is smoothed)."""
     if data.startswith(NPY_MAGIC):
         return _npy_images(data, where, shape, limits)
     if data.startswith(PNG_MAGIC) or data.startswith(JPEG_MAGIC):
@@ -282,7 +290,8 @@ def _npy_images(data: bytes, where: str, shape: tuple[int, ...], limits: Limits)
                            f"bytes) but {len(data) - stream.tell():,} bytes follow it")
     array = np.frombuffer(data, dtype=dtype, count=count, offset=stream.tell())
     array = array.reshape(array_shape, order="F" if fortran else "C")
-    values = array.astype(np.float32) / 255 if dtype == np.uint8 else array.astype(np.float32)
+    exact = np.float64 if dtype == np.float64 else np.float32  # float64 kept until the grid check
+    values = array.astype(np.float32) / 255 if dtype == np.uint8 else array.astype(exact)
     stack = values[None] if values.ndim == 3 else values
     names = [where] if values.ndim == 3 else [f"{where}[{i}]" for i in range(len(stack))]
     return [_checked(torch.from_numpy(np.ascontiguousarray(image)), name, shape) for image, name in zip(stack, names)]
@@ -295,7 +304,7 @@ def _nested_array(value: object, where: str) -> torch.Tensor:
         raise PayloadError(400, f"{where}['array'] is not a rectangular array of numbers") from None
     if array.dtype.kind not in "iuf":
         raise PayloadError(400, f"{where}['array'] must hold numbers only")
-    return torch.from_numpy(array.astype(np.float32))
+    return torch.from_numpy(array.astype(np.float64))  # JSON numbers are doubles; checked as such
 
 
 def _checked(image: torch.Tensor, where: str, shape: tuple[int, ...]) -> torch.Tensor:

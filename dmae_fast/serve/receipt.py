@@ -3,12 +3,12 @@
 :func:`replay_answer` rebuilds the procedure from the receipt's settings and checks that it is the one recorded,
 re-runs every image with the offline :class:`~dmae_fast.batching.stream.StreamingCertifier` (the noise is a pure
 function of (seed, index, phase, sample), so the batch size does not matter), recomputes every decision field from
-the served counts, and names each field that differs. A missing, mistyped or out-of-range field is a UserError.
+the served counts (and a ``--sound`` answer's guarantee from its settings), and names each field that differs. A missing, mistyped or out-of-range field is a UserError.
 """
 
 from __future__ import annotations
 
-import json
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -23,11 +23,22 @@ from dmae_fast.engines.base import Engine
 from dmae_fast.errors import UserError
 from dmae_fast.integrity import file_sha256, is_sha256
 from dmae_fast.model.config import sigma_problem
-from dmae_fast.serve.service import input_sha256, json_result
+from dmae_fast.serve.differences import (
+    counts_difference,
+    describe,
+    field_differences,
+    fit_problem,
+    receipt_differences,
+    text,
+)
+from dmae_fast.serve.payloads import PayloadError, served_image
+from dmae_fast.serve.service import input_sha256, json_result, sound_guarantee, sound_receipt
 from dmae_fast.stats.plan import Phase
 from dmae_fast.stats.procedure import PREDICT, Procedure, ProcedureSpec, given_names, of_receipt, registered
+from dmae_fast.stats.rounded_gaussian import table_problem
 
 ANSWER_FIELDS = ("procedure", "results", "receipt")
+SOUND_FIELDS = ("sound_quantize", "certified_image", "tv_per_image", "failure_probability")  # besides sound_grid
 
 
 @dataclass(frozen=True)
@@ -43,6 +54,7 @@ class Receipt:
     model_sha256: str | None
     indices: tuple[int, ...]
     sound_grid: int | None = None  # a --sound server's grid (its procedure's name ends with " sound")
+    sound_quantize: bool = False  # a --sound --quantize server's: images were rounded onto the grid
 
 
 @dataclass(frozen=True)
@@ -63,12 +75,6 @@ class Answer:
     results: tuple[Result, ...]
 
 
-def _text(value: object, limit: int | None = 60) -> str:
-    """A JSON value as an answer writes it (cut to ``limit`` characters)."""
-    text = json.dumps(value)
-    return text if limit is None or len(text) <= limit else text[: limit - 3] + "..."
-
-
 def _field(document: dict, key: str, where: str) -> object:
     if key not in document:
         raise UserError(f"not a dmae-serve answer: {where} has no '{key}'")
@@ -78,13 +84,13 @@ def _field(document: dict, key: str, where: str) -> object:
 def _whole(value: object, where: str, low: int, bits: int) -> int:
     """``value`` if it is a whole number in [low, 2**bits)."""
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value < 2**bits:
-        raise UserError(f"{where} must be a whole number in [{low}, 2**{bits}), got {_text(value)}")
+        raise UserError(f"{where} must be a whole number in [{low}, 2**{bits}), got {text(value)}")
     return value
 
 
 def _list(value: object, where: str) -> list:
     if not isinstance(value, list):
-        raise UserError(f"{where} must be a list, got {_text(value)}")
+        raise UserError(f"{where} must be a list, got {text(value)}")
     return value
 
 
@@ -103,7 +109,7 @@ def plan_of(receipt: dict) -> SamplingPlan:
     for name in names:
         if name not in Phase.__members__:
             raise UserError(f"the receipt's phases must be phases of the noise contract "
-                            f"({', '.join(Phase.__members__)}), got {_text(name)}")
+                            f"({', '.join(Phase.__members__)}), got {text(name)}")
     sizes, looks = _whole_list(receipt, "sizes", 1), _whole_list(receipt, "looks", 1)
     if not names or len(sizes) != len(names):
         raise UserError(f"the receipt records {len(names)} phases and {len(sizes)} sizes; it needs one size a phase")
@@ -118,10 +124,10 @@ def _read_receipt(receipt: object) -> Receipt:
     plan = plan_of(receipt)
     sequential = receipt.get("sequential")
     if sequential is not None and not isinstance(sequential, bool):
-        raise UserError(f"the receipt's sequential must be true or false, got {_text(sequential)}")
+        raise UserError(f"the receipt's sequential must be true or false, got {text(sequential)}")
     procedure = of_receipt(name, sequential)  # receipts written before "sequential" say it with their name
     if procedure is None:
-        raise UserError(f"the receipt's procedure must be one dmae-serve runs ({given_names()}), got {_text(name)}")
+        raise UserError(f"the receipt's procedure must be one dmae-serve runs ({given_names()}), got {text(name)}")
     kind = procedure.kind
     n = _whole_field(receipt, "n", 1, 32)
     n0 = _field(receipt, "n0", "the receipt")
@@ -129,30 +135,36 @@ def _read_receipt(receipt: object) -> Receipt:
         n0 = _whole(n0, "the receipt's n0", 1, 32)
     alpha = _field(receipt, "alpha", "the receipt")
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
-        raise UserError(f"the receipt's alpha must be a number in (0, 1), got {_text(alpha)}")
+        raise UserError(f"the receipt's alpha must be a number in (0, 1), got {text(alpha)}")
     sigma = _field(receipt, "sigma", "the receipt")
     if sigma_problem(sigma):
         raise UserError(f"the receipt's {sigma_problem(sigma)}")
     seed = _whole_field(receipt, "seed", 0, 64)
     model = _field(receipt, "model_sha256", "the receipt")
     if model is not None and not is_sha256(model):
-        raise UserError(f"the receipt's model_sha256 must be 64 hex digits or null, got {_text(model)}")
+        raise UserError(f"the receipt's model_sha256 must be 64 hex digits or null, got {text(model)}")
     indices = _whole_list(receipt, "indices", 0)
     spec = procedure.receipt_spec(str(name), n, float(alpha), float(sigma), None if kind == PREDICT else n0)
     grid = receipt.get("sound_grid")
     if spec.sound != (grid is not None):
-        raise UserError(f"the receipt's procedure {_text(name)} and its sound_grid {_text(grid)} disagree: a --sound "
+        raise UserError(f"the receipt's procedure {text(name)} and its sound_grid {text(grid)} disagree: a --sound "
                         "answer records both, any other neither")
     if grid is not None:
         grid = _whole(grid, "the receipt's sound_grid", 1, 16)
-    return Receipt(str(name), plan, spec, n0, sequential, seed, model, tuple(indices), grid)
+        problem = table_problem(spec.sigma, grid)
+        if problem is not None:
+            raise UserError(f"the receipt's {problem}")
+    quantize = receipt.get("sound_quantize", False) if grid is not None else False
+    if not isinstance(quantize, bool):
+        raise UserError(f"the receipt's sound_quantize must be true or false, got {text(quantize)}")
+    return Receipt(str(name), plan, spec, n0, sequential, seed, model, tuple(indices), grid, quantize)
 
 
 def _counts(value: object, where: str, plan: SamplingPlan) -> np.ndarray:
     names = [phase.name.lower() for phase in plan.phases]
     if not isinstance(value, dict):
         raise UserError(f"{where} must be an object of class counts for each phase ({', '.join(names)}), "
-                        f"got {_text(value)}")
+                        f"got {text(value)}")
     for key in value:
         if key not in names:
             raise UserError(f"{where} has '{key}', which is not a phase of the receipt's plan ({', '.join(names)})")
@@ -177,21 +189,11 @@ def read_answer(document: object) -> Answer:
     for i, result in enumerate(listed):
         where = f"results[{i}]"
         if not isinstance(result, dict):
-            raise UserError(f"{where} must be an object, got {_text(result)}")
+            raise UserError(f"{where} must be an object, got {text(result)}")
         index = _whole(_field(result, "index", where), f"{where}.index", 0, 32)
         results.append(Result(index, _counts(_field(result, "counts", where), f"{where}.counts", receipt.plan),
                               result))
     return Answer(document, receipt, tuple(results))
-
-
-def _describe(plan: SamplingPlan) -> str:
-    """A plan in words: "20 selection and 1,000 estimation samples, looks after 120, 220, ... in all"."""
-    text = " and ".join(f"{size:,} {phase.name.lower()}" for phase, size in zip(plan.phases, plan.sizes)) + " samples"
-    if plan.looks:
-        looks = [f"{look:,}" for look in plan.looks]
-        shown = looks if len(looks) <= 6 else [*looks[:3], "...", looks[-1]]
-        text += f", looks after {', '.join(shown)} samples in all"
-    return text
 
 
 def settings(spec: ProcedureSpec) -> str:
@@ -206,10 +208,10 @@ def _contradictions(receipt: Receipt, procedure: Procedure) -> list[str]:
     if receipt.procedure != procedure.name:
         out.append(f"receipt procedure served {receipt.procedure}, but {give} {procedure.name}")
     if receipt.plan != procedure.plan:
-        out.append(f"receipt plan served {_describe(receipt.plan)}, but {give} {_describe(procedure.plan)}")
+        out.append(f"receipt plan served {describe(receipt.plan)}, but {give} {describe(procedure.plan)}")
     for key, recorded in (("n0", receipt.n0), ("sequential", receipt.sequential)):
         if recorded is not None and recorded != rebuilt[key]:
-            out.append(f"receipt {key} served {_text(recorded)}, but {give} {_text(rebuilt[key])}")
+            out.append(f"receipt {key} served {text(recorded)}, but {give} {text(rebuilt[key])}")
     return out
 
 
@@ -223,38 +225,11 @@ def procedure_of(receipt: dict) -> Procedure:
     return procedure
 
 
-def _fit_problem(plan: SamplingPlan, counts: np.ndarray, num_classes: int) -> str | None:
-    """Why served counts cannot be the plan's (None when they can: a stopping point of it)."""
-    if counts.shape[1] != num_classes:
-        return f"counts served for {counts.shape[1]} classes; the classifier has {num_classes}"
-    sums, left, filled = counts.sum(1).tolist(), int(counts.sum()), []
-    for size in plan.sizes:
-        filled.append(min(size, left))
-        left -= filled[-1]
-    if sum(sums) in plan.stage_ends and sums == filled:
-        return None
-    served = " and ".join(f"{total:,} {phase.name.lower()}" for phase, total in zip(plan.phases, sums))
-    return f"counts served hold {served} samples, where the receipt's plan ({_describe(plan)}) does not stop"
-
-
-def _counts_difference(plan: SamplingPlan, served: np.ndarray, offline: np.ndarray) -> str:
-    parts = [f"{phase.name.lower()} class {c} served {served[p, c]:,}, recomputed {offline[p, c]:,}"
-             for p, phase in enumerate(plan.phases) for c in np.flatnonzero(served[p] != offline[p])]
-    return "DIFFERENT counts: " + "; ".join(parts[:4]) + (f"; and {len(parts) - 4} more" if len(parts) > 4 else "")
-
-
-def _field_differences(name: str, stated: dict, expected: dict) -> list[str]:
-    """Each decision field the result states that is not the one recomputed (missing and extra ones too)."""
-    out = []
-    for key, value in expected.items():
-        if key == "counts":  # compared with the offline counts
-            continue
-        if key not in stated:
-            out.append(f"{key} missing, recomputed {_text(value)}")
-        elif _text(stated[key], None) != _text(value, None):
-            out.append(f"{key} served {_text(stated[key])}, recomputed {_text(value)}")
-    extra = sorted(set(stated) - set(expected) - {"index", "input_sha256"})
-    return out + [f"states '{key}', which a {name} answer does not have" for key in extra]
+def _sound_differences(receipt: Receipt, stated: dict, procedure: Procedure, elements: int) -> list[str]:
+    """Each ``--sound`` field of the receipt (:data:`SOUND_FIELDS`) that is not the one its settings give."""
+    expected = {} if receipt.sound_grid is None else \
+        sound_receipt(procedure, Sound(receipt.sound_grid, receipt.sound_quantize), elements)
+    return receipt_differences(SOUND_FIELDS, stated, expected, procedure.name)
 
 
 @dataclass(frozen=True)
@@ -299,38 +274,57 @@ def replay_answer(answer: Answer | dict, images: list[torch.Tensor], engine: Eng
     differences = [f"the answer states '{key}', which dmae-serve answers do not have"
                    for key in sorted(set(answer.document) - set(ANSWER_FIELDS))]
     if answer.document.get("procedure") != procedure.name:
-        differences.append(f"procedure served {_text(answer.document.get('procedure'))}, recomputed "
-                           f"{_text(procedure.name)}")
+        differences.append(f"procedure served {text(answer.document.get('procedure'))}, recomputed "
+                           f"{text(procedure.name)}")
     if model_file is not None:
         local = file_sha256(model_file) if Path(model_file).is_file() else None
         if local != receipt.model_sha256:
-            differences.append(f"receipt model_sha256 served {_text(receipt.model_sha256, None)}, the model file's "
-                               f"is {_text(local, None)}")
+            differences.append(f"receipt model_sha256 served {text(receipt.model_sha256, None)}, the model file's "
+                               f"is {text(local, None)}")
     if list(receipt.indices) != [r.index for r in results]:
-        differences.append(f"receipt indices served {_text(list(receipt.indices))}, the results' are "
-                           f"{_text([r.index for r in results])}")
+        differences.append(f"receipt indices served {text(list(receipt.indices))}, the results' are "
+                           f"{text([r.index for r in results])}")
     problems = _contradictions(receipt, procedure)
     if problems:
         return Replay(tuple(differences + problems), ())
-    fit = [_fit_problem(procedure.plan, r.counts, engine.spec.num_classes) for r in results]
-    items = [(r.index, image, key) for key, (r, image, problem) in enumerate(zip(results, images, fit)) if not problem]
-    sound = None if receipt.sound_grid is None else Sound(receipt.sound_grid)  # the receipt's noise, not the caller's
+    elements = math.prod(engine.spec.input_shape)
+    differences += _sound_differences(receipt, answer.document["receipt"], procedure, elements)
+    # the receipt's noise and rounding, not the caller's
+    sound = None if receipt.sound_grid is None else Sound(receipt.sound_grid, receipt.sound_quantize)
+    smoothed = [_smoothed(image, i, sound) for i, image in enumerate(images)]
+    stated = {} if sound is None else sound_guarantee(procedure, sound.grid, elements)
+    extras = [{**stated, **({"rounded": not torch.equal(new, old.to(torch.float32))} if receipt.sound_quantize
+                            else {})} for new, old in zip(smoothed, images)]
+    fit = [fit_problem(procedure.plan, r.counts, engine.spec.num_classes) for r in results]
+    items = [(r.index, image, key) for key, (r, image, problem) in enumerate(zip(results, smoothed, fit))
+             if not problem]
     offline = _rerun(procedure, receipt.seed, items, engine, batch, replace(options, sound=sound)) if items else {}
     return Replay(tuple(differences), tuple(_compared(procedure, result, image, fit[key], offline.get(key),
-                                                      engine.spec.class_names)
-                                            for key, (result, image) in enumerate(zip(results, images))))
+                                                      engine.spec.class_names, extras[key])
+                                            for key, (result, image) in enumerate(zip(results, smoothed))))
+
+
+def _smoothed(image: torch.Tensor, number: int, sound: Sound | None) -> torch.Tensor:
+    """The image the server smoothed for ``image`` as given (UserError where it would have refused it)."""
+    try:
+        return served_image(image, number, sound)
+    except PayloadError as refused:
+        problem = refused.message.replace("the request", "the images given").split(";")[0]
+        raise UserError(f"{problem}; the server refuses such an image, so the answer is not for it") from None
 
 
 def _compared(procedure: Procedure, result: Result, image: torch.Tensor, fit_problem: str | None,
-              offline: np.ndarray | None, class_names: tuple[str, ...] | None) -> Replayed:
-    """One result against its replay: its input, its counts and each decision field (from the served counts)."""
+              offline: np.ndarray | None, class_names: tuple[str, ...] | None, extra: dict) -> Replayed:
+    """One result against its replay: its input, its counts and each decision field (from the served counts;
+    ``extra``: the fields a --sound answer adds to them)."""
     found, given, served = [], input_sha256(image), result.fields.get("input_sha256")
     if given != served:
-        found.append(f"input differs from the one served (input_sha256 served {_text(served, 70)}, the image "
+        found.append(f"input differs from the one served (input_sha256 served {text(served, 70)}, the image "
                      f"given {given})")
     if fit_problem is not None:
         return Replayed(result.index, (*found, fit_problem))
     if not np.array_equal(result.counts, offline):
-        found.append(_counts_difference(procedure.plan, result.counts, offline))
-    found += _field_differences(procedure.name, result.fields, json_result(procedure, result.counts, class_names))
+        found.append(counts_difference(procedure.plan, result.counts, offline))
+    found += field_differences(procedure.name, result.fields,
+                                {**json_result(procedure, result.counts, class_names), **extra})
     return Replayed(result.index, tuple(found))

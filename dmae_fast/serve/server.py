@@ -43,7 +43,9 @@ def check_uvicorn(version: str = uvicorn.__version__) -> None:
 
 class _Server(uvicorn.Server):
     """uvicorn's server, draining the service on the first signal and not re-raising it afterwards
-    (the command ends with one line and status 0 after a graceful stop)."""
+    (the command ends with one line and status 0 after a graceful stop). ``serve`` captures the signals
+    before the listening line, so one arriving before uvicorn's loop runs stops it as gracefully; uvicorn's
+    own capture inside it nests (it puts back the same handler)."""
 
     def __init__(self, config: uvicorn.Config, service: Service) -> None:
         super().__init__(config)
@@ -166,10 +168,11 @@ def serve(config: ServeConfig) -> ServeResult:
         server = _Server(uv_config, service)
         indices = "" if config.first_index is None else \
             f" (consecutive image indices from {config.first_index}: clients can predict their noise)"
-        print(f"{PROG}: {service.body.description} ({service.resolved}), sigma {service.sigma}, seed {service.seed}"
-              f"{indices}, batch {config.batch}, max wait {config.max_wait_ms:g} ms; listening on {address}",
-              file=sys.stderr, flush=True)
-        server.run(sockets=[sock])
+        with server.capture_signals():  # from the listening line on, a signal is a graceful stop
+            print(f"{PROG}: {service.body.description} ({service.resolved}), sigma {service.sigma}, seed "
+                  f"{service.seed}{indices}, batch {config.batch}, max wait {config.max_wait_ms:g} ms; listening on "
+                  f"{address}", file=sys.stderr, flush=True)
+            server.run(sockets=[sock])
     finally:
         sock.close()
         if service is not None and service.scheduler.alive:

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from dmae_fast import __version__
+from dmae_fast.batching.body_options import Sound
 from dmae_fast.batching.scheduler import Job
 from dmae_fast.batching.smoother import open_smoother
 from dmae_fast.errors import UserError
@@ -30,6 +31,7 @@ from dmae_fast.serve.payloads import ParsedRequest
 from dmae_fast.serve.scheduler import Scheduler, default_slots
 from dmae_fast.stats.decisions import ABSTAIN
 from dmae_fast.stats.procedure import Procedure
+from dmae_fast.stats.rounded_gaussian import guarantee, sound_table
 
 MAX_TOKEN_BYTES = 4096
 
@@ -54,6 +56,21 @@ def read_token(path: str) -> str:
 def input_sha256(image: torch.Tensor) -> str:
     """The SHA-256 of the float32 [C, H, W] tensor that was smoothed (C order)."""
     return hashlib.sha256(image.to(torch.float32).contiguous().numpy().tobytes()).hexdigest()
+
+
+def sound_guarantee(procedure: Procedure, grid: int, elements: int) -> dict:
+    """What each image of a ``--sound`` answer may fail with: the rounded Gaussian's total variation over the
+    plan's total samples (the most an image can draw, a sequential answer's cap included) and alpha plus it."""
+    stated = guarantee(sound_table(procedure.spec.sigma, grid), procedure.plan.total, elements, procedure.spec.alpha)
+    return {"tv_per_image": stated["tv_per_image"], "failure_probability": stated["failure_probability"]}
+
+
+def sound_receipt(procedure: Procedure, sound: Sound, elements: int) -> dict:
+    """The fields a ``--sound`` receipt adds: the grid, ``--quantize`` (and what it certifies), the guarantee."""
+    rounded = {"certified_image": f"rounded onto the 1/{sound.grid} grid: each certificate and its input_sha256 "
+                                  "are for the rounded image"} if sound.quantize else {}
+    return {"sound_grid": sound.grid, "sound_quantize": sound.quantize, **rounded,
+            **sound_guarantee(procedure, sound.grid, elements)}
 
 
 class Service:
@@ -128,15 +145,17 @@ class Service:
         except BaseException:
             self.scheduler.cancel(jobs)
             raise
-        names = self.engine.spec.class_names
-        results = [{"index": job.index, "input_sha256": input_sha256(job.image), **json_result(procedure, c, names)}
-                   for job, c in zip(jobs, counts)]
+        names, sound = self.engine.spec.class_names, self.config.body.sound
+        stated = {} if sound is None else sound_guarantee(procedure, sound.grid, math.prod(self.shape))
+        rounded = [None] * len(jobs) if request.rounded is None else request.rounded  # --quantize: what it changed
+        results = [{"index": job.index, "input_sha256": input_sha256(job.image), **json_result(procedure, c, names),
+                    **stated, **({} if changed is None else {"rounded": changed})}
+                   for job, c, changed in zip(jobs, counts, rounded)]
         self.metrics.images.labels(procedure.kind).inc(len(results))
-        sound = self.config.body.sound
         receipt = {"seed": self.seed, "engine": self.body.description, "model_sha256": self.model_sha256,
                    "precision": self.engine.precision, "dmae_fast": __version__,
-                   **({"sound_grid": sound.grid} if sound is not None else {}), **procedure.receipt(),
-                   "indices": [job.index for job in jobs]}
+                   **({} if sound is None else sound_receipt(procedure, sound, math.prod(self.shape))),
+                   **procedure.receipt(), "indices": [job.index for job in jobs]}
         return {"procedure": procedure.name, "results": results, "receipt": receipt}
 
 
