@@ -243,3 +243,27 @@ def test_bad_configs_raise_one_clear_user_error(options, message):
     with pytest.raises(UserError, match=message) as error:
         GroupSequentialConfig(**settings)
     assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("sigma", [0.25, 1.0])
+def test_the_default_radii_keep_alpha_in_simulation(sigma):
+    """--sequential's default (0.25 steps to what 10,000 samples certify, the levels below the top one to 10,000)
+    at a 30,000 cap: false certificates at each level's threshold stay within alpha (known p, 100,000 trials)."""
+    from dmae_fast.stats.sequential_procedure import LOWER_CAP, default_radii, sequential_certifier
+
+    c = sequential_certifier(N0, 30_000, SIM_ALPHA, sigma)
+    assert c.config.radii == default_radii(30_000, SIM_ALPHA, sigma) and c.config.lower_cap == LOWER_CAP
+    limit = SIM_ALPHA + 3 * np.sqrt(SIM_ALPHA * (1 - SIM_ALPHA) / TRIALS)
+    rng = np.random.default_rng([int(100 * sigma), 30_000])
+    rates = [failure_rate(radii(c, *c.run(counts)), p, sigma)
+             for p, counts in (oracle(rng, c.thresholds[j], c.looks) for j in range(c.target + 1))]
+    assert max(rates) <= limit, rates
+
+
+def test_the_default_radii_are_the_summary_tables_steps_up_to_what_10000_samples_certify():
+    from dmae_fast.stats.sequential_procedure import default_radii
+
+    assert default_radii(100_000, 0.001, 0.25) == (0.25, 0.5, 0.75)  # the paper's grid left only 0.5
+    assert default_radii(10_000, 0.001, 0.5) == (0.25, 0.5, 0.75, 1.0, 1.25, 1.5)
+    assert default_radii(100_000, 0.001, 1.0) == tuple(0.25 * i for i in range(1, 13))  # to 3.0 (3.199 at 10,000)
+    assert default_radii(200, 0.001, 0.25) == (0.25,)  # the first step even where 200 samples reach less

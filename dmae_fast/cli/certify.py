@@ -78,7 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--overwrite", action="store_true", help="replace an existing --out (atomically, at the end)")
     run.add_argument("--resume", action="store_true", help="continue an existing --out: certify only missing images")
     run.add_argument("--radii", type=float, nargs="+", help="radii of the summary table (default 0, 0.25, ..., 3); "
-                     "with --sequential also the radii of interest (default the paper's 0.5 1 1.5 2 3)")
+                     "with --sequential also the radii of interest (default 0.25 steps up to what min(--n, 10,000) "
+                     "samples certify)")
     seq = parser.add_argument_group("sequential certification (opt-in; same alpha guarantee, fewer samples)")
     seq.add_argument("--sequential", action="store_true", help="stop sampling an image as soon as the largest "
                      "reachable radius of interest is certified, or the next one is out of reach; --n is the cap")

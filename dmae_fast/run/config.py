@@ -87,12 +87,11 @@ class ProcedureOptions:
     def spec(self, sound: bool) -> ProcedureSpec:
         """What these settings ask for (``sigma`` as resolved so far)."""
         from dmae_fast.stats.procedure import CERTIFY, PREDICT, ProcedureSpec
-        from dmae_fast.stats.settings import PAPER_RADII
 
         if self.predict:
             return ProcedureSpec(PREDICT, self.n, self.alpha, self.sigma, name=self.procedure_name, sound=sound)
         return ProcedureSpec(CERTIFY, self.n, self.alpha, self.sigma, self.n0, self.sequential,
-                             self.radii or PAPER_RADII, self.looks, self.futility, self.sequential_test,
+                             self.radii, self.looks, self.futility, self.sequential_test,
                              self.procedure_name, sound)
 
     def validate(self) -> None:

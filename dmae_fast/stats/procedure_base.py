@@ -20,7 +20,6 @@ from dmae_fast.errors import UserError
 from dmae_fast.stats.decisions import Certificate, Prediction
 from dmae_fast.stats.plan import Decide, SamplingPlan
 from dmae_fast.stats.rules import RowRules
-from dmae_fast.stats.settings import PAPER_RADII
 
 PREDICT, CERTIFY = "predict", "certify"  # the kinds: the endpoints, and the kinds of results files
 SEQUENTIAL = "sequential"  # the key of the procedure that ``ProcedureSpec(CERTIFY, ..., sequential=True)`` asks for
@@ -40,7 +39,7 @@ class ProcedureSpec:
     sigma: float
     n0: int | None = None  # CERTIFY only
     sequential: bool = False
-    radii: tuple[float, ...] = PAPER_RADII
+    radii: tuple[float, ...] | None = None  # None: the procedure's own (sequential: the summary table's steps)
     looks: tuple[int, ...] | None = None
     futility: str | None = None
     test: str = "exact"  # sequential CERTIFY's test: "exact" (group-sequential) or "bonferroni"

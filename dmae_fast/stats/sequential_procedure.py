@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -19,18 +20,34 @@ from dmae_fast.stats.plan import SamplingPlan
 from dmae_fast.stats.procedure_base import CERTIFY, SEQUENTIAL, Procedure, ProcedureSpec, register
 from dmae_fast.stats.rules import RowRules
 from dmae_fast.stats.sequential import BONFERRONI_NAME, SequentialCertifier, SequentialConfig
-from dmae_fast.stats.settings import PAPER_RADII
 
 Test = GroupSequentialCertifier | SequentialCertifier
 
 
+RADIUS_STEP = 0.25  # the summary table's radii (dmae_fast.analysis.DEFAULT_RADII)
+LOWER_CAP = 10_000  # the paper's n: with the default radii, the most samples a level below the top one takes
+
+
+def default_radii(n: int, alpha: float, sigma: float) -> tuple[float, ...]:
+    """The radii of interest when none are named: the summary table's 0.25 steps up to the largest radius
+    min(n, LOWER_CAP) samples certify (at least the first step)."""
+    top = max_radius(min(n, LOWER_CAP), alpha, sigma)
+    return tuple(RADIUS_STEP * i for i in range(1, max(1, math.floor(top / RADIUS_STEP)) + 1))
+
+
 @functools.lru_cache(maxsize=64)
-def sequential_certifier(n0: int, n: int, alpha: float, sigma: float, radii: tuple[float, ...] = PAPER_RADII,
+def sequential_certifier(n0: int, n: int, alpha: float, sigma: float, radii: tuple[float, ...] | None = None,
                          looks: tuple[int, ...] | None = None, futility: str | None = None,
                          test: str = "exact") -> Test:
-    """The sequential certifier of these settings; cached (its tables take up to a second to build)."""
+    """The sequential certifier of these settings (``radii`` None: :func:`default_radii`, and with the exact
+    test and a cap above LOWER_CAP the levels below the top one tested up to LOWER_CAP samples: the summary
+    table's radii at about the paper's n, the top one up to the cap); cached (tables take up to a second)."""
+    lower_cap = None
+    if radii is None:
+        radii = default_radii(n, alpha, sigma)
+        lower_cap = LOWER_CAP if n > LOWER_CAP and (looks is None or LOWER_CAP in looks) else None
     if test == "exact":
-        exact = GroupSequentialConfig(n0, n, alpha, sigma, radii, looks)
+        exact = GroupSequentialConfig(n0, n, alpha, sigma, radii, looks, lower_cap=lower_cap)
         return GroupSequentialCertifier(exact if futility is None else dataclasses.replace(exact, futility=futility))
     bonferroni = SequentialConfig(n0, n, alpha, sigma, radii, looks)
     return SequentialCertifier(bonferroni if futility is None else dataclasses.replace(bonferroni, futility=futility))
@@ -78,7 +95,7 @@ class SequentialCertify(Procedure):
 
     def summary_radii(self, asked: tuple[float, ...] | None, default: tuple[float, ...]) -> tuple[float, ...]:
         """Radius 0 ("certified at all") and the radii of interest: the levels it tests."""
-        return tuple(sorted({0.0, *self.spec.radii}))
+        return tuple(sorted({0.0, *self.certifier.config.radii}))
 
     @classmethod
     def receipt_spec(cls, name: str, n: int, alpha: float, sigma: float, n0: int | None) -> ProcedureSpec:
