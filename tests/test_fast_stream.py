@@ -116,8 +116,8 @@ def _image_folder(tmp_path):
     for i, image in enumerate(images):
         Image.fromarray((image.permute(1, 2, 0).numpy() * 255).astype(np.uint8)).save(data / f"{i}.png")
     (tmp_path / "labels.txt").write_text("".join(f"{i}.png {i}\n" for i in range(3)))
-    return ["--data", data, "--labels", tmp_path / "labels.txt", "--n0", "10", "--n", "30", "--batch", "32",
-            "--quiet", "--device", "cpu", "--workers", "0"]
+    return ["--data", data, "--seed", "0", "--labels", tmp_path / "labels.txt", "--n0", "10", "--n", "30",
+            "--batch", "32", "--quiet", "--device", "cpu", "--workers", "0"]
 
 
 def _rows(path):

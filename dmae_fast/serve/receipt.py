@@ -3,7 +3,8 @@
 :func:`replay_answer` rebuilds the procedure from the receipt's settings and checks that it is the one recorded,
 re-runs every image with the offline :class:`~dmae_fast.batching.stream.StreamingCertifier` (the noise is a pure
 function of (seed, index, phase, sample), so the batch size does not matter), recomputes every decision field from
-the served counts (and a ``--sound`` answer's guarantee from its settings), and names each field that differs. A missing, mistyped or out-of-range field is a UserError.
+the served counts (and a ``--sound`` answer's guarantee from its settings), and names each field that differs.
+A missing, mistyped or out-of-range field is a UserError.
 """
 
 from __future__ import annotations

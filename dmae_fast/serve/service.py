@@ -83,6 +83,8 @@ class Service:
         smoother = open_smoother(config.engine, config.sigma, config.body, config.device, config.precision,
                                  config.input_size, config.normalize)
         self.engine, self.sigma = smoother.engine, smoother.sigma
+        self.model_sha256 = file_sha256(config.engine) if Path(config.engine).is_file() else None
+        # drawn only now, with the classifier opened and hashed: one made knowing the seed could forge answers
         self.seed = config.seed if config.seed is not None else secrets.randbits(64)
         self.shape = tuple(self.engine.spec.input_shape)
         self.resolved = smoother.body(self.seed, config.batch)  # the body built and why
@@ -92,7 +94,6 @@ class Service:
                                    slots, config.max_queue, config.first_index,
                                    on_batch=lambda rows, seconds: self.metrics.on_batch(rows, seconds))
         self.metrics = Metrics(self.scheduler.stats, config.batch)
-        self.model_sha256 = file_sha256(config.engine) if Path(config.engine).is_file() else None
         self.draining = False
 
     def start(self) -> None:
