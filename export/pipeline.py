@@ -26,6 +26,7 @@ from dmae_fast import __version__
 from dmae_fast.checkpoints import load_classifier
 from dmae_fast.demo_files import DEMO, DEMO_CHECKPOINT
 from dmae_fast.engines import engine_class, resolve_device
+from dmae_fast.engines.aoti_engine import aoti_torch_problem
 from dmae_fast.engines.front_end import front_end_path, write_front_end
 from dmae_fast.engines.graphs import build_graph, example_input
 from dmae_fast.engines.sidecar import (
@@ -141,6 +142,12 @@ def _check_input_size(size: int, config: ExportConfig) -> None:
 
 def _formats(config: ExportConfig, device: torch.device, note: Report) -> list[str]:
     formats = [f for f in FORMATS if f in config.formats]
+    problem = aoti_torch_problem() if "torch" in formats else None
+    if problem is not None:  # before compiling: the verification would load it in this process
+        if config.strict_formats:
+            raise UserError(f"--format torch: {problem}")
+        note(f"skipping --format torch: {problem}")
+        formats.remove("torch")
     if "tensorrt" not in formats:
         return formats
     try:

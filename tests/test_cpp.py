@@ -40,6 +40,7 @@ from dmae_fast.cli.certify import main as certify_main
 from dmae_fast.cli.sound_table import main as sound_table_main
 from dmae_fast.data import demo_digits
 from dmae_fast.demo import DEMO_CHECKPOINT
+from dmae_fast.engines.aoti_engine import aoti_torch_problem
 from dmae_fast.engines.opening import open_engine
 from dmae_fast.engines.sidecar import BatchRange
 from dmae_fast.errors import UserError
@@ -64,6 +65,8 @@ INDICES = [0, 3, 6, 9]  # --skip 3 --max 4: the noise must use the dataset index
 
 def export_demo_pt2(directory: Path, device: str = "cpu") -> Path:
     """The demo classifier as an AOTInductor package + sidecar, written by dmae-export's pipeline."""
+    if problem := aoti_torch_problem():  # a torch whose package loader is known to crash
+        pytest.skip(problem)
     config = ExportConfig(ckpt=str(DEMO_CHECKPOINT), out=str(directory), formats=("torch",), device=device,
                           batch=BatchRange(1, 256, 4096), parity_samples=64, name="demo")
     (engine,) = export_engines(config, report=lambda message: None)

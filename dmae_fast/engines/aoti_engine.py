@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import torch
@@ -10,11 +11,40 @@ from dmae_fast.engines.exported import ExportedEngine
 from dmae_fast.engines.sidecar import EMBEDDED_KEY, EngineMeta, check_embedded
 from dmae_fast.errors import UserError
 
+# torch releases whose AOTInductor package loader is known to crash the process: on the GPU
+# machines' torch 2.11.0, ``aoti_load_package`` of a freshly compiled package died with a
+# segmentation fault (a CPU package on an H100, a CUDA token package on an H200); see
+# bench/results/2026-12-02-aoti-torch-2.11/. Older releases were never run with .pt2 engines.
+# Tested without a crash: 2.14.1 (CPU).
+AOTI_MIN_TORCH = (2, 12)
+TRY_ANY = "DMAE_FAST_TRY_AOTI"  # set to 1: load on any torch (diagnosing the crash, e.g. under gdb)
+
+
+def _release(version: str) -> tuple[int, int]:
+    """(major, minor) of a torch version string such as "2.11.0+cu130" or "2.15.0.dev20261101"."""
+    major, minor = version.split("+")[0].split(".")[:2]
+    return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
+
+
+def aoti_torch_problem(version: str | None = None) -> str | None:
+    """Why this torch cannot write or load ``.pt2`` engines (one line), or None when it can
+    (``DMAE_FAST_TRY_AOTI=1``: any torch, to diagnose the crash)."""
+    version = torch.__version__ if version is None else version
+    if _release(version) >= AOTI_MIN_TORCH or os.environ.get(TRY_ANY) == "1":
+        return None
+    need = ".".join(map(str, AOTI_MIN_TORCH))
+    return (f"AOTInductor packages (.pt2) need torch >= {need}; this is torch {version}, whose package loader "
+            "crashed the process (segmentation fault) on freshly compiled packages (torch 2.11.0, "
+            "bench/results/2026-12-02-aoti-torch-2.11); use an ONNX engine (--format onnx) or a newer torch")
+
 
 class AOTIEngine(ExportedEngine):
     """Runs the package's default model (one input tensor -> the logits tensor)."""
 
     def __init__(self, path: Path, meta: EngineMeta, device: str = "auto") -> None:
+        problem = aoti_torch_problem()
+        if problem is not None:  # before any loading: the loader itself is what crashes
+            raise UserError(f"cannot load {path.name}: {problem}")
         target = "cpu" if meta.device == "cpu" else "cuda"  # the device type it was compiled for
         resolved = torch.device(target if device == "auto" else device)
         if resolved.type != target:

@@ -11,6 +11,11 @@
 #include <ATen/ops/stack.h>
 #include <ATen/ops/zeros.h>
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
+#if __has_include(<torch/headeronly/version.h>)
+#include <torch/headeronly/version.h>
+#else
+#include <torch/version.h>
+#endif
 
 #include <algorithm>
 
@@ -25,7 +30,26 @@ std::string first_line(const c10::Error& error) {
   return message.substr(0, message.find('\n'));
 }
 
+// libtorch releases whose package loader is known to crash the process: on torch 2.11.0 loading a
+// freshly compiled package died with a segmentation fault (bench/results/2026-12-02-aoti-torch-2.11);
+// the same bound as dmae_fast.engines.aoti_engine.AOTI_MIN_TORCH.
+constexpr int kMinTorchMajor = 2, kMinTorchMinor = 12;
+
+void check_libtorch(const std::string& path) {
+  if (TORCH_VERSION_MAJOR > kMinTorchMajor ||
+      (TORCH_VERSION_MAJOR == kMinTorchMajor && TORCH_VERSION_MINOR >= kMinTorchMinor)) {
+    return;
+  }
+  throw UserError("cannot load " + path + ": AOTInductor packages (.pt2) need libtorch >= " +
+                  std::to_string(kMinTorchMajor) + "." + std::to_string(kMinTorchMinor) + "; this build uses libtorch " +
+                  std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) + "." +
+                  std::to_string(TORCH_VERSION_PATCH) +
+                  ", whose package loader crashed the process (segmentation fault) on freshly compiled packages "
+                  "(torch 2.11.0); build against a newer torch");
+}
+
 c10::Device package_device(const std::string& path) {
+  check_libtorch(path);  // before any loading: the loader itself is what crashes
   try {
     const auto metadata = torch::inductor::AOTIModelPackageLoader::load_metadata_from_package(path, "model");
     const auto key = metadata.find("AOTI_DEVICE_KEY");
