@@ -454,3 +454,15 @@ def test_onnx_missing_runtime_leaves_parity_null(tmp_path, monkeypatch):
     (path,) = export_engines(ExportConfig("demo", str(tmp_path), ("onnx",)), report=lines.append)
     assert json.loads(Path(str(path) + ".json").read_text())["parity"] is None
     assert "not verified (ONNX Runtime is not installed)" in lines[0]
+
+
+def test_pt2_is_refused_on_the_torch_whose_loader_crashed_in_one_line(monkeypatch):
+    from dmae_fast.engines.aoti_engine import TRY_ANY, aoti_torch_problem
+
+    monkeypatch.delenv(TRY_ANY, raising=False)
+    problem = aoti_torch_problem("2.11.0+cu130")
+    assert problem is not None and "\n" not in problem and "torch >= 2.12" in problem and "2.11.0+cu130" in problem
+    assert aoti_torch_problem("2.12.0") is None and aoti_torch_problem("2.15.0.dev20261101") is None
+    assert aoti_torch_problem("3.0.0") is None and aoti_torch_problem("2.6.0") is not None
+    monkeypatch.setenv(TRY_ANY, "1")  # diagnosing the crash: any torch
+    assert aoti_torch_problem("2.11.0") is None
