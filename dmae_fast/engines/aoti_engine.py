@@ -6,9 +6,9 @@ from pathlib import Path
 
 import torch
 
+from dmae_fast.base.errors import UserError
 from dmae_fast.engines.exported import ExportedEngine
 from dmae_fast.engines.sidecar import EMBEDDED_KEY, EngineMeta, check_embedded
-from dmae_fast.errors import UserError
 
 
 class AOTIEngine(ExportedEngine):
