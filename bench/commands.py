@@ -86,9 +86,9 @@ def time_commands(image_counts: tuple[int, ...], rounds: int, progress=None) -> 
 def cohen_program(images: int, n0: int = N0, n: int = N) -> None:
     """Cohen et al.'s CERTIFY as a program: their loop per image, one row per image."""
     from dmae_fast.bench.reference_loops import COHEN
-    from dmae_fast.checkpoints import load_classifier
     from dmae_fast.data import demo_digits
     from dmae_fast.demo_files import DEMO_CHECKPOINT
+    from dmae_fast.model.checkpoints import load_classifier
     from dmae_fast.stats.bounds import lower_confidence_bound, radius
 
     model = load_classifier(DEMO_CHECKPOINT).eval()

@@ -12,8 +12,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from dmae_fast.command import Parser, run_reporting_errors
-from dmae_fast.errors import UserError
+from dmae_fast.base.command import Parser, run_reporting_errors
+from dmae_fast.base.errors import UserError
 
 PROG = "compare_counts"
 

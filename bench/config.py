@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from dmae_fast.base.errors import UserError
 from dmae_fast.demo_files import DEMO, DEMO_CHECKPOINT
-from dmae_fast.errors import UserError
 from dmae_fast.export.config import device_problem
 from dmae_fast.model.config import ENCODER_PRESETS, ClassifierSpec, EncoderConfig
 from dmae_fast.run.config import MAX_BATCH

@@ -18,7 +18,7 @@ the median is kept: other jobs on a shared machine slow all methods alike instea
 The fp32 methods of ours must give counts identical to the plain body (checked and
 recorded). MFU is samples/s x the model's forward FLOPs over the fp32 matmul peak measured at
 the same thread count in the same run: how far from the CPU's limit each method is. Every
-method runs with the process keeping freed memory (:mod:`dmae_fast.memory`), set before the
+method runs with the process keeping freed memory (:mod:`dmae_fast.base.memory`), set before the
 first one, so that no method page-faults its per-batch tensors in anew each batch. The noise
 table compares Gaussians/s of torch.randn, the compiled noise and the reference at the same
 thread count. With ``commands`` (``--commands 10 100``), whole commands too: Cohen's loop as
@@ -42,6 +42,8 @@ import torch
 from tqdm import tqdm
 
 from dmae_fast import __version__
+from dmae_fast.base.errors import UserError
+from dmae_fast.base.memory import keep_freed_memory
 from dmae_fast.batching.bodies import BodyOptions, batch_body
 from dmae_fast.batching.body_options import BYTE_GRID, DEMO_GRID, Sound
 from dmae_fast.batching.fast_stream import FastBatches, FastPath
@@ -54,10 +56,8 @@ from dmae_fast.bench.report import result_stem
 from dmae_fast.bench.throughput import build_model
 from dmae_fast.data.sources import DEMO_TEST_SIZE
 from dmae_fast.engines import TorchEngine
-from dmae_fast.errors import UserError
-from dmae_fast.fast_noise import NoiseSource
-from dmae_fast.memory import keep_freed_memory
-from dmae_fast.noise import gaussian_noise, gaussian_rows, key_words
+from dmae_fast.noise.compiled import NoiseSource
+from dmae_fast.noise.contract import gaussian_noise, gaussian_rows, key_words
 from dmae_fast.run.host import device_name
 
 SIGMA, SEED = 0.25, 0

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import torch
 
-from dmae_fast.checkpoints import save_classifier
+from dmae_fast.base.errors import UserError
 from dmae_fast.data import DEMO
 from dmae_fast.engines.sidecar import BatchRange, read_sidecar
-from dmae_fast.errors import UserError
 from dmae_fast.export import ExportConfig, export_engines
 from dmae_fast.model import SmoothingClassifier
+from dmae_fast.model.checkpoints import save_classifier
 
 LABELS = {"torch": ".pt2", "onnx": "ONNX"}
 SUFFIXES = {"torch": ".pt2", "onnx": ".onnx"}

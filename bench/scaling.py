@@ -30,9 +30,9 @@ import torch
 from tqdm import tqdm
 
 from dmae_fast import __version__
+from dmae_fast.base.errors import UserError
 from dmae_fast.bench.config import ScalingConfig
 from dmae_fast.bench.report import result_stem
-from dmae_fast.errors import UserError
 
 
 def _certify_device(certify: tuple[str, ...]) -> torch.device:

@@ -41,12 +41,12 @@ import numpy as np
 import torch
 
 from dmae_fast import __version__
+from dmae_fast.base.errors import UserError
 from dmae_fast.batching.bodies import BodyOptions, batch_body
 from dmae_fast.batching.stream import SamplingPlan, StreamingCertifier
 from dmae_fast.bench.config import ServeBenchConfig
 from dmae_fast.data import demo_digits
 from dmae_fast.engines import EngineOptions, open_engine, resolve_device
-from dmae_fast.errors import UserError
 from dmae_fast.run.host import device_name
 
 SEED = 0

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from dmae_fast import __version__
+from dmae_fast.base.errors import UserError, raise_if_interrupted
 from dmae_fast.batching.fast_stream import FastPath
 from dmae_fast.bench import engines as bench_engines
 from dmae_fast.bench import report
@@ -23,7 +24,6 @@ from dmae_fast.bench.reference_loops import COHEN, DMAE
 from dmae_fast.bench.throughput import Row, Variant, add_ratios, build_model, measure
 from dmae_fast.engines import EngineOptions, open_engine, resolve_device
 from dmae_fast.engines.sidecar import KIND_BY_SUFFIX, BatchRange, read_sidecar
-from dmae_fast.errors import UserError, raise_if_interrupted
 from dmae_fast.export.pipeline import writable_directory
 from dmae_fast.run.host import device_name
 from dmae_fast.stats.procedure import CERTIFY, Procedure, ProcedureSpec

@@ -19,10 +19,10 @@ from dmae_fast.batching.stream import ImageBatches
 from dmae_fast.bench.config import MODEL_SPECS
 from dmae_fast.bench.flops import vit_forward_flops
 from dmae_fast.bench.reference_loops import ReferenceLoop
-from dmae_fast.checkpoints import load_classifier
 from dmae_fast.demo_files import DEMO_CHECKPOINT
 from dmae_fast.engines import Engine, TorchEngine
 from dmae_fast.model import SmoothingClassifier
+from dmae_fast.model.checkpoints import load_classifier
 
 SIGMA, SEED, SLOTS = 0.25, 0, 8
 

@@ -10,11 +10,11 @@ from typing import Literal, Sequence
 
 import numpy as np
 
-from dmae_fast.errors import UserError
-from dmae_fast.files import read_regular_file
+from dmae_fast.base.errors import UserError
+from dmae_fast.base.files import read_regular_file
 from dmae_fast.model.config import MAX_SIGMA
-from dmae_fast.run.results import RADIUS_DECIMALS, ResultsTable
-from dmae_fast.run.resume import BELOW_ONE, COUNT_COLUMNS, row_problems
+from dmae_fast.results.checks import BELOW_ONE, COUNT_COLUMNS, row_problems
+from dmae_fast.results.format import RADIUS_DECIMALS, ResultsTable
 from dmae_fast.stats.bounds import radius as certified_radius
 from dmae_fast.stats.decisions import ABSTAIN
 from dmae_fast.stats.rules import RowRules

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dmae_fast.lazy import lazy_attributes
+from dmae_fast.base.lazy import lazy_attributes
 
 _HOME = {"ExportConfig": "config", "export_engines": "pipeline"}
 __all__ = sorted(_HOME)

@@ -6,8 +6,8 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from dmae_fast.base.errors import UserError
 from dmae_fast.engines.sidecar import BatchRange
-from dmae_fast.errors import UserError
 
 FORMATS = ("onnx", "tensorrt", "torch")  # "all" on the command line means all three
 PRECISIONS_BY_FORMAT = {"onnx": ("fp32", "fp16"), "tensorrt": ("fp32", "fp16"), "torch": ("fp32", "fp16", "bf16")}

@@ -10,9 +10,9 @@ from types import ModuleType
 import torch
 from torch import nn
 
+from dmae_fast.base.errors import UserError
 from dmae_fast.engines.graphs import OPSET
 from dmae_fast.engines.sidecar import EMBEDDED_KEY, OUTPUT_NAME
-from dmae_fast.errors import UserError
 
 
 def import_onnx() -> ModuleType:

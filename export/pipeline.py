@@ -23,7 +23,8 @@ from pathlib import Path
 import torch
 
 from dmae_fast import __version__
-from dmae_fast.checkpoints import load_classifier
+from dmae_fast.base.errors import UserError
+from dmae_fast.base.integrity import file_sha256
 from dmae_fast.demo_files import DEMO, DEMO_CHECKPOINT
 from dmae_fast.engines import engine_class, resolve_device
 from dmae_fast.engines.aoti_engine import aoti_torch_problem
@@ -39,7 +40,6 @@ from dmae_fast.engines.sidecar import (
     write_sidecar,
 )
 from dmae_fast.engines.tensorrt_engine import import_tensorrt
-from dmae_fast.errors import UserError
 from dmae_fast.export.aoti_export import write_pt2
 from dmae_fast.export.config import FORMATS, MAX_INPUT_SIZE, ExportConfig
 from dmae_fast.export.onnx_export import write_onnx
@@ -49,8 +49,8 @@ from dmae_fast.export.tensorrt_build import (
     build_engine,
     check_tensorrt_operators,
 )
-from dmae_fast.integrity import file_sha256
 from dmae_fast.model import SmoothingClassifier
+from dmae_fast.model.checkpoints import load_classifier
 
 KIND_BY_FORMAT = {"onnx": "onnx", "tensorrt": "tensorrt", "torch": "aoti"}
 Report = Callable[[str], None]

@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from dmae_fast.base.errors import UserError
 from dmae_fast.engines.sidecar import BatchRange
 from dmae_fast.engines.tensorrt_engine import import_tensorrt
-from dmae_fast.errors import UserError
 from dmae_fast.export.onnx_export import operators
 
 # Operators the TensorRT 10.x ONNX parser supports (onnx-tensorrt docs/operators.md,

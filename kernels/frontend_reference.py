@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from dmae_fast.noise import gaussian_noise
+from dmae_fast.noise.contract import gaussian_noise
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ and the patch embedding is linear plus a bias, so the tokens are PatchEmbed(norm
 once per run. The identity needs the noise at the encoder's resolution: classifiers that
 resize inside (CIFAR-10 32 -> 224) are run unfused (see ``frontend_reference``).
 
-The noise is the contract's (:mod:`dmae_fast.noise`): for flat [C, H, W] element e of the
+The noise is the contract's (:mod:`dmae_fast.noise.contract`): for flat [C, H, W] element e of the
 row's image, Philox4x32-10 (key = seed lo/hi; written out with ``tl.umulhi``, the same
 function as ``tl.philox``) on counter (e // 4, sample, image, phase); Box-Muller on words
 (w0, w1) for e % 4 in {0, 1} and (w2, w3) for {2, 3}, cosine for even e, sine for odd.
@@ -54,7 +54,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from dmae_fast.kernels.frontend_reference import FrontEnd  # noqa: E402
-from dmae_fast.noise import MASK32, check_seed  # noqa: E402
+from dmae_fast.noise.contract import MASK32, check_seed  # noqa: E402
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"
 if not INTERPRETED:

@@ -1,6 +1,6 @@
-"""Triton: the sound noise of ``--sound`` (issue 37), bit for bit with :mod:`dmae_fast.sound_noise`.
+"""Triton: the sound noise of ``--sound``, bit for bit with :mod:`dmae_fast.noise.sound`.
 
-The contract (in full: :mod:`dmae_fast.sound_noise`): clean images lie on the grid x = X / L. Element
+The contract (in full: :mod:`dmae_fast.noise.sound`): clean images lie on the grid x = X / L. Element
 e of the flat [C, H, W] image takes the Philox4x32-10 words of counter (e // 2, sample, image, phase)
 under the seed's key, (w0, w1) for even e and (w2, w3) for odd e, as U = w_hi * 2**32 + w_lo. With the
 2K shifted thresholds S_k = T_k - 2**63 (int64, ascending) the noise is Z = -K + #{k : S_k <= U - 2**63},
@@ -111,7 +111,7 @@ def rounded_gaussian_rows(key: tuple[int, int], thresholds: torch.Tensor, K: int
     """The noise integers Z [B, numel] (int64) of B (image, phase, sample) rows, as the kernel draws them.
 
     ``key`` holds the Philox key words (ints; a tensor is read to the host), ``thresholds`` a table's S_k
-    (int64 [2K], on the device), as :func:`dmae_fast.sound_noise.rounded_gaussian_rows` takes them."""
+    (int64 [2K], on the device), as :func:`dmae_fast.noise.sound.rounded_gaussian_rows` takes them."""
     out = torch.empty((len(sample), numel), dtype=torch.int64, device=sample.device)
     # the clean images, slots and grid are not read: ``out`` and ``sample`` stand in for them
     programs, args, options = sound_launch(out, out, sample, 1, thresholds, K, key, image, phase, sample, numel, True)
@@ -123,7 +123,7 @@ def sound_rows(clean: torch.Tensor, slot: torch.Tensor, grid: int, thresholds: t
                key: tuple[int, int], image: torch.Tensor, phase: torch.Tensor | int,
                sample: torch.Tensor) -> torch.Tensor:
     """The noisy inputs float32 (X + Z) / grid [B, *shape] of B rows of the clean images [S, *shape] (by slot):
-    :func:`dmae_fast.sound_noise.sound_rows` computed by the kernel."""
+    :func:`dmae_fast.noise.sound.sound_rows` computed by the kernel."""
     clean = clean.float().contiguous()
     out = torch.empty((len(slot), *clean.shape[1:]), dtype=torch.float32, device=clean.device)
     programs, args, options = sound_launch(out, clean, slot, grid, thresholds, K, key, image, phase, sample,

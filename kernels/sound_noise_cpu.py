@@ -1,4 +1,4 @@
-"""C on a CPU: the sound noise of ``--sound``, bit for bit with :mod:`dmae_fast.sound_noise` (its reference).
+"""C on a CPU: the sound noise of ``--sound``, bit for bit with :mod:`dmae_fast.noise.sound` (its reference).
 
 Inductor's code for the torch-op lookup costs about a Philox word a gather (bench/results/2026-11-27-sound),
 so ``--sound`` ran at half the default noise's speed where the noise is the work. ``sound_noise_cpu.c``
@@ -6,7 +6,7 @@ draws the same integers in plain C: Philox in a loop the compiler vectorizes, th
 load and one comparison for almost every element (its header says why it is exact).
 
 The source is compiled once per machine with the system's C compiler (``$CC``, else ``cc``) into the model
-cache's folder (:func:`dmae_fast.model_cache.cache_folder`; with ``DMAE_FAST_CACHE=off``, a temporary folder
+cache's folder (:func:`dmae_fast.engines.model_cache.cache_folder`; with ``DMAE_FAST_CACHE=off``, a temporary folder
 each run), keyed by the source, the compiler, its flags and the CPU's features (``-march=native`` builds for
 this CPU: a home shared by a cluster's nodes keeps one library per kind of CPU), and called through ctypes,
 which releases the GIL. A build is made in a fresh temporary folder, loaded and checked against the reference
@@ -37,10 +37,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dmae_fast.errors import UserError
-from dmae_fast.files import read_regular_file
-from dmae_fast.model_cache import cache_folder
-from dmae_fast.sound_noise import sound_rows as reference_rows
+from dmae_fast.base.errors import UserError
+from dmae_fast.base.files import cache_folder, read_regular_file
+from dmae_fast.base.messages import one_line
+from dmae_fast.noise.sound import sound_rows as reference_rows
 from dmae_fast.stats.rounded_gaussian import SoundTable, sound_table
 
 SOURCE = Path(__file__).with_name("sound_noise_cpu.c")
@@ -75,10 +75,6 @@ def _digest_path(library: Path) -> Path:
     return library.with_name(library.name + ".sha256")
 
 
-def _one_line(said: object) -> str:
-    """``said`` (an error, a line) on one line, at most 200 characters."""
-    text = " ".join(str(said).split()) or type(said).__name__
-    return text if len(text) <= 200 else text[:197] + "..."
 
 
 @functools.lru_cache(maxsize=1)
@@ -134,10 +130,10 @@ def _built(compiler: str, build: str, library: Path | None) -> ctypes.CDLL:
                            timeout=120)
         except subprocess.CalledProcessError as error:
             lines = error.stderr.decode(errors="replace").strip().splitlines()
-            said = f": {_one_line(lines[0])}" if lines else ""
+            said = f": {one_line(lines[0])}" if lines else ""
             raise _Unusable(f"{compiler} exited with status {error.returncode}{said}") from None
         except (OSError, subprocess.SubprocessError) as error:
-            raise _Unusable(f"{compiler} failed: {_one_line(error)}") from None
+            raise _Unusable(f"{compiler} failed: {one_line(error)}") from None
         handle = _opened(built)
         if library is not None:
             with contextlib.suppress(OSError):
@@ -154,7 +150,7 @@ def _scratch(folder: Path | None) -> tempfile.TemporaryDirectory:
     try:
         return tempfile.TemporaryDirectory(prefix="dmae-fast-")
     except OSError as error:
-        raise _Unusable(f"no folder to build it in ({_one_line(error)})") from None
+        raise _Unusable(f"no folder to build it in ({one_line(error)})") from None
 
 
 def _publish(built: Path, build: str, library: Path) -> None:
@@ -177,7 +173,7 @@ def _opened(path: Path) -> ctypes.CDLL:
         handle = ctypes.CDLL(str(path))
         function = handle.sound_noise_rows
     except (OSError, AttributeError) as error:  # not a library for this machine; no sound_noise_rows
-        raise _Unusable(f"its library does not load: {_one_line(error)}") from None
+        raise _Unusable(f"its library does not load: {one_line(error)}") from None
     function.restype = None
     function.argtypes = [_f32, _i32, ctypes.c_int64, _i64, _i64, _i64, _i64, ctypes.c_int64, _pointer,
                          ctypes.c_uint32, ctypes.c_uint32, _i64, ctypes.c_int64, _i32, ctypes.c_int32,
@@ -233,7 +229,7 @@ class PatchOrder:
 
     @classmethod
     def of(cls, counters: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> PatchOrder:
-        """From a :class:`~dmae_fast.patch_layout.PatchLayout`'s ``counters`` (flat pixel index // 4 of each group
+        """From a :class:`~dmae_fast.noise.patch_layout.PatchLayout`'s ``counters`` (flat pixel index // 4 of each group
         of four, [1, L, C*p*p/4]) and ``normalization``: pixels 4c, 4c+1 take sound counter 2c, 4c+2, 4c+3 2c+1."""
         groups = counters.reshape(-1).to(torch.int64)
         pairs = torch.stack((2 * groups, 2 * groups + 1), dim=1).reshape(-1)
@@ -244,8 +240,8 @@ def sound_rows(clean: torch.Tensor, slot: torch.Tensor, table: SoundTable, key: 
                image: torch.Tensor, phase: torch.Tensor | int, sample: torch.Tensor, *,
                order: PatchOrder | None = None, threads: int | None = None) -> torch.Tensor:
     """The noisy inputs float32 (X + Z) / L [B, *shape] of B rows of the clean images [S, *shape] (by slot):
-    :func:`dmae_fast.sound_noise.sound_rows`, or with a patch layout's ``order`` the normalized patch rows of
-    :func:`dmae_fast.fast_noise.sound_patches`. On ``threads`` threads (default: torch's)."""
+    :func:`dmae_fast.noise.sound.sound_rows`, or with a patch layout's ``order`` the normalized patch rows of
+    :func:`dmae_fast.noise.compiled.sound_patches`. On ``threads`` threads (default: torch's)."""
     library = load()
     if library is None:
         raise RuntimeError(f"the C sound-noise kernel could not be built ({load_failure() or 'no C compiler'})")

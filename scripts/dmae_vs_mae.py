@@ -20,7 +20,7 @@ from pathlib import Path
 
 from dmae_fast.analysis import format_table
 from dmae_fast.cli import certify, train
-from dmae_fast.run.results import read_results
+from dmae_fast.results.format import read_results
 
 RADII = (0.0, 0.25, 0.5, 0.75)
 PRETRAIN = {"dmae": ["--set", "sigma=0.25"], "mae": ["--set", "sigma=0"]}

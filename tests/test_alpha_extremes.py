@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from scipy.special import betaincinv, gammaln, ndtr
 
+from dmae_fast.base.errors import UserError
 from dmae_fast.cli.certify import main
-from dmae_fast.errors import UserError
 from dmae_fast.stats.boundary_dp import fixed_n_failures
 from dmae_fast.stats.bounds import lower_confidence_bound
 from dmae_fast.stats.decisions import certify_from_counts

@@ -15,10 +15,10 @@ from dmae_fast.analysis import (
     clean_accuracy,
     format_table,
 )
+from dmae_fast.base.errors import UserError
 from dmae_fast.cli.analyze import main as analyze_main
-from dmae_fast.errors import UserError
-from dmae_fast.run.results import read_done_indices, read_results
-from dmae_fast.run.results_writer import CertifyRow, PredictRow, ResultsWriter
+from dmae_fast.results.format import read_done_indices, read_results
+from dmae_fast.results.writer import CertifyRow, PredictRow, ResultsWriter
 
 # Written by hand in the format of Cohen et al.'s certify.py. Correct rows: 0, 1, 4, 5, 7
 # with radii 0.512, 1.23, 0.25, 2.51, 0.0412; rows 2 and 6 abstain; row 3 is wrong but

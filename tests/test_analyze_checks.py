@@ -15,11 +15,11 @@ import pytest
 from dmae_fast.analysis import DEFAULT_RADII, RADIUS_CEILING, format_table, reachable_radii, recorded_cap
 from dmae_fast.batching.stream import ImageCounts
 from dmae_fast.cli.analyze import main as analyze_main
+from dmae_fast.results.format import read_results
+from dmae_fast.results.writer import ResultsWriter
 from dmae_fast.run import results
 from dmae_fast.run.config import CertifyConfig
 from dmae_fast.run.record import result_row
-from dmae_fast.run.results import read_results
-from dmae_fast.run.results_writer import ResultsWriter
 from dmae_fast.stats.procedure import Procedure
 
 CLASSES = 10

@@ -216,7 +216,7 @@ def test_a_signal_swallowed_by_compiled_code_stops_the_bench_at_the_next_row(mon
     records the signal, and every bench row checks it before it starts."""
     import signal
 
-    from dmae_fast import errors
+    from dmae_fast.base import errors
     from dmae_fast.bench import suite
 
     monkeypatch.setattr(errors, "_received", signal.SIGTERM)

@@ -9,6 +9,7 @@ import types
 
 import pytest
 
+from dmae_fast.base.errors import UserError
 from dmae_fast.batching.bodies import ResolvedBody
 from dmae_fast.batching.body_options import BodyOptions
 from dmae_fast.batching.stream import ImageBatches
@@ -16,7 +17,6 @@ from dmae_fast.cli import serve, serve_replay
 from dmae_fast.cli.body_args import body_options
 from dmae_fast.cli.certify import main as certify_main
 from dmae_fast.demo import DEMO_CHECKPOINT
-from dmae_fast.errors import UserError
 
 TINY = ["--data", "demo", "--seed", "0",
         "--max", "1", "--n0", "10", "--n", "20", "--batch", "32", "--quiet", "--workers", "0",
@@ -35,7 +35,7 @@ def test_the_start_line_and_the_record_name_the_body_built(flags, name, reason, 
     assert certify_main([*TINY, *flags, "--out", str(out)]) == 0
     record = json.loads(out.with_name("r.tsv.json").read_text())
     start = next(line for line in capsys.readouterr().err.splitlines() if " samples each, " in line)
-    assert f"{record['engine']} ({name} body: {reason}), batch 32" in start
+    assert f"{record['engine']} ({name} body: {reason}), seed 0, batch 32" in start
     assert record["body"] == {"name": name, "reason": reason}
     assert record["config"]["fast"] is fast and record["config"]["body_reason"] == reason
     assert ("plain body" in start) == (name == "plain")

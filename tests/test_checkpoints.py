@@ -1,4 +1,4 @@
-"""Tests for dmae_fast.checkpoints against reference models built independently with timm.
+"""Tests for dmae_fast.model.checkpoints against reference models built independently with timm.
 
 Every layout users bring (official DMAE/MAE release files, training checkpoints, DDP
 prefixes, plain timm models, linear probes, the project's own safetensors format) is
@@ -22,14 +22,14 @@ from timm.layers import resample_abs_pos_embed
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
-from dmae_fast.checkpoints import (
+from dmae_fast.base.errors import UserError
+from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier
+from dmae_fast.model.checkpoints import (
     encoder_state,
     load_classifier,
     load_pretrain,
     save_classifier,
 )
-from dmae_fast.errors import UserError
-from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier
 
 # Deliberately not ImageNet's (the default for foreign files), so that passing them matters.
 MEAN = (0.4914, 0.4822, 0.4465)

@@ -20,16 +20,17 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import rows_without
 from scipy.stats import beta, norm
 
+from dmae_fast.base.errors import UserError
 from dmae_fast.batching.stream import SamplingPlan, StreamingCertifier
-from dmae_fast.checkpoints import load_classifier, save_classifier
 from dmae_fast.cli.certify import main
 from dmae_fast.data import demo_digits
 from dmae_fast.demo import DEMO_CHECKPOINT
 from dmae_fast.engines import TorchEngine
-from dmae_fast.errors import UserError
 from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier
+from dmae_fast.model.checkpoints import load_classifier, save_classifier
 
 # --device cpu: fp32 everywhere, so rows are bit-for-bit reproducible on any machine.
 BASE = ["--data", "demo", "--seed", "0", "--n0", "20", "--n", "200", "--batch", "64", "--quiet", "--device", "cpu"]
@@ -65,13 +66,6 @@ def read_rows(path: Path) -> tuple[list[str], list[dict[str, str]]]:
     header = lines[0].split("\t")
     rows = [dict(zip(header, line.split("\t"), strict=True)) for line in lines[1:-1]]
     return header, rows
-
-
-def without_time(path: Path) -> list[list[str]]:
-    """All lines as cells, the header included, with the ``time`` column removed."""
-    lines = [line.split("\t") for line in path.read_text(encoding="utf-8").splitlines()]
-    position = lines[0].index("time")
-    return [cells[:position] + cells[position + 1:] for cells in lines]
 
 
 def expected_radius(n_a: int, n: int, sigma: float = SIGMA, alpha: float = ALPHA) -> float:
@@ -214,7 +208,7 @@ def test_same_command_twice_gives_same_rows(certified: tuple[Path, Run], tmp_pat
     first, _ = certified
     again = tmp_path / "again.tsv"
     assert certify(capsys, *BASE, "--skip", "7", "--max", "3", "--out", again).rc == 0
-    assert without_time(again) == without_time(first)
+    assert rows_without(again) == rows_without(first)
 
 
 def test_a_run_without_seed_draws_a_fresh_one_that_reproduces_it(tmp_path: Path,
@@ -231,19 +225,19 @@ def test_a_run_without_seed_draws_a_fresh_one_that_reproduces_it(tmp_path: Path,
         seeds.append(seed)
     assert seeds[0] != seeds[1] and 0 not in seeds
     assert certify(capsys, *args, "--seed", seeds[0], "--out", tmp_path / "again.tsv").rc == 0
-    assert without_time(tmp_path / "again.tsv") == without_time(tmp_path / "a.tsv")
+    assert rows_without(tmp_path / "again.tsv") == rows_without(tmp_path / "a.tsv")
 
 
 def test_a_resumed_run_keeps_its_recorded_seed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     args = [a for a in BASE if a not in ("--seed", "0")] + ["--max", "3"]
     out = tmp_path / "r.tsv"
     assert certify(capsys, *args, "--out", out).rc == 0
-    complete = without_time(out)
+    complete = rows_without(out)
     seed = json.loads(Path(f"{out}.json").read_text())["config"]["seed"]
     out.write_text("\n".join(out.read_text().splitlines()[:-1]) + "\n")  # the last image lost
     run = certify(capsys, *args, "--resume", "--out", out)
     assert run.rc == 0 and f"seed {seed}," in run.err
-    assert without_time(out) == complete
+    assert rows_without(out) == complete
     out.write_text("\n".join(out.read_text().splitlines()[:-1]) + "\n")
     run = certify(capsys, *args, "--resume", "--seed", seed + 1, "--out", out)
     assert run.rc == 2 and "seed differ" in run.err
@@ -254,8 +248,8 @@ def test_batch_size_does_not_change_rows(tmp_path: Path, capsys: pytest.CaptureF
     args = [a for a in BASE if a not in ("--batch", "64")] + ["--max", "2"]
     assert certify(capsys, *args, "--batch", "7", "--out", small).rc == 0
     assert certify(capsys, *args, "--batch", "1000", "--out", large).rc == 0
-    assert len(without_time(small)) == 3
-    assert without_time(small) == without_time(large)
+    assert len(rows_without(small)) == 3
+    assert rows_without(small) == rows_without(large)
 
 
 # --------------------------------------------------------------------------- resume / overwrite
@@ -278,35 +272,35 @@ def test_resume_completes_an_interrupted_run(tmp_path: Path, capsys: pytest.Capt
                                              torn: bool) -> None:
     out = tmp_path / "resume.tsv"
     assert certify(capsys, *RESUMABLE, "--out", out).rc == 0
-    complete = without_time(out)
+    complete = rows_without(out)
     assert [cells[0] for cells in complete] == ["idx", "0", "1", "2", "3"]
     interrupt(out, keep_rows=2, torn=torn)
     run = certify(capsys, *RESUMABLE, "--resume", "--out", out)
     assert run.rc == 0, run.err
     assert "2 images" in run.err  # only the missing ones were certified
-    assert without_time(out) == complete
+    assert rows_without(out) == complete
 
 
 def test_resuming_a_finished_run_says_there_is_nothing_left(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "done.tsv"
     assert certify(capsys, *RESUMABLE, "--out", out).rc == 0
-    complete = without_time(out)
+    complete = rows_without(out)
     run = certify(capsys, *RESUMABLE, "--resume", "--out", out)
     assert run.rc == 0, run.err
     assert f"nothing left to certify: every image of the run is already in {out}" in run.err
     assert "nan" not in run.err  # was: "0 images in 0.0 s (nan noisy samples/s)"
-    assert without_time(out) == complete
+    assert rows_without(out) == complete
 
 
 def test_resume_with_identical_default_args(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "resume-defaults.tsv"
     args = [*BASE, "--max", "3", "--out", out]
     assert certify(capsys, *args).rc == 0
-    complete = without_time(out)
+    complete = rows_without(out)
     interrupt(out, keep_rows=1)
     run = certify(capsys, *args, "--resume")
     assert run.rc == 0, run.err
-    assert without_time(out) == complete
+    assert rows_without(out) == complete
 
 
 def test_resume_refuses_a_different_sigma(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -328,7 +322,7 @@ def test_resume_of_a_run_that_wrote_nothing_starts_it(tmp_path: Path, capsys: py
     run = certify(capsys, *RESUMABLE, "--resume", "--out", out)
     assert run.rc == 0, run.err
     assert "does not exist yet; starting the run" in run.err
-    assert without_time(out) == without_time(reference)
+    assert rows_without(out) == rows_without(reference)
     assert json.loads(Path(str(out) + ".json").read_text())["status"] == "complete"
 
 
@@ -338,7 +332,7 @@ def test_overwrite_replaces_an_existing_file(tmp_path: Path, capsys: pytest.Capt
     out.write_text("not a results file\n")
     run = certify(capsys, *BASE, "--max", "2", "--overwrite", "--out", out)
     assert run.rc == 0, run.err
-    assert without_time(out) == without_time(reference)
+    assert rows_without(out) == rows_without(reference)
     assert not Path(str(out) + ".partial").exists()
     assert json.loads(Path(str(out) + ".json").read_text())["status"] == "complete"
 

@@ -1,13 +1,13 @@
 """The C++ embedding (examples/cpp): built once per session, compared with the Python side.
 
 * statistics vs SciPy (Clopper-Pearson bound, Phi^-1, binomial test p-values),
-* the noise contract: uint32 stream bit for bit, Gaussians vs dmae_fast.noise,
-* results-file number formats vs dmae_fast.run.results,
+* the noise contract: uint32 stream bit for bit, Gaussians vs dmae_fast.noise.contract,
+* results-file number formats vs dmae_fast.results.format,
 * ``dmae-smooth certify|predict`` on demo images through the demo AOTInductor package
   (written by dmae-export's pipeline): the same rows (counts, classes, radii) as
   ``dmae-certify --engine`` with the same seed,
 * bad input: one line on stderr, non-zero exit, the user's files untouched,
-* ``--sound``: the noise integers bit for bit as dmae_fast.sound_noise's (tables written by
+* ``--sound``: the noise integers bit for bit as dmae_fast.noise.sound's (tables written by
   ``dmae-sound-table``), the counts of the inputs (X + Z) / L, and one-line refusals of a bad
   table, a sigma that is not the table's and an image off the table's grid; the table file's
   SHA-256 digest vs hashlib, and altered tables refused by both readers (C++ and Python).
@@ -34,8 +34,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import rows_without
 from scipy.stats import beta, binomtest, norm
 
+from dmae_fast.base.errors import UserError
 from dmae_fast.cli.certify import main as certify_main
 from dmae_fast.cli.sound_table import main as sound_table_main
 from dmae_fast.data import demo_digits
@@ -43,12 +45,11 @@ from dmae_fast.demo import DEMO_CHECKPOINT
 from dmae_fast.engines.aoti_engine import aoti_torch_problem
 from dmae_fast.engines.opening import open_engine
 from dmae_fast.engines.sidecar import BatchRange
-from dmae_fast.errors import UserError
 from dmae_fast.export import ExportConfig, export_engines
-from dmae_fast.noise import gaussian_noise, key_words, uint32_stream
-from dmae_fast.run.results import read_results
-from dmae_fast.run.results_writer import ceil_significant, floor_decimals
-from dmae_fast.sound_noise import rounded_gaussian_noise, sound_rows
+from dmae_fast.noise.contract import gaussian_noise, key_words, uint32_stream
+from dmae_fast.noise.sound import rounded_gaussian_noise, sound_rows
+from dmae_fast.results.format import read_results
+from dmae_fast.results.writer import ceil_significant, floor_decimals
 from dmae_fast.stats.plan import Phase
 from dmae_fast.stats.rounded_gaussian import sound_table
 from dmae_fast.stats.sound_table_file import OLD_TAG, TAG, digest_words, read_sound_table, table_array
@@ -131,12 +132,6 @@ def smooth(build: Path, *args: str, cwd: Path | None = None) -> subprocess.Compl
 # First in the file, engine_file first: the demo export runs while the build proceeds.
 
 
-def _rows_without_time(path: Path) -> list[list[str]]:
-    lines = path.read_text().splitlines()
-    time_column = lines[0].split("\t").index("time")
-    return [[cell for j, cell in enumerate(line.split("\t")) if j != time_column] for line in lines]
-
-
 @pytest.mark.parametrize("command", ["certify", "predict"])
 def test_cli_rows_equal_dmae_certify(engine_file, build, demo_files, tmp_path, command):
     """Same engine file, seed, n0, n, alpha, sigma and image indices: the same rows.
@@ -155,7 +150,7 @@ def test_cli_rows_equal_dmae_certify(engine_file, build, demo_files, tmp_path, c
     with contextlib.redirect_stdout(io.StringIO()):
         assert certify_main(["--data", "demo", "--seed", "0",
                              "--device", "cpu", "--out", str(python), *predict, *common]) == 0
-    assert _rows_without_time(cpp) == _rows_without_time(python)
+    assert rows_without(cpp) == rows_without(python)
     table = read_results(cpp)  # dmae-certify's reader takes the file
     assert table.idx.tolist() == INDICES
     if command == "certify":
@@ -184,7 +179,7 @@ def test_cuda_package_rows_equal_dmae_certify_on_the_gpu_and_the_cpu_counts(engi
         assert certify_main(["--data", "demo", "--seed", "0",
                              "--engine", str(engine_file), "--device", "cpu", "--out", str(cpu),
                              *common]) == 0
-    assert _rows_without_time(cpp) == _rows_without_time(python)
+    assert rows_without(cpp) == rows_without(python)
     gpu_rows, cpu_rows = read_results(cpp), read_results(cpu)
     assert gpu_rows.predict.tolist() == cpu_rows.predict.tolist()
     assert gpu_rows.extra["nA"].tolist() == cpu_rows.extra["nA"].tolist()
@@ -357,7 +352,7 @@ def test_a_run_without_seed_draws_and_prints_a_fresh_one_that_reproduces_it(buil
     assert seeds[0] != seeds[1] and 0 not in seeds
     again = smooth(build, *args, "--seed", str(seeds[0]), "--out", str(tmp_path / "again.tsv"))
     assert again.returncode == 0 and f", seed {seeds[0]}, " in again.stderr
-    assert _rows_without_time(tmp_path / "again.tsv") == _rows_without_time(tmp_path / "a.tsv")
+    assert rows_without(tmp_path / "again.tsv") == rows_without(tmp_path / "a.tsv")
 
 
 # --------------------------------------------------------------------------- sound noise (--sound)
@@ -460,7 +455,7 @@ def test_sound_table_replaces_only_a_regular_file(tmp_path):
 @pytest.mark.parametrize("failing", ["write", "fsync"])
 def test_a_failed_write_is_one_line_and_leaves_the_old_file(tmp_path, monkeypatch, failing):
     """A full disk: the error in one line, exit 2, the old file as it was and no hidden file left."""
-    import dmae_fast.files
+    import dmae_fast.base.files
 
     out = tmp_path / "t.npy"
     out.write_bytes(b"old")
@@ -472,9 +467,9 @@ def test_a_failed_write_is_one_line_and_leaves_the_old_file(tmp_path, monkeypatc
         write = full
 
     if failing == "fsync":
-        monkeypatch.setattr(dmae_fast.files.os, "fsync", full)
+        monkeypatch.setattr(dmae_fast.base.files.os, "fsync", full)
     else:
-        monkeypatch.setattr(dmae_fast.files, "open", lambda path, mode: FullDisk(path, "w"), raising=False)
+        monkeypatch.setattr(dmae_fast.base.files, "open", lambda path, mode: FullDisk(path, "w"), raising=False)
     _refused(write_table(0.25, 16, out, "--overwrite"), f"cannot write {out}", os.strerror(errno.ENOSPC))
     assert out.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["t.npy"]
 
@@ -568,7 +563,7 @@ def test_exact_tables_pass_the_cpp_checks(build, tmp_path):
 
 
 def test_sound_noise_is_bit_identical(build, sound_tables):
-    """The C++ integers Z equal dmae_fast.sound_noise's: each table, seeds whose high word matters, the three
+    """The C++ integers Z equal dmae_fast.noise.sound's: each table, seeds whose high word matters, the three
     phases, the largest indices, an odd numel (the last element alone in its counter)."""
     for (sigma, grid), path in sound_tables.items():
         table = sound_table(sigma, grid)
@@ -582,7 +577,7 @@ def test_sound_noise_is_bit_identical(build, sound_tables):
 
 
 def test_sound_inputs_are_bit_identical(build, sound_tables):
-    """float32(X + Z) / L in C++ equals dmae_fast.sound_noise.sound_rows bit for bit (a division, not a
+    """float32(X + Z) / L in C++ equals dmae_fast.noise.sound.sound_rows bit for bit (a division, not a
     multiplication by 1/L: they differ on the 1/255 grid), on an image of every level X_e = e mod (L + 1)."""
     for (sigma, grid), path in sound_tables.items():
         table = sound_table(sigma, grid)
@@ -597,7 +592,7 @@ def test_sound_inputs_are_bit_identical(build, sound_tables):
 
 def _sound_counts(engine_file: Path, image: torch.Tensor, index: int, table_key: tuple[float, int],
                   phases: list[Phase], sizes: list[int]) -> list[np.ndarray]:
-    """Class counts per phase of the inputs dmae_fast.sound_noise makes, in one batch (as dmae-smooth's)."""
+    """Class counts per phase of the inputs dmae_fast.noise.sound makes, in one batch (as dmae-smooth's)."""
     table = sound_table(*table_key)
     engine = open_engine(engine_file)
     phase = torch.cat([torch.full((size,), int(p)) for p, size in zip(phases, sizes)])
@@ -612,7 +607,7 @@ def _sound_counts(engine_file: Path, image: torch.Tensor, index: int, table_key:
 @pytest.mark.parametrize("command", ["certify", "predict"])
 def test_sound_rows_count_the_exact_grid_inputs(build, engine_file, demo_files, sound_tables, tmp_path, command):
     """dmae-smooth --sound classifies float32(X + Z) / 16 of the demo digits: the counts of every image equal
-    those of dmae_fast.sound_noise's inputs through the same package and batches; sigma is the table's and
+    those of dmae_fast.noise.sound's inputs through the same package and batches; sigma is the table's and
     certify rows say the procedure with " sound"."""
     images, labels = demo_files
     batch = N if command == "predict" else N0 + N
@@ -696,6 +691,6 @@ def test_sound_rows_equal_dmae_certify_sound(engine_file, build, demo_files, sou
         assert certify_main(["--data", "demo", "--seed", "0",
                              "--device", "cpu", "--out", str(python), "--sound", "--sigma", "0.5",
                              *predict, *common]) == 0
-    assert _rows_without_time(cpp) == _rows_without_time(python)
+    assert rows_without(cpp) == rows_without(python)
     if command == "certify":
         assert set(read_results(python).extra["procedure"].tolist()) == {"cohen-fixed-n sound"}

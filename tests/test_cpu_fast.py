@@ -11,12 +11,13 @@ import textwrap
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from helpers import rows_without
 
+from dmae_fast.base.memory import keep_freed_memory
 from dmae_fast.batching.bodies import BodyOptions, batch_body
 from dmae_fast.batching.cpu_batches import (
     ChunkedCpuBatches,
@@ -29,7 +30,6 @@ from dmae_fast.batching.stream import (
     SamplingPlan,
     StreamingCertifier,
 )
-from dmae_fast.checkpoints import load_classifier
 from dmae_fast.cli.certify import main as certify_main
 from dmae_fast.data import demo_digits
 from dmae_fast.demo import DEMO_CHECKPOINT
@@ -41,10 +41,10 @@ from dmae_fast.engines.cpu_runtimes import (
     TorchChunks,
     cpu_classifier,
 )
-from dmae_fast.fast_noise import COMPILED, REFERENCE, NoiseSource
-from dmae_fast.memory import keep_freed_memory
 from dmae_fast.model import ClassifierSpec, EncoderConfig
-from dmae_fast.noise import MASK32, gaussian_noise, key_words, philox4x32
+from dmae_fast.model.checkpoints import load_classifier
+from dmae_fast.noise.compiled import COMPILED, REFERENCE, NoiseSource
+from dmae_fast.noise.contract import MASK32, gaussian_noise, key_words, philox4x32
 
 CPU = torch.device("cpu")
 SEEDS = (0, 2**40 + 12345, 2**64 - 1)
@@ -436,19 +436,13 @@ def test_a_batch_is_cut_into_as_many_chunks_per_worker(rows, chunk, workers, par
 # --------------------------------------------------------------------------- the command line
 
 
-def _rows_without_time(path: Path) -> list[list[str]]:
-    lines = [line.split("\t") for line in path.read_text().splitlines()]
-    drop = lines[0].index("time")
-    return [cells[:drop] + cells[drop + 1:] for cells in lines]
-
-
 def test_cli_fast_on_cpu_writes_the_plain_rows_and_records_threads(tmp_path):
     common = ["--data", "demo", "--seed", "0",
               "--max", "3", "--skip", "7", "--n0", "30", "--n", "400", "--batch", "256",
               "--device", "cpu", "--quiet"]
     assert certify_main([*common, "--out", str(tmp_path / "plain.tsv")]) == 0
     assert certify_main([*common, "--fast", "--out", str(tmp_path / "fast.tsv")]) == 0
-    assert _rows_without_time(tmp_path / "fast.tsv") == _rows_without_time(tmp_path / "plain.tsv")
+    assert rows_without(tmp_path / "fast.tsv") == rows_without(tmp_path / "plain.tsv")
     record = json.loads((tmp_path / "fast.tsv.json").read_text())
     assert "worker(s) x 1 thread" in record["engine"] and "compiled noise" in record["engine"]
     assert record["threads"]["body_workers"] >= 1 and record["threads"]["dataloader_workers"] == 0
@@ -462,7 +456,7 @@ def test_cli_reference_noise_gives_the_same_certificates(tmp_path):
               "--quiet"]
     assert certify_main([*common, "--out", str(tmp_path / "a.tsv")]) == 0
     assert certify_main([*common, "--noise", "reference", "--out", str(tmp_path / "b.tsv")]) == 0
-    assert _rows_without_time(tmp_path / "a.tsv") == _rows_without_time(tmp_path / "b.tsv")
+    assert rows_without(tmp_path / "a.tsv") == rows_without(tmp_path / "b.tsv")
     assert "torch ops noise" in json.loads((tmp_path / "b.tsv.json").read_text())["engine"]
 
 
@@ -496,7 +490,7 @@ def test_cli_fast_on_cpu_runs_an_onnx_engine_file_like_the_plain_path(tmp_path):
               "--batch", "128", "--device", "cpu", "--quiet"]
     assert certify_main([*common, "--out", str(tmp_path / "plain.tsv")]) == 0
     assert certify_main([*common, "--fast", "--out", str(tmp_path / "fast.tsv")]) == 0
-    assert _rows_without_time(tmp_path / "fast.tsv") == _rows_without_time(tmp_path / "plain.tsv")
+    assert rows_without(tmp_path / "fast.tsv") == rows_without(tmp_path / "plain.tsv")
     runtime = "OpenVINO" if HAS_OPENVINO else "ONNX Runtime"
     assert runtime in json.loads((tmp_path / "fast.tsv.json").read_text())["engine"]
 
@@ -696,5 +690,5 @@ def test_an_edited_cache_entry_with_its_digest_recomputed_is_named_dropped_and_r
     assert notice.startswith(f"the CPU fast body, built from the model cache entry {entry}, failed (ParityMismatch: ")
     assert notice.endswith("; dropped the entry, building it again from scratch") and f"dmae-fast: {notice}\n" in err
     assert entry.read_bytes() == original  # rebuilt
-    assert _rows_without_time(tmp_path / "edited.tsv") == _rows_without_time(tmp_path / "first.tsv")
+    assert rows_without(tmp_path / "edited.tsv") == rows_without(tmp_path / "first.tsv")
     assert run("again.tsv")[0]["body_fallbacks"] == []

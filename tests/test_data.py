@@ -12,6 +12,7 @@ import pytest
 import torch
 from PIL import Image
 
+from dmae_fast.base.errors import UserError
 from dmae_fast.data import (
     DEMO,
     TensorImageDataset,
@@ -24,7 +25,6 @@ from dmae_fast.data import (
     subset_indices,
 )
 from dmae_fast.data.cifar import CIFAR_META, CIFAR_SUBDIR, CIFAR_TEST_BATCH, CIFAR_TRAIN_BATCHES
-from dmae_fast.errors import UserError
 
 
 def raises_user_error(call: Callable[[], object], *mentions: object) -> str:

@@ -18,14 +18,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import rows_without
 from PIL import Image
 
+from dmae_fast.base.errors import UserError
 from dmae_fast.batching.scheduler import RowSplit
 from dmae_fast.data import open_dataset
 from dmae_fast.demo import DEMO_CHECKPOINT
-from dmae_fast.errors import UserError
+from dmae_fast.results.parts import merge_parts, part_path, parts_dir, start_parts
 from dmae_fast.run.driver import CertifyConfig, certify_dataset
-from dmae_fast.run.parts import merge_parts, part_path, parts_dir, start_parts
 
 pytestmark = pytest.mark.slow
 DMAE_CERTIFY = str(Path(sys.executable).with_name("dmae-certify"))
@@ -66,10 +67,7 @@ def _one_process(out: Path, settings: dict, **more) -> None:
 
 def _rows(path: Path) -> list[list[str]]:
     """The rows without the time column, sorted by idx; no idx twice."""
-    lines = path.read_text().splitlines()
-    rows = sorted((line.split("\t") for line in lines[1:]), key=lambda cells: int(cells[0]))
-    assert len({cells[0] for cells in rows}) == len(rows), "an image appears twice"
-    return [cells[:5] + cells[6:] for cells in rows]
+    return rows_without(path, sort=True)[1:]
 
 
 @pytest.fixture(scope="module")
@@ -428,7 +426,7 @@ def test_a_signal_that_also_kills_a_dataloader_worker_is_only_an_interruption():
     in its cleanup (a traceback). Here the SIGTERM and the worker's SIGCHLD arrive together, as from killpg."""
     from torch.utils.data import DataLoader
 
-    from dmae_fast.errors import Interrupted, forget_signal, interrupt_on_signals
+    from dmae_fast.base.errors import Interrupted, forget_signal, interrupt_on_signals
 
     handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
     loader = iter(DataLoader(range(10), batch_size=None, num_workers=1))
@@ -483,7 +481,7 @@ def _row(idx: int, predict: int = 1) -> str:
 def test_merge_sorts_rows_accepts_identical_repeats_and_drops_torn_lines(tmp_path):
     out = tmp_path / "r.tsv"
     out.write_text(HEADER + _row(4))
-    start_parts(out, replacing=False)
+    start_parts(out, replacing=False, seed=0)
     part_path(out, 0).write_text(HEADER + _row(7) + _row(4))  # row 4 again: a merge cut short by a crash
     part_path(out, 1).write_text(HEADER + _row(2) + "9\t1\t1")  # torn last line
     assert merge_parts(out, "predict", into=out) == 3
@@ -493,7 +491,7 @@ def test_merge_sorts_rows_accepts_identical_repeats_and_drops_torn_lines(tmp_pat
 
 def test_merge_refuses_two_different_rows_for_one_image(tmp_path):
     out = tmp_path / "r.tsv"
-    start_parts(out, replacing=False)
+    start_parts(out, replacing=False, seed=0)
     part_path(out, 0).write_text(HEADER + _row(3, predict=1))
     part_path(out, 1).write_text(HEADER + _row(3, predict=2))
     with pytest.raises(UserError, match="idx 3 has two different rows"):
@@ -507,7 +505,7 @@ def test_parts_without_resume_are_refused_and_resume_takes_them(tmp_path, refere
     _one_process(out, SMALL)
     lines = out.read_text().splitlines(keepends=True)
     out.unlink()
-    start_parts(out, replacing=False)
+    start_parts(out, replacing=False, seed=0)
     part_path(out, 0).write_text(lines[0] + "".join(lines[1:4]))
     part_path(out, 1).write_text(lines[0] + lines[6])
     with pytest.raises(UserError, match="unfinished multi-process run"):

@@ -14,16 +14,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from dmae_fast.checkpoints import load_classifier, save_classifier
+from dmae_fast.base.errors import UserError
 from dmae_fast.cli.certify import main as certify_main
 from dmae_fast.demo import DEMO_CHECKPOINT
 from dmae_fast.engines import EngineOptions, TorchEngine, open_engine
 from dmae_fast.engines.onnx_engine import ORT_MISSING
 from dmae_fast.engines.sidecar import BatchRange, read_sidecar, sidecar_path
 from dmae_fast.engines.tensorrt_engine import TENSORRT_MISSING
-from dmae_fast.errors import UserError
 from dmae_fast.export import ExportConfig, export_engines
 from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier
+from dmae_fast.model.checkpoints import load_classifier, save_classifier
 
 CERTIFY = ["--data", "demo", "--seed", "0", "--max", "2", "--n0", "10", "--n", "50", "--batch", "32", "--quiet"]
 

@@ -18,7 +18,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from dmae_fast.checkpoints import load_classifier
+from dmae_fast.base.errors import UserError
 from dmae_fast.cli.certify import main as certify_main
 from dmae_fast.cli.export import main as export_main
 from dmae_fast.demo import DEMO_CHECKPOINT
@@ -26,7 +26,6 @@ from dmae_fast.engines import EngineOptions, open_engine
 from dmae_fast.engines.graphs import ImageGraph, bicubic_matrix
 from dmae_fast.engines.sidecar import BatchRange, read_sidecar
 from dmae_fast.engines.tensorrt_engine import TENSORRT_MISSING
-from dmae_fast.errors import UserError
 from dmae_fast.export import ExportConfig, export_engines
 from dmae_fast.export import parity as parity_module
 from dmae_fast.export.onnx_export import operators, write_onnx
@@ -38,6 +37,7 @@ from dmae_fast.export.tensorrt_build import (
     profile_shapes,
 )
 from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier
+from dmae_fast.model.checkpoints import load_classifier
 
 CONTRACT_FIELDS = {"format", "kind", "file", "input", "input_name", "input_shape", "input_dtype", "output_name",
                    "precision", "batch", "classifier", "num_classes", "sigma", "patch_size", "parity", "versions",

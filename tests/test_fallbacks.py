@@ -23,7 +23,9 @@ import json  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+from helpers import rows_without
 
+from dmae_fast.base.errors import Interrupted, UserError  # noqa: E402
 from dmae_fast.batching.bodies import BodyOptions, batch_body  # noqa: E402
 from dmae_fast.batching.fast_stream import FastBatches  # noqa: E402
 from dmae_fast.batching.stream import (  # noqa: E402
@@ -37,7 +39,6 @@ from dmae_fast.engines import (
     cpu_runtimes,  # noqa: E402
 )
 from dmae_fast.engines.aoti_engine import AOTIEngine  # noqa: E402
-from dmae_fast.errors import Interrupted, UserError  # noqa: E402
 from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier  # noqa: E402
 
 CPU = torch.device("cpu")
@@ -121,8 +122,8 @@ def test_a_body_that_disagrees_with_the_plain_body_is_not_used(engine, monkeypat
 
 @pytest.fixture(scope="module")
 def demo_model():
-    from dmae_fast.checkpoints import load_classifier
     from dmae_fast.demo import DEMO_CHECKPOINT
+    from dmae_fast.model.checkpoints import load_classifier
 
     return load_classifier(DEMO_CHECKPOINT).eval()
 
@@ -170,10 +171,7 @@ def test_an_exported_graph_that_fails_its_parity_check_is_not_used(demo_model, m
     err = capsys.readouterr().err
     assert "differs from PyTorch" in err and "continuing on the CPU fast body on PyTorch" in err
 
-    def rows(name):
-        return [line.split("\t")[:5] + line.split("\t")[6:] for line in (tmp_path / name).read_text().splitlines()]
-
-    assert rows("fast.tsv") == rows("plain.tsv")  # all but the time column
+    assert rows_without(tmp_path / "fast.tsv") == rows_without(tmp_path / "plain.tsv")
     record = json.loads((tmp_path / "fast.tsv.json").read_text())
     assert len(record["body_fallbacks"]) == 1 and "differs from PyTorch" in record["body_fallbacks"][0]
 
@@ -268,11 +266,6 @@ DEMO_RUN = ["--data", "demo", "--seed", "0",
             "--device", "cpu"]
 
 
-def _rows(path):
-    """The rows of a results file, all columns but ``time``."""
-    return [line.split("\t")[:5] + line.split("\t")[6:] for line in path.read_text().splitlines()]
-
-
 def _fail_in_a_runtime_mid_run(monkeypatch, batch, message):
     """The CPU runtimes raise ``message`` on the last chunk of the ``batch``-th batch that a CPU fast
     body runs (its trial batch is the first): the batch's other chunks were classified."""
@@ -309,7 +302,7 @@ def test_a_runtime_that_fails_mid_run_falls_back_and_the_run_completes(monkeypat
     notice = (f"the CPU fast body failed mid-run (RuntimeError: {error}); continuing on the CPU fast body on "
               "PyTorch")
     assert f"dmae-fast: {notice}\n" in capsys.readouterr().err
-    assert _rows(tmp_path / "fast.tsv") == _rows(tmp_path / "plain.tsv")
+    assert rows_without(tmp_path / "fast.tsv") == rows_without(tmp_path / "plain.tsv")
     record = json.loads((tmp_path / "fast.tsv.json").read_text())
     assert record["status"] == "complete" and record["body_fallbacks"] == [notice]
     assert record["engine"].startswith("torch eager fp32")  # the body the run ended on
@@ -332,12 +325,12 @@ def test_a_plain_body_that_fails_mid_run_is_one_line_a_failed_record_and_resume_
     record = json.loads((tmp_path / "failed.tsv.json").read_text())
     assert record["status"] == "failed" and "std::bad_alloc" in record["error"] and record["images"] == 1
     assert main([*run, "--resume", "--out", str(out)]) == 0
-    assert _rows(out) == _rows(tmp_path / "whole.tsv")
+    assert rows_without(out) == rows_without(tmp_path / "whole.tsv")
     assert json.loads((tmp_path / "failed.tsv.json").read_text())["status"] == "complete"
 
 
 def test_the_compiled_noise_fallback_is_in_the_run_record(monkeypatch, capsys, tmp_path):
-    from dmae_fast.fast_noise import NoiseSource
+    from dmae_fast.noise.compiled import NoiseSource
 
     def no_compiler(*args, **kwargs):
         raise RuntimeError("InvalidCxxCompiler: No working C++ compiler found")

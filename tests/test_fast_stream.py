@@ -10,16 +10,17 @@ if not torch.cuda.is_available():  # the fused kernel runs in Triton's interpret
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+from helpers import rows_without
 
+from dmae_fast.base.errors import UserError  # noqa: E402
 from dmae_fast.batching.fast_stream import STAGES, FastBatches, FastPath, StageTimer  # noqa: E402
 from dmae_fast.batching.stream import SamplingPlan, StreamingCertifier  # noqa: E402
-from dmae_fast.checkpoints import save_classifier  # noqa: E402
 from dmae_fast.cli.certify import main  # noqa: E402
 from dmae_fast.engines import Engine, EngineOptions, TorchEngine, open_engine  # noqa: E402
 from dmae_fast.engines.front_end import front_end_path  # noqa: E402
-from dmae_fast.errors import UserError  # noqa: E402
 from dmae_fast.export import ExportConfig, export_engines  # noqa: E402
 from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier  # noqa: E402
+from dmae_fast.model.checkpoints import save_classifier  # noqa: E402
 
 CPU = torch.device("cpu")
 
@@ -120,11 +121,6 @@ def _image_folder(tmp_path):
             "--batch", "32", "--quiet", "--device", "cpu", "--workers", "0"]
 
 
-def _rows(path):
-    """Result rows without the time column."""
-    return [line.split("\t")[:5] + line.split("\t")[6:] for line in path.read_text().splitlines()]
-
-
 @cpu_fused
 def test_cli_fused_profile_rows_equal_the_plain_run(tmp_path, capsys):
     checkpoint = save_classifier(_engine().model, tmp_path / "model.safetensors")
@@ -137,7 +133,7 @@ def test_cli_fused_profile_rows_equal_the_plain_run(tmp_path, capsys):
     assert "per-stage time" in err and "front end" in err and "counting" in err
     assert (profile / "trace.json").stat().st_size > 0 and (profile / "stages.txt").exists()
 
-    assert _rows(tmp_path / "plain.tsv") == _rows(tmp_path / "fused.tsv")
+    assert rows_without(tmp_path / "plain.tsv") == rows_without(tmp_path / "fused.tsv")
     assert "fused" in (tmp_path / "fused.tsv.json").read_text()
 
 
@@ -189,7 +185,7 @@ def test_cli_fused_token_engine_rows_equal_the_checkpoint_run(token_engines, tmp
     assert main([str(a) for a in ["--ckpt", checkpoint, *common, "--out", tmp_path / "plain.tsv"]]) == 0
     argv = ["--engine", engines["onnx"], "--fused", *common, "--out", tmp_path / "tokens.tsv"]
     assert main([str(a) for a in argv]) == 0
-    assert _rows(tmp_path / "plain.tsv") == _rows(tmp_path / "tokens.tsv")
+    assert rows_without(tmp_path / "plain.tsv") == rows_without(tmp_path / "tokens.tsv")
     assert "fused front end + onnx fp32 engine" in (tmp_path / "tokens.tsv.json").read_text()
     argv = ["--engine", engines["onnx"], *common, "--out", tmp_path / "refused.tsv"]
     assert main([str(a) for a in argv]) == 2  # a token engine needs the fast path's front end

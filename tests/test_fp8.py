@@ -5,13 +5,13 @@ import pytest
 import torch
 from torch import nn
 
+from dmae_fast.base.errors import UserError
 from dmae_fast.batching.fast_stream import FastBatches, FastPath
 from dmae_fast.batching.stream import SamplingPlan, StreamingCertifier
-from dmae_fast.checkpoints import save_classifier
 from dmae_fast.cli.certify import main
 from dmae_fast.engines import EngineOptions, TorchEngine, open_engine
-from dmae_fast.errors import UserError
 from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier
+from dmae_fast.model.checkpoints import save_classifier
 from dmae_fast.model.fp8 import E4M3, Fp8Linear, fp8_problem, to_fp8
 
 CPU = torch.device("cpu")

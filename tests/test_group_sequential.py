@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from dmae_fast.errors import UserError
+from dmae_fast.base.errors import UserError
 from dmae_fast.stats import boundary_dp as dp
 from dmae_fast.stats import group_sequential as gs
 from dmae_fast.stats.boundary_dp import boundary_table, crossing_probabilities, fixed_n_failures

@@ -95,12 +95,11 @@ def test_the_certifier_and_the_server_use_no_export_tool():
 # dmae_fast/ is a package of its own.
 # The layers, low to high: a package imports (lazily included) only packages of its own layer or below.
 LAYERS = (
-    ("dmae_fast", "dmae_fast.errors", "dmae_fast.lazy", "dmae_fast.files", "dmae_fast.integrity",
-     "dmae_fast.locking", "dmae_fast.memory", "dmae_fast.model_cache", "dmae_fast.demo_files",
-     "dmae_fast.command"),
+    ("dmae_fast", "dmae_fast.base", "dmae_fast.demo_files"),
     ("dmae_fast.stats",),
-    ("dmae_fast.noise", "dmae_fast.sound_noise", "dmae_fast.patch_layout", "dmae_fast.fast_noise", "dmae_fast.kernels"),
-    ("dmae_fast.model", "dmae_fast.checkpoints", "dmae_fast.data"),
+    ("dmae_fast.noise",),  # with dmae_fast.kernels (BESIDE)
+    ("dmae_fast.model", "dmae_fast.data"),
+    ("dmae_fast.results",),
     ("dmae_fast.engines",),
     ("dmae_fast.batching",),
     ("dmae_fast.run",),
@@ -109,11 +108,16 @@ LAYERS = (
 )
 
 
+# kernels/ (dmae_fast.kernels) holds the noise's kernels beside the references in dmae_fast.noise that they are
+# checked against, and the compiled noise chooses among them: one package of the graph.
+BESIDE = {"dmae_fast.kernels": "dmae_fast.noise"}
+
+
 def package(module: str, known: dict[str, Path]) -> str:
     """The package ``module`` belongs to: its folder's, or itself for a module directly in dmae_fast/."""
     parts = module.split(".")
     folder = ".".join(parts[:2])
-    return folder if folder in known and known[folder].name == "__init__.py" else module
+    return BESIDE.get(folder, folder) if folder in known and known[folder].name == "__init__.py" else module
 
 
 def packages() -> dict[str, set[str]]:
@@ -140,7 +144,7 @@ def upward(graph: dict[str, set[str]], layers: tuple[tuple[str, ...], ...]) -> l
 def test_no_cycle_between_packages():
     graph = packages()
     assert {"dmae_fast.engines", "dmae_fast.export", "dmae_fast.batching", "dmae_fast.run",
-            "dmae_fast.errors"} <= graph.keys()
+            "dmae_fast.base"} <= graph.keys()
     assert "dmae_fast.export" in graph["dmae_fast.cli"]
     assert cycle(graph) is None, " -> ".join(cycle(graph))
 
@@ -173,7 +177,7 @@ def test_the_statistics_import_nothing_above_them():
     allowed = {*sys.stdlib_module_names, "__future__", "numpy", "scipy", "mpmath"}
     for name in inside:
         names = imported(name, known[name])
-        base = ("dmae_fast", "dmae_fast.errors", "dmae_fast.files")
+        base = ("dmae_fast", "dmae_fast.base.errors", "dmae_fast.base.files")
         above = {m for m in names & known.keys() if m not in inside and m not in base}
         outside = {m for m in names if m.split(".")[0] not in allowed | {"dmae_fast"}}
         assert not above and not outside, f"{name} imports {sorted(above | outside)}"
@@ -199,3 +203,22 @@ def test_no_module_of_the_package_is_over_350_lines():
     long = {name: lines for name, path in modules().items()
             if path.is_relative_to(ROOT / "dmae_fast") and (lines := len(path.read_text().splitlines())) > 350}
     assert not long, f"split these modules: {long}"
+
+
+def test_modules_moved_to_their_concepts_folder_still_import_by_their_former_names():
+    """A fresh interpreter: each former name gives the very module at its new home, and the package's own code
+    names no former module (so the aliases are for users' code only)."""
+    code = ("import importlib, dmae_fast\n"
+            "moves = {'dmae_fast.fast_noise': 'dmae_fast.noise.compiled',\n"
+            "         'dmae_fast.errors': 'dmae_fast.base.errors',\n"
+            "         'dmae_fast.run.results': 'dmae_fast.results.format',\n"
+            "         'dmae_fast.checkpoints': 'dmae_fast.model.checkpoints'}\n"
+            "print(all(importlib.import_module(old) is importlib.import_module(new) for old, new in moves.items()))\n"
+            "from dmae_fast.errors import UserError\nfrom dmae_fast.base.errors import UserError as same\n"
+            "print(UserError is same)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0 and done.stdout.split() == ["True", "True"], done.stderr[-2000:]
+    known = modules()
+    former = {"dmae_fast.fast_noise", "dmae_fast.errors", "dmae_fast.sound_noise", "dmae_fast.run.results"}
+    for name, path in known.items():
+        assert not imported(name, path) & former, f"{name} imports a former module name"

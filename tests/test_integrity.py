@@ -13,13 +13,13 @@ import safetensors.torch
 import torch
 from test_engines import CERTIFY, certify, one_line, tiny_checkpoint
 
-from dmae_fast.checkpoints import load_classifier, read_checkpoint
+from dmae_fast.base.errors import UserError
+from dmae_fast.base.integrity import CONTENT_KEY, file_sha256, tensors_sha256
 from dmae_fast.demo import DEMO_CHECKPOINT
 from dmae_fast.engines.front_end import front_end_path, load_front_end
 from dmae_fast.engines.sidecar import read_sidecar, sidecar_path
-from dmae_fast.errors import UserError
 from dmae_fast.export import ExportConfig, export_engines
-from dmae_fast.integrity import CONTENT_KEY, file_sha256, tensors_sha256
+from dmae_fast.model.checkpoints import load_classifier, read_checkpoint
 
 pytestmark = pytest.mark.usefixtures("two_torch_threads")
 

@@ -13,7 +13,7 @@ import pytest  # noqa: E402
 
 from dmae_fast.kernels.frontend_reference import FrontEnd, reference_tokens  # noqa: E402
 from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier  # noqa: E402
-from dmae_fast.noise import gaussian_noise, uint32_stream  # noqa: E402
+from dmae_fast.noise.contract import gaussian_noise, uint32_stream  # noqa: E402
 
 fused_frontend = pytest.importorskip("dmae_fast.kernels.fused_frontend")
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -1,4 +1,4 @@
-"""The host allocator setting (dmae_fast.memory): freed blocks stay in the process."""
+"""The host allocator setting (dmae_fast.base.memory): freed blocks stay in the process."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from dmae_fast.memory import glibc
+from dmae_fast.base.memory import glibc
 
 pytestmark = pytest.mark.skipif(not glibc(), reason="the setting is glibc's")
 
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.skipif(not glibc(), reason="the setting is glibc's")
 # keep_freed_memory(), in a fresh process; prints the returned description on the first line.
 PROBE = r'''
 import ctypes
-from dmae_fast.memory import keep_freed_memory
+from dmae_fast.base.memory import keep_freed_memory
 print(keep_freed_memory())
 libc = ctypes.CDLL(None)
 class Info(ctypes.Structure):
@@ -60,7 +60,7 @@ def test_the_users_own_malloc_settings_are_left_alone():
 # round faults ~40 MiB in again (measured: 10,241 pages a round; the server's device thread hit this).
 THREAD_PROBE = r'''
 import ctypes, resource, threading
-from dmae_fast.memory import keep_freed_memory
+from dmae_fast.base.memory import keep_freed_memory
 keep_freed_memory()
 libc = ctypes.CDLL(None)
 libc.malloc.restype = ctypes.c_void_p

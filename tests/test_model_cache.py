@@ -1,4 +1,4 @@
-"""The on-disk model cache (dmae_fast.model_cache): its folder, keys and checked entries."""
+"""The on-disk model cache (dmae_fast.engines.model_cache): its folder, keys and checked entries."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-from dmae_fast import model_cache
-from dmae_fast.model_cache import ModelCache, cache_folder, cache_key, drop_entries, files_sha256
+from dmae_fast.engines import model_cache
+from dmae_fast.engines.model_cache import ModelCache, cache_folder, cache_key, drop_entries, files_sha256
 
 
 @pytest.fixture

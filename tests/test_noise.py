@@ -12,7 +12,7 @@ import pytest
 import torch
 from scipy import stats
 
-from dmae_fast.noise import gaussian_noise, philox4x32, uint32_stream, words_to_uniform
+from dmae_fast.noise.contract import gaussian_noise, philox4x32, uint32_stream, words_to_uniform
 from dmae_fast.stats.plan import Phase
 
 # Known-answer vectors of Philox4x32-10 (Random123 kat_vectors): counter, key -> output.

@@ -19,10 +19,10 @@ from dmae_fast.engines import TorchEngine
 from dmae_fast.engines.cpu_graphs import onnx_bytes
 from dmae_fast.engines.cpu_runtimes import OrtChunks
 from dmae_fast.engines.graphs import PatchGraph
-from dmae_fast.fast_noise import COMPILED, REFERENCE, NoiseSource
 from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier
-from dmae_fast.noise import gaussian_noise
-from dmae_fast.patch_layout import PatchLayout
+from dmae_fast.noise.compiled import COMPILED, REFERENCE, NoiseSource
+from dmae_fast.noise.contract import gaussian_noise
+from dmae_fast.noise.patch_layout import PatchLayout
 from dmae_fast.stats.plan import Phase
 
 CPU = torch.device("cpu")

@@ -15,10 +15,11 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import rows_without
 
+from dmae_fast.base.errors import UserError
+from dmae_fast.base.locking import OutputLock
 from dmae_fast.cli.certify import main
-from dmae_fast.errors import UserError
-from dmae_fast.locking import OutputLock
 
 # One thread in-process, as in the subprocesses: training runs compare weights bit for bit.
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -28,12 +29,6 @@ RUN = ["--data", "demo", "--seed", "0", "--n0", "20", "--n", "2000", "--batch", 
        "--sigma", "0.25", "--precision", "fp32", "--quiet"]
 SMALL = ["--data", "demo", "--seed", "0", "--n0", "20", "--n", "200", "--batch", "64", "--max", "4", "--device", "cpu",
          "--sigma", "0.25", "--precision", "fp32", "--quiet"]
-
-
-def without_time(path: Path) -> list[list[str]]:
-    lines = [line.split("\t") for line in path.read_text().splitlines()]
-    position = lines[0].index("time")
-    return [cells[:position] + cells[position + 1:] for cells in lines]
 
 
 def one_error(capsys, rc: int, *mentions: str) -> str:
@@ -96,7 +91,7 @@ def test_a_second_real_process_is_refused_while_the_first_runs(tmp_path, referen
     assert second.stderr.strip().splitlines()[-1].startswith("dmae-certify: error: results file")
     assert f"pid {first.pid}" in second.stderr
     assert first.returncode == 0, first.stderr.read()
-    assert without_time(out) == without_time(reference)
+    assert rows_without(out) == rows_without(reference)
     assert not lock.exists()
 
 
@@ -152,7 +147,7 @@ def test_a_signal_during_the_run_keeps_the_rows_and_resume_completes_them(tmp_pa
     assert "--resume" in lines[-1] and "new rows are in" in lines[-1]
     assert json.loads(Path(str(out) + ".json").read_text())["status"] == "interrupted"
     assert main([*RUN, "--resume", "--out", str(out)]) == 0
-    assert without_time(out) == without_time(reference)
+    assert rows_without(out) == rows_without(reference)
 
 
 def test_a_signal_whose_exception_a_library_swallows_still_stops_the_run(tmp_path, capsys, monkeypatch):
@@ -160,7 +155,7 @@ def test_a_signal_whose_exception_a_library_swallows_still_stops_the_run(tmp_pat
     a SIGINT landing there vanished (1 run in ~40 of the subprocess test above ended normally).
     Here the second noise call receives SIGINT inside code that swallows every exception; the run
     must still stop after that batch, mark its record interrupted and say how to resume."""
-    from dmae_fast.fast_noise import NoiseSource
+    from dmae_fast.noise.compiled import NoiseSource
 
     original, calls = NoiseSource.__call__, []
 
@@ -241,7 +236,7 @@ def test_resume_drops_a_torn_last_line_and_completes(tmp_path, small):
     with open(out, "a") as f:
         f.write("2\t1\t1\t0.5")  # a crash in the middle of a row
     assert main([*SMALL, "--resume", "--out", str(out)]) == 0
-    assert without_time(out) == without_time(small)
+    assert rows_without(out) == rows_without(small)
 
 
 # A value other than the base run's for every setting a resumed run must match (a new setting that changes the
@@ -342,7 +337,7 @@ def test_rows_survive_sigkill_and_fsync_is_bounded(tmp_path, monkeypatch):
     out = tmp_path / "killed.tsv"
     child = subprocess.Popen([sys.executable, "-c", f"""
 import sys, time
-from dmae_fast.run.results_writer import CertifyRow, ResultsWriter
+from dmae_fast.results.writer import CertifyRow, ResultsWriter
 writer = ResultsWriter({str(out)!r})
 for i in range(50):
     writer.write(CertifyRow(i, 1, 1, 0.5, 1, 0.01, 100, 1000, 990, 0.98, 0.25, "cohen-fixed-n"))
@@ -352,11 +347,11 @@ time.sleep(60)
     assert child.stdout.readline().strip() == "written"
     child.kill()
     child.wait(timeout=300)
-    from dmae_fast.run.results import read_results
+    from dmae_fast.results.format import read_results
 
     assert read_results(out).idx.tolist() == list(range(50))
 
-    import dmae_fast.run.results_writer as results
+    import dmae_fast.results.writer as results
 
     calls = []
     real = os.fsync
@@ -380,7 +375,7 @@ def _train(*args: str) -> int:
 
 
 def _weights(run: Path) -> dict:
-    from dmae_fast.checkpoints import read_checkpoint
+    from dmae_fast.model.checkpoints import read_checkpoint
 
     return read_checkpoint(run / "pretrain.pth").state
 

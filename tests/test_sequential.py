@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy.stats import beta, norm
 
-from dmae_fast.errors import UserError
+from dmae_fast.base.errors import UserError
 from dmae_fast.stats.bounds import lower_confidence_bound
 from dmae_fast.stats.decisions import ABSTAIN, certify_from_counts
 from dmae_fast.stats.sequential import (

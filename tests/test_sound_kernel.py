@@ -12,8 +12,8 @@ if not torch.cuda.is_available():  # before triton is imported anywhere in this 
 import pytest  # noqa: E402
 from test_kernels import HOPPER_COMPILER  # noqa: E402
 
-from dmae_fast import sound_noise as reference  # noqa: E402
-from dmae_fast.noise import key_words, philox4x32  # noqa: E402
+from dmae_fast.noise import sound as reference  # noqa: E402
+from dmae_fast.noise.contract import key_words, philox4x32  # noqa: E402
 from dmae_fast.stats.rounded_gaussian import sound_table  # noqa: E402
 
 sound_noise = pytest.importorskip("dmae_fast.kernels.sound_noise")

@@ -18,13 +18,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import rows_without
 
 from dmae_fast.cli.certify import main as certify_main
-from dmae_fast.fast_noise import C_KERNEL, COMPILED, NoiseSource, sound_patches
 from dmae_fast.kernels import sound_noise_cpu
-from dmae_fast.noise import key_words, uint32_stream
-from dmae_fast.patch_layout import PatchLayout
-from dmae_fast.sound_noise import sound_rows
+from dmae_fast.noise.compiled import C_KERNEL, COMPILED, NoiseSource, sound_patches
+from dmae_fast.noise.contract import key_words, uint32_stream
+from dmae_fast.noise.patch_layout import PatchLayout
+from dmae_fast.noise.sound import sound_rows
 from dmae_fast.stats.rounded_gaussian import SoundTable, sound_table
 
 CPU = torch.device("cpu")
@@ -378,5 +379,4 @@ def test_a_refused_kernel_is_not_named_in_the_start_line_nor_the_record(cache, t
     assert ", compiled sound noise (1/16 grid) (plain body" in start
     assert record["engine"].endswith(", compiled sound noise (1/16 grid)")
     assert certify_main([*args, "--noise", "reference", "--out", str(tmp_path / "reference.tsv")]) == 0
-    rows = lambda path: [line.split("\t")[:5] + line.split("\t")[6:] for line in path.read_text().splitlines()]  # noqa: E731
-    assert rows(tmp_path / "run.tsv") == rows(tmp_path / "reference.tsv")
+    assert rows_without(tmp_path / "run.tsv") == rows_without(tmp_path / "reference.tsv")

@@ -4,13 +4,13 @@ import numpy as np
 import pytest
 import torch
 
+from dmae_fast.base.errors import UserError
 from dmae_fast.batching.core import Smooth
 from dmae_fast.batching.stream import ImageBatches, SamplingPlan, StreamingCertifier
 from dmae_fast.engines import TorchEngine
-from dmae_fast.errors import UserError
-from dmae_fast.fast_noise import COMPILED, REFERENCE, NoiseSource
 from dmae_fast.model import SmoothingClassifier
-from dmae_fast.noise import gaussian_noise
+from dmae_fast.noise.compiled import COMPILED, REFERENCE, NoiseSource
+from dmae_fast.noise.contract import gaussian_noise
 from dmae_fast.stats.plan import Phase
 
 SHAPE = (3, 8, 8)
@@ -125,7 +125,7 @@ gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA dev
 @pytest.mark.gpu
 @gpu
 def test_cuda_noise_and_counts_agree_with_cpu(engine, images):
-    from dmae_fast.noise import uint32_stream
+    from dmae_fast.noise.contract import uint32_stream
 
     cuda = torch.device("cuda")
     coords = (torch.tensor([0, 7, 2**31]), 1, torch.tensor([0, 5, 2**32 - 1]))

@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from dmae_fast.base.errors import UserError
 from dmae_fast.data import demo_digits
 from dmae_fast.demo import DEMO_CHECKPOINT
-from dmae_fast.errors import UserError
+from dmae_fast.results.format import read_results
 from dmae_fast.run.config import ProcedureOptions
 from dmae_fast.run.driver import CertifyConfig, certify_dataset
-from dmae_fast.run.results import read_results
 from dmae_fast.serve.config import Defaults, Limits, ServeConfig
 from dmae_fast.serve.payloads import ParsedRequest, PayloadError, parse_request
 from dmae_fast.serve.receipt import replay_answer

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from dmae_fast.errors import UserError
+from dmae_fast.base.errors import UserError
 from dmae_fast.model import ENCODER_PRESETS, DecoderConfig, DMAEPretrain, EncoderConfig
 from dmae_fast.train import config as cfg
 from dmae_fast.train.datasets import open_training_data
@@ -245,9 +245,9 @@ def test_cifar10_batches_and_image_folders_train(tmp_path):
 
 
 def test_the_shipped_demo_model_is_a_cr_finetuned_dmae():
-    from dmae_fast.checkpoints import load_classifier
     from dmae_fast.data import demo_digits
     from dmae_fast.demo import DEMO_CHECKPOINT
+    from dmae_fast.model.checkpoints import load_classifier
 
     assert DEMO_CHECKPOINT.stat().st_size < 2_000_000
     model = load_classifier(DEMO_CHECKPOINT)

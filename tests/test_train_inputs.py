@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import torch
 
+from dmae_fast.base.errors import UserError
 from dmae_fast.cli.train import main
-from dmae_fast.errors import UserError
 from dmae_fast.train import config as cfg
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -434,7 +434,7 @@ def test_an_unreadable_training_image(tmp_path, capsys, workers):
 
 def test_input_size_other_than_the_images_without_crop(tmp_path):
     """Was: demo digits (8x8) stayed 8x8 for a 16x16 classifier without data.crop_scale."""
-    from dmae_fast.checkpoints import load_classifier
+    from dmae_fast.model.checkpoints import load_classifier
 
     assert main([*FINETUNE, "--set", "data.input_size=16", "--out", str(tmp_path / "run")]) == 0
     assert load_classifier(tmp_path / "run" / "classifier.safetensors").spec.input_size == 16

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from dmae_fast.checkpoints import load_classifier, read_checkpoint
 from dmae_fast.cli.train import main
+from dmae_fast.model.checkpoints import load_classifier, read_checkpoint
 from dmae_fast.train.pretrain import load_own_pretrain
 
 # 32 digits, batch 16, no crop: 2 optimizer steps per epoch, about 0.1 s each.

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from dmae_fast.checkpoints import load_strict
-from dmae_fast.errors import UserError
+from dmae_fast.base.errors import UserError
+from dmae_fast.model.checkpoints import load_strict
 
 CHECKPOINT = "checkpoint.pt"
 CONFIG = "config.json"

@@ -21,7 +21,7 @@ import typing
 from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
 
-from dmae_fast.errors import UserError
+from dmae_fast.base.errors import UserError
 from dmae_fast.model.config import ENCODER_PRESETS, MAX_SIGMA, NORMALIZATIONS, EncoderConfig, sigma_problem
 
 

@@ -21,8 +21,8 @@ from torch.utils.data import Dataset
 from torchvision import datasets, transforms
 from torchvision.transforms import InterpolationMode
 
+from dmae_fast.base.errors import UserError
 from dmae_fast.data import CIFAR_SUBDIR, CIFAR_TRAIN_BATCHES, DEMO, cifar10, demo_digits
-from dmae_fast.errors import UserError
 from dmae_fast.model.config import NORMALIZATIONS
 from dmae_fast.train.config import DataConfig
 from dmae_fast.train.randomness import sample_seed

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from dmae_fast.errors import UserError
+from dmae_fast.base.errors import UserError
 
 
 @dataclass(frozen=True)

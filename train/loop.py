@@ -26,7 +26,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler
 from tqdm import tqdm
 
-from dmae_fast.errors import UserError
+from dmae_fast.base.errors import UserError
 from dmae_fast.train.checkpointing import (
     load_training_state,
     rng_state,

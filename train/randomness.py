@@ -1,7 +1,7 @@
 """Per-sample randomness: a pure function of (seed, stream, sample index, draw).
 
 Training noise, masks, per-sample sigmas and augmentation seeds come from the project's
-counter-based generator (:mod:`dmae_fast.noise`, Philox4x32-10) keyed by the run's seed,
+counter-based generator (:mod:`dmae_fast.noise.contract`, Philox4x32-10) keyed by the run's seed,
 with the dataset index of the sample as the image coordinate and the epoch (times the
 number of copies) as the draw. A sample therefore gets the same randomness whichever
 process, batch or restart handles it: a 2-process run equals a 1-process run on the
@@ -14,7 +14,7 @@ from enum import IntEnum
 
 import torch
 
-from dmae_fast.noise import gaussian_noise, philox4x32, uint32_stream, words_to_uniform
+from dmae_fast.noise.contract import gaussian_noise, philox4x32, uint32_stream, words_to_uniform
 
 
 class Stream(IntEnum):

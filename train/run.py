@@ -7,8 +7,8 @@ import contextlib
 from collections.abc import Callable
 from pathlib import Path
 
-from dmae_fast.errors import Interrupted, UserError
-from dmae_fast.locking import OutputLock
+from dmae_fast.base.errors import Interrupted, UserError
+from dmae_fast.base.locking import OutputLock
 from dmae_fast.train import config as cfg
 from dmae_fast.train.checkpointing import CHECKPOINT, CONFIG, check_resumable, write_config, write_status
 from dmae_fast.train.datasets import TrainingData, open_training_data

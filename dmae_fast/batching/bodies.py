@@ -17,16 +17,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from dmae_fast.base.memory import keep_freed_memory
+from dmae_fast.base.messages import print_notice
 from dmae_fast.batching.body_options import BodyOptions
 from dmae_fast.batching.cpu_batches import ChunkedCpuBatches, chunk_rows, chunk_sizes, cpu_workers
-from dmae_fast.batching.fallback import BodyChain, Candidate, print_notice
+from dmae_fast.batching.fallback import BodyChain, Candidate
 from dmae_fast.batching.fast_stream import FastBatches, FastPath, StageTimer
 from dmae_fast.batching.scheduler import BatchBody
 from dmae_fast.batching.stream import ImageBatches
 from dmae_fast.engines.base import Engine
 from dmae_fast.engines.cpu_runtimes import cpu_classifier
-from dmae_fast.fast_noise import NoiseSource
-from dmae_fast.memory import keep_freed_memory
+from dmae_fast.noise.compiled import NoiseSource
 
 
 @dataclass(frozen=True)

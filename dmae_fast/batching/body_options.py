@@ -7,8 +7,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from dmae_fast.base.errors import UserError
 from dmae_fast.batching.choices import CPU_RUNTIMES, FAST_PARTS, NOISE_CHOICES
-from dmae_fast.errors import UserError
 
 
 def how(default: Any = dataclasses.MISSING) -> Any:

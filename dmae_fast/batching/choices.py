@@ -1,7 +1,6 @@
 """The fixed choices of ``dmae-certify``'s options, in a module that imports nothing heavy, so
 that ``--help`` and option errors answer without loading torch."""
 
-PROG = "dmae-certify"
 SHARD_CHOICES = ("images", "samples")
 NOISE_CHOICES = ("compiled", "reference")
 CPU_RUNTIMES = ("auto", "openvino", "onnxruntime", "torch")

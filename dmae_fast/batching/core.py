@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from dmae_fast.engines.base import Engine
-from dmae_fast.noise import gaussian_noise
+from dmae_fast.noise.contract import gaussian_noise
 from dmae_fast.stats.decisions import Certificate, Prediction, certify_from_counts, finite_counts, predict_from_counts
 from dmae_fast.stats.plan import Phase
 

@@ -3,7 +3,7 @@ classifying its own cache-sized chunks of the batch (docs/performance.md).
 
 A batch's rows are cut into chunks of up to ``MAX_CHUNK`` rows sized to the L2 cache, as many per
 worker; each worker thread takes the next chunk, makes its noisy images with the compiled noise
-kernel (GIL released: :mod:`dmae_fast.fast_noise`) and classifies them with a CPU runtime
+kernel (GIL released: :mod:`dmae_fast.noise.compiled`) and classifies them with a CPU runtime
 (:mod:`dmae_fast.engines.cpu_runtimes`), on one core; the classes are counted with one ``index_add_``.
 Cache-sized chunks on separate cores beat one large forward pass on all cores (small matrix products
 scale badly across intra-op threads), and noise made inside the workers leaves one wait per batch.
@@ -19,7 +19,7 @@ import torch
 from dmae_fast.batching.core import zero_counts
 from dmae_fast.batching.stream import count
 from dmae_fast.engines.cpu_runtimes import ChunkClassifier
-from dmae_fast.fast_noise import NoiseSource
+from dmae_fast.noise.compiled import NoiseSource
 
 DEFAULT_L2_BYTES = 1 << 20
 MAX_CHUNK = 128

@@ -14,17 +14,17 @@ the compiled noise's included, is printed and kept in :attr:`BodyChain.notices` 
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
+from dmae_fast.base.errors import UserError
+from dmae_fast.base.messages import one_line, print_notice
 from dmae_fast.batching.scheduler import BatchBody
 from dmae_fast.engines.base import Engine
-from dmae_fast.errors import UserError
-from dmae_fast.model_cache import drop_entries
+from dmae_fast.engines.model_cache import drop_entries
 
 AGREEMENT = {"fp32": 0.95, "fp16": 0.9, "bf16": 0.9, "fp8": 0.9}  # the share of trial rows that must agree
 TRIAL_ROWS = {"cuda": 64, "cpu": 16}  # per device type: a trial batch costs little next to a run
@@ -35,22 +35,11 @@ PLAIN = "the plain body"
 @dataclass(frozen=True)
 class Candidate:
     """A body to try: its name for the notices, how to build it, and the model-cache entries its
-    latest build read (the build appends them; see :class:`~dmae_fast.model_cache.ModelCache`)."""
+    latest build read (the build appends them; see :class:`~dmae_fast.engines.model_cache.ModelCache`)."""
 
     name: str
     build: Callable[[], BatchBody]
     cache_reads: list[Path] = field(default_factory=list)
-
-
-def print_notice(message: str) -> None:
-    """Say ``message`` on stderr, in one line, as the package's notices are."""
-    print(f"dmae-fast: {message}", file=sys.stderr)
-
-
-def one_line(error: BaseException) -> str:
-    """``Type: message`` on one line, at most 200 characters."""
-    text = " ".join(f"{type(error).__name__}: {error}".split())
-    return text if len(text) <= 200 else text[:197] + "..."
 
 
 def trial_classes(body: BatchBody, engine: Engine, rows: int) -> torch.Tensor:
@@ -97,8 +86,9 @@ class BodyChain:
         :class:`UserError` when it was the last."""
         failed = self._name(self.position)
         if self.position == len(self.candidates):
-            raise UserError(f"{failed} failed mid-run ({one_line(error)}); no simpler body to continue on")
-        self.notice(f"{failed} failed mid-run ({one_line(error)}); continuing on {self._name(self.position + 1)}")
+            raise UserError(f"{failed} failed mid-run ({one_line(error, typed=True)}); no simpler body to continue on")
+        why = one_line(error, typed=True)
+        self.notice(f"{failed} failed mid-run ({why}); continuing on {self._name(self.position + 1)}")
         return self._first_working(self.position + 1)
 
     def _name(self, position: int) -> str:
@@ -133,7 +123,7 @@ class BodyChain:
         except UserError:
             raise
         except Exception as error:  # any stage: build, compile, capture, load, run (interrupts are BaseExceptions)
-            return None, f"failed ({one_line(error)})"
+            return None, f"failed ({one_line(error, typed=True)})"
         if agreed < needed:
             return None, (f"disagreed with the plain body on {1 - agreed:.0%} of a trial batch's rows "
                           f"(at most {1 - needed:.0%} allowed)")

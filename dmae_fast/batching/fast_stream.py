@@ -24,14 +24,14 @@ from dataclasses import dataclass
 import torch
 from torch.profiler import record_function
 
+from dmae_fast.base.errors import UserError
+from dmae_fast.base.messages import print_notice
 from dmae_fast.batching.core import zero_counts
-from dmae_fast.batching.fallback import print_notice
 from dmae_fast.batching.stream import count
 from dmae_fast.engines.base import Engine, TokenBody, predicted_classes
 from dmae_fast.engines.torch_engine import PRECISIONS
-from dmae_fast.errors import UserError
-from dmae_fast.fast_noise import NoiseSource
 from dmae_fast.model import SmoothingClassifier
+from dmae_fast.noise.compiled import NoiseSource
 
 STAGES = ("front end", "body", "counting", "host")
 

@@ -15,9 +15,9 @@ from dmae_fast.analysis import (
     recorded_cap,
     rounding_warning,
 )
-from dmae_fast.command import Parser, run_reporting_errors
-from dmae_fast.errors import UserError
-from dmae_fast.run.results import read_results
+from dmae_fast.base.command import Parser, run_reporting_errors
+from dmae_fast.base.errors import UserError
+from dmae_fast.results.format import read_results
 
 PROG = "dmae-certify analyze"
 

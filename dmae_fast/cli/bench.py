@@ -9,10 +9,11 @@ import importlib
 import sys
 from dataclasses import replace
 
+from dmae_fast.base.command import Parser, import_torch_while_starting, run_reporting_errors
+from dmae_fast.base.errors import UserError
+
 # Only light modules here: --help and option errors answer without importing torch.
 from dmae_fast.bench.config import MODELS, PROG, VARIANT_KEYS, BenchConfig
-from dmae_fast.command import Parser, import_torch_while_starting, run_reporting_errors
-from dmae_fast.errors import UserError
 
 # Options only one stage reads: naming one for the other stage alone is an error, not ignored.
 THROUGHPUT_ONLY = ("models", "batches", "main_batch", "seconds", "engines", "export_models", "engine_dir", "variants")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from dmae_fast.command import Parser, run_reporting_errors
+from dmae_fast.base.command import Parser, run_reporting_errors
 
 PROG = "dmae-bench cpu"
 

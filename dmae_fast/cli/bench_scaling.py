@@ -8,8 +8,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from dmae_fast.base.command import Parser, run_reporting_errors
 from dmae_fast.bench.config import DEFAULT_CERTIFY, ScalingConfig
-from dmae_fast.command import Parser, run_reporting_errors
 
 PROG = "dmae-bench scaling"
 

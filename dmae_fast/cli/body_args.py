@@ -7,9 +7,9 @@ import argparse
 from collections.abc import Mapping
 from dataclasses import replace
 
+from dmae_fast.base.errors import UserError
 from dmae_fast.batching.body_options import BodyOptions
 from dmae_fast.batching.choices import BODY_CHOICES, BODY_ENV, CPU_RUNTIMES, FAST_PARTS, NOISE_CHOICES
-from dmae_fast.errors import UserError
 
 REASONS = {"fast": "the default (--body plain runs the plain reference body)",
            "plain": "the default (--body fast runs the fastest body for the device)"}

@@ -14,13 +14,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dmae_fast.batching.choices import PRECISION_CHOICES, PROG, SHARD_CHOICES
+from dmae_fast.base.command import Parser, run_reporting_errors
+from dmae_fast.base.errors import AlreadyReported, Interrupted, UserError, starting
+from dmae_fast.batching.choices import PRECISION_CHOICES, SHARD_CHOICES
 from dmae_fast.cli.body_args import add_body_arguments, body_options
-from dmae_fast.command import Parser, run_reporting_errors
 
 # Only light modules here: --help and option errors answer without importing torch.
 from dmae_fast.demo_files import DEMO, DEMO_CHECKPOINT
-from dmae_fast.errors import AlreadyReported, Interrupted, UserError, starting
+from dmae_fast.run.config import PROG
 from dmae_fast.run.launch import in_launched_rank, launch_local, leave_to_launcher
 from dmae_fast.run.torchrun_env import world_size
 from dmae_fast.stats.settings import FUTILITY_MODES, SEQUENTIAL_TESTS
@@ -130,7 +131,7 @@ def _print_summary(result: RunResult) -> None:
         reachable_radii,
         rounding_warning,
     )
-    from dmae_fast.run.results import read_results
+    from dmae_fast.results.format import read_results
     from dmae_fast.stats.procedure import Procedure
 
     config, out = result.config, result.config.output.out

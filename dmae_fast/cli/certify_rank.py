@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 
-from dmae_fast.errors import exit_on_signals
+from dmae_fast.base.errors import exit_on_signals
 
 exit_on_signals(None)  # before the imports below: a signal now ends this rank silently (the launcher says it)
 

@@ -1,7 +1,7 @@
 """Console-script entry points. A command says itself how a signal ended it once it handles
 SIGINT/SIGTERM (its ``run_reporting_errors``); before that it has written nothing, and after its
 ``main`` returns it has said how it ended: there a signal ends it at once (in one line while it
-starts, silently while Python shuts down; :func:`dmae_fast.errors.exit_on_signals`), never with a
+starts, silently while Python shuts down; :func:`dmae_fast.base.errors.exit_on_signals`), never with a
 traceback, however far its imports or Python's exit handlers got."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import importlib
 import sys
 from functools import partial
 
-from dmae_fast.errors import Interrupted, exit_on_signals
+from dmae_fast.base.errors import Interrupted, exit_on_signals
 
 
 def start(prog: str | None, module: str) -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from dmae_fast.command import Parser, import_torch_while_starting, run_reporting_errors
+from dmae_fast.base.command import Parser, import_torch_while_starting, run_reporting_errors
 from dmae_fast.engines.sidecar import BatchRange
 from dmae_fast.export.config import DEFAULT_BATCH, FORMATS, MAX_PARITY_SAMPLES, ExportConfig
 from dmae_fast.model.config import parse_normalization

@@ -8,13 +8,14 @@ import os
 import sys
 from dataclasses import fields, replace
 
+from dmae_fast.base.command import Parser, import_torch_while_starting, run_reporting_errors
+from dmae_fast.base.errors import UserError
+
 # Only light modules here: --help and option errors answer without importing torch or uvicorn.
 from dmae_fast.batching.body_options import BYTE_GRID, DEMO_GRID, BodyOptions, Sound
 from dmae_fast.batching.choices import PRECISION_CHOICES
 from dmae_fast.cli.body_args import add_body_arguments, body_options
-from dmae_fast.command import Parser, import_torch_while_starting, run_reporting_errors
 from dmae_fast.demo_files import DEMO, DEMO_CHECKPOINT
-from dmae_fast.errors import UserError
 from dmae_fast.serve.config import PROG, Defaults, Limits, ServeConfig
 
 

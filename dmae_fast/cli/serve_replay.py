@@ -9,12 +9,12 @@ import argparse
 import json
 import os
 
+from dmae_fast.base.command import Parser, import_torch_while_starting, run_reporting_errors
+from dmae_fast.base.errors import UserError
+from dmae_fast.base.files import read_regular_file
 from dmae_fast.batching.choices import PRECISION_CHOICES
 from dmae_fast.cli.body_args import add_body_arguments, body_options
-from dmae_fast.command import Parser, import_torch_while_starting, run_reporting_errors
 from dmae_fast.demo_files import DEMO, DEMO_CHECKPOINT
-from dmae_fast.errors import UserError
-from dmae_fast.files import read_regular_file
 from dmae_fast.run.config import MAX_BATCH
 from dmae_fast.serve.config import Limits
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from dmae_fast.command import Parser, run_reporting_errors
-from dmae_fast.errors import UserError
+from dmae_fast.base.command import Parser, run_reporting_errors
+from dmae_fast.base.errors import UserError
 from dmae_fast.stats.rounded_gaussian import MAX_STEPS, sound_table, table_problem
 from dmae_fast.stats.sound_table_file import write_sound_table
 

@@ -10,12 +10,12 @@ import math
 import sys
 from pathlib import Path
 
-from dmae_fast.command import Parser, import_torch_while_starting, run_reporting_errors
+from dmae_fast.base.command import Parser, import_torch_while_starting, run_reporting_errors
+from dmae_fast.base.errors import UserError
 
 # Only light modules here (the checkpointing module and the run, which import torch, are imported
 # where a run needs them): --help, option errors and 'dmae-train presets' answer without importing torch.
 from dmae_fast.demo_files import DEMO, DEMO_CHECKPOINT
-from dmae_fast.errors import UserError
 from dmae_fast.train import config as cfg
 
 PROG = "dmae-train"

@@ -4,7 +4,7 @@ Every dataset yields ``(image, label)``: ``image`` is a float32 tensor ``[C, H, 
 pixel space with values in ``[0, 1]`` -- no normalization, which belongs to the
 classifier, after the noise -- and ``label`` is an ``int``.  Every dataset object also
 carries ``num_classes``, ``class_names`` (``None`` when unknown) and ``image_shape``
-(``(C, H, W)``).  Problems with the user's data raise :class:`~dmae_fast.errors.UserError`
+(``(C, H, W)``).  Problems with the user's data raise :class:`~dmae_fast.base.errors.UserError`
 with a one-line message naming the path.
 
 * :mod:`.sources`: :func:`open_dataset` and its sources: the built-in demo set (scikit-learn's

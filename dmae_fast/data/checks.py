@@ -1,5 +1,5 @@
 """Checks on the user's paths and options shared by the data sources, each failing with a
-one-line :class:`~dmae_fast.errors.UserError`."""
+one-line :class:`~dmae_fast.base.errors.UserError`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import os
 import stat
 from pathlib import Path
 
-from dmae_fast.errors import UserError
+from dmae_fast.base.errors import UserError
+from dmae_fast.base.messages import one_line
 
 SPLITS = ("train", "test")
 
@@ -49,6 +50,3 @@ def file_problem(path: str | os.PathLike) -> str | None:
     return None
 
 
-def one_line(exc: BaseException) -> str:
-    """An exception's message on a single line."""
-    return " ".join(str(exc).split()) or type(exc).__name__

@@ -10,10 +10,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from dmae_fast.data.checks import check_split, ensure_readable, one_line
+from dmae_fast.base.errors import UserError
+from dmae_fast.base.messages import one_line
+from dmae_fast.data.checks import check_split, ensure_readable
 from dmae_fast.data.datasets import TensorImageDataset
 from dmae_fast.data.labels import MAX_LABEL
-from dmae_fast.errors import UserError
 
 try:  # numpy >= 2
     from numpy._core import multiarray as _multiarray

@@ -9,9 +9,10 @@ import torch
 from torch.utils.data import Dataset
 from torchvision import datasets
 
-from dmae_fast.data.checks import ensure_readable, one_line
+from dmae_fast.base.errors import UserError
+from dmae_fast.base.messages import one_line
+from dmae_fast.data.checks import ensure_readable
 from dmae_fast.data.decode import check_image_size, eval_transform, load_rgb, read_image, to_tensor
-from dmae_fast.errors import UserError
 
 
 class TensorImageDataset(Dataset):

@@ -18,8 +18,9 @@ import torch
 from PIL import Image
 from torchvision import transforms
 
-from dmae_fast.data.checks import file_problem, one_line
-from dmae_fast.errors import UserError
+from dmae_fast.base.errors import UserError
+from dmae_fast.base.messages import one_line
+from dmae_fast.data.checks import file_problem
 
 # ImageNet evaluation: resize the short side to image_size / 0.875, then center-crop.
 CROP_FRACTION = 0.875

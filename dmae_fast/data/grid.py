@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from dmae_fast.errors import UserError
+from dmae_fast.base.errors import UserError
 
 
 def off_grid(images: torch.Tensor, grid: int) -> torch.Tensor:

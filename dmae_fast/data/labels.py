@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from dmae_fast.data.checks import file_problem, one_line
-from dmae_fast.errors import UserError
+from dmae_fast.base.errors import UserError
+from dmae_fast.base.messages import one_line
+from dmae_fast.data.checks import file_problem
 
 # Largest label accepted (from label files and CIFAR batches): far above any classifier's class
 # count, and small enough that labels and num_classes = max + 1 stay exact in every integer type.

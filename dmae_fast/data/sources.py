@@ -9,13 +9,14 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from dmae_fast.data.checks import check_split, ensure_readable, one_line
+from dmae_fast.base.errors import UserError
+from dmae_fast.base.messages import one_line
+from dmae_fast.data.checks import check_split, ensure_readable
 from dmae_fast.data.cifar import CIFAR_TEST_BATCH, cifar10, cifar_dir
 from dmae_fast.data.datasets import ImageFolderDataset, ImageListDataset, TensorImageDataset
 from dmae_fast.data.decode import check_image_size, common_size
 from dmae_fast.data.labels import read_label_file
 from dmae_fast.demo_files import DEMO
-from dmae_fast.errors import UserError
 
 DEMO_TEST_SIZE = 500
 DEMO_DIGITS = Path(__file__).parents[1] / "assets" / "demo-digits.safetensors"

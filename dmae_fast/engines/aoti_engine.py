@@ -7,9 +7,9 @@ from pathlib import Path
 
 import torch
 
+from dmae_fast.base.errors import UserError
 from dmae_fast.engines.exported import ExportedEngine
 from dmae_fast.engines.sidecar import EMBEDDED_KEY, EngineMeta, check_embedded
-from dmae_fast.errors import UserError
 
 # torch releases whose AOTInductor package loader is known to crash the process: on the GPU
 # machines' torch 2.11.0, ``aoti_load_package`` of a freshly compiled package died with a

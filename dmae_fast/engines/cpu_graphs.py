@@ -1,5 +1,5 @@
 """The CPU fast path's graphs: a checkpoint exported to ONNX in memory and checked against PyTorch, both
-kept in the model cache (:mod:`dmae_fast.model_cache`) so that a later start with the same checkpoint,
+kept in the model cache (:mod:`dmae_fast.engines.model_cache`) so that a later start with the same checkpoint,
 libraries and settings skips them. The runtimes that run them: :mod:`dmae_fast.engines.cpu_runtimes`."""
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from typing import Protocol, TypeVar
 
 import torch
 
+from dmae_fast.base.integrity import tensors_sha256
 from dmae_fast.engines.agreement import compare_logits
 from dmae_fast.engines.graphs import OPSET, ImageGraph, PatchGraph, pooled_tail_applies
-from dmae_fast.integrity import tensors_sha256
+from dmae_fast.engines.model_cache import ModelCache, cache_key, files_sha256
 from dmae_fast.model import SmoothingClassifier
-from dmae_fast.model_cache import ModelCache, cache_key, files_sha256
-from dmae_fast.patch_layout import PatchLayout
+from dmae_fast.noise.patch_layout import PatchLayout
 
 # A runtime's classifier built from a checkpoint must give the checkpoint's logits.
 PARITY_TOLERANCE = 1e-3

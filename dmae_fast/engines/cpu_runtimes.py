@@ -6,11 +6,11 @@ installed of (``--cpu-runtime auto``): OpenVINO (one single-thread inference str
 compiled for a full batch's chunk sizes, no CPU pinning; on the demo 1.07-1.12x ONNX Runtime's rate),
 ONNX Runtime (one intra-op thread per call), PyTorch eager (one intra-op thread per worker).
 ``--precision bf16`` runs PyTorch; an fp16/bf16 ``.onnx`` engine runs in ONNX Runtime. The exported graph,
-the check's verdict and OpenVINO's compiled models are kept in the model cache (:mod:`dmae_fast.model_cache`).
+the check's verdict and OpenVINO's compiled models are kept in the model cache (:mod:`dmae_fast.engines.model_cache`).
 
 Where a checkpoint's front end is normalization and a plain patch convolution with a side a multiple of 4
 (no resize), the exported graph takes the normalized patch rows the noise kernel writes
-(:mod:`dmae_fast.patch_layout`): its front end is then one matrix product.
+(:mod:`dmae_fast.noise.patch_layout`): its front end is then one matrix product.
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ from typing import Any, Protocol
 
 import torch
 
+from dmae_fast.base.errors import UserError
 from dmae_fast.engines.base import Engine, predicted_classes
 from dmae_fast.engines.cpu_graphs import cached_check, cached_onnx_bytes
+from dmae_fast.engines.model_cache import ModelCache, cache_key
 from dmae_fast.engines.torch_engine import PRECISIONS, precision_model
-from dmae_fast.errors import UserError
 from dmae_fast.model import SmoothingClassifier
-from dmae_fast.model_cache import ModelCache, cache_key
-from dmae_fast.patch_layout import PatchLayout
+from dmae_fast.noise.patch_layout import PatchLayout
 
 RUNTIME_NAMES = {"openvino": "OpenVINO", "onnxruntime": "ONNX Runtime", "torch": "PyTorch"}
 
@@ -201,7 +201,7 @@ def cpu_classifier(engine: Engine, precision: str, sigma: float, notice, workers
                    cache_reads: list[Path] | None = None) -> ChunkClassifier:
     """The fastest chunk classifier for an engine on a CPU (see the module doc); ``static_rows``:
     the chunk sizes most chunks will have; ``patch_input``: a checkpoint's exported graph takes
-    patch rows where its front end allows (:mod:`dmae_fast.patch_layout`); ``cache_reads``
+    patch rows where its front end allows (:mod:`dmae_fast.noise.patch_layout`); ``cache_reads``
     collects the model-cache entries it was built from."""
     model = engine.model
     if model is not None:

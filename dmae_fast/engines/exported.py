@@ -6,10 +6,10 @@ from pathlib import Path
 
 import torch
 
+from dmae_fast.base.errors import UserError
 from dmae_fast.engines.base import Engine, TokenBody, predicted_classes
 from dmae_fast.engines.front_end import load_front_end
 from dmae_fast.engines.sidecar import EngineMeta
-from dmae_fast.errors import UserError
 
 
 class ExportedEngine(Engine):

@@ -3,7 +3,7 @@ classifier wrapped with a fixed input kind and precision; each takes float32 and
 
 * :class:`ImageGraph`: images in [0, 1] -> normalization, resize (fp32) -> cast -> ViT -> logits.
 * :class:`TokenGraph`: ``SmoothingClassifier.tokens(x)`` -> cast -> transformer body -> logits.
-* :class:`PatchGraph` (fp32, the CPU fast path): normalized patch rows (:mod:`dmae_fast.patch_layout`)
+* :class:`PatchGraph` (fp32, the CPU fast path): normalized patch rows (:mod:`dmae_fast.noise.patch_layout`)
   -> one matrix product -> transformer body -> logits.
 
 The CPU fast path exports with ``pooled_tail``: the last block's fc2 applied once to the average of the
@@ -24,7 +24,7 @@ from timm.models.vision_transformer import Block, VisionTransformer
 from torch import nn
 
 from dmae_fast.model import SmoothingClassifier
-from dmae_fast.patch_layout import PatchLayout
+from dmae_fast.noise.patch_layout import PatchLayout
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 OPSET = 17  # LayerNormalization is an ONNX operator from opset 17; TensorRT 10 parses opsets 9-24
@@ -72,7 +72,7 @@ class ImageGraph(_Graph):
 
 
 class PatchGraph(_Graph):
-    """Normalized patch rows [B, L, C*p*p] float32 in a :class:`~dmae_fast.patch_layout.PatchLayout`
+    """Normalized patch rows [B, L, C*p*p] float32 in a :class:`~dmae_fast.noise.patch_layout.PatchLayout`
     -> logits [B, num_classes] float32 (fp32): the CPU fast path's graph, whose front end is one
     matrix product with the patch convolution's weight arranged like the rows."""
 

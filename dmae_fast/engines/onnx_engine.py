@@ -10,9 +10,10 @@ from types import ModuleType
 import numpy as np
 import torch
 
+from dmae_fast.base.errors import UserError
+from dmae_fast.base.messages import one_line
 from dmae_fast.engines.exported import ExportedEngine
 from dmae_fast.engines.sidecar import EMBEDDED_KEY, OUTPUT_NAME, EngineMeta, check_embedded
-from dmae_fast.errors import UserError
 
 ORT_MISSING = "ONNX Runtime is not installed: pip install onnxruntime (CPU) or onnxruntime-gpu (CUDA)"
 CUDA_EP, TENSORRT_EP, CPU_EP = "CUDAExecutionProvider", "TensorrtExecutionProvider", "CPUExecutionProvider"
@@ -68,8 +69,7 @@ class OnnxEngine(ExportedEngine):
                 return ort.InferenceSession(str(self.path), options, providers=providers)
             except Exception as error:  # ONNX Runtime raises its own exception types
                 if number == len(attempts):
-                    first = (str(error).strip().splitlines() or [type(error).__name__])[0]
-                    raise UserError(f"ONNX Runtime cannot load {self.path}: {first}") from None
+                    raise UserError(f"ONNX Runtime cannot load {self.path}: {one_line(error, first=True)}") from None
 
     def _check_graph(self) -> None:
         inputs, outputs = self.session.get_inputs(), self.session.get_outputs()

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import torch
 
-from dmae_fast.checkpoints import load_classifier
+from dmae_fast.base.errors import UserError
+from dmae_fast.base.integrity import check_file
 from dmae_fast.engines.base import INPUT_KINDS, Engine
 from dmae_fast.engines.exported import ExportedEngine
 from dmae_fast.engines.sidecar import KIND_BY_SUFFIX, EngineMeta, read_sidecar, sidecar_path
 from dmae_fast.engines.torch_engine import PRECISIONS, TorchEngine
-from dmae_fast.errors import UserError
-from dmae_fast.integrity import check_file
+from dmae_fast.model.checkpoints import load_classifier
 
 
 @dataclass(frozen=True)

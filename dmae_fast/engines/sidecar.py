@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dmae_fast.errors import UserError
-from dmae_fast.integrity import is_sha256
+from dmae_fast.base.errors import UserError
+from dmae_fast.base.integrity import is_sha256
 from dmae_fast.model import ClassifierSpec
 
 FORMAT = "dmae-fast-engine/1"

@@ -12,9 +12,9 @@ from types import ModuleType
 
 import torch
 
+from dmae_fast.base.errors import UserError
 from dmae_fast.engines.exported import ExportedEngine
 from dmae_fast.engines.sidecar import OUTPUT_NAME, EngineMeta
-from dmae_fast.errors import UserError
 
 TENSORRT_MISSING = ("TensorRT is not installed (pip install tensorrt needs NVIDIA's package index and a CUDA GPU); "
                     "export ONNX or .pt2 instead")

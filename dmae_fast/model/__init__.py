@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dmae_fast.lazy import lazy_attributes
+from dmae_fast.base.lazy import lazy_attributes
 
 _HOME = {
     "ENCODER_PRESETS": "config",

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from dmae_fast.errors import UserError
+from dmae_fast.base.errors import UserError
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)

@@ -10,15 +10,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from dmae_fast.base.errors import UserError
 from dmae_fast.batching.body_options import BodyOptions, Sound, data_grid, how, is_how
 from dmae_fast.batching.choices import SHARD_CHOICES
-from dmae_fast.errors import UserError
 from dmae_fast.model.config import sigma_problem
 from dmae_fast.stats.settings import FUTILITY_MODES, SEQUENTIAL_TESTS
 
 if TYPE_CHECKING:
     from dmae_fast.stats.procedure import ProcedureSpec
 
+PROG = "dmae-certify"  # the command a CertifyConfig is the command line of
 MAX_BATCH = 2**20  # noisy samples per forward pass; far beyond any device's memory at 224x224
 SETTING_OF_SPEC = {"test": "sequential_test"}  # a ProcedureSpec field -> the setting that gives it, where they differ
 BODY_SETTINGS = {"fast": "fast", "body_reason": "reason", "fused": "fused", "compile": "compile",

@@ -22,13 +22,15 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from dmae_fast.batching.choices import PROG
-from dmae_fast.batching.fallback import one_line
+from dmae_fast.base.errors import AlreadyReported, Interrupted, UserError
+from dmae_fast.base.integrity import file_sha256
+from dmae_fast.base.locking import OutputLock
+from dmae_fast.base.messages import one_line
 from dmae_fast.batching.fast_stream import StageTimer
-from dmae_fast.errors import AlreadyReported, Interrupted, UserError
-from dmae_fast.integrity import file_sha256
-from dmae_fast.locking import OutputLock
-from dmae_fast.run.config import CertifyConfig
+from dmae_fast.results.format import Mode
+from dmae_fast.results.parts import has_parts, start_parts
+from dmae_fast.results.writer import Row
+from dmae_fast.run.config import PROG, CertifyConfig
 from dmae_fast.run.host import device_name
 from dmae_fast.run.opened import OpenedRun, open_run
 from dmae_fast.run.output import (
@@ -38,11 +40,8 @@ from dmae_fast.run.output import (
     output_mode,
     run_seed,
 )
-from dmae_fast.run.parts import has_parts, start_parts
 from dmae_fast.run.ranks import join
 from dmae_fast.run.record import RunRecord, RunResult
-from dmae_fast.run.results import Mode
-from dmae_fast.run.results_writer import Row
 from dmae_fast.run.shards import ImageShards, SampleShards
 
 
@@ -153,7 +152,7 @@ class Run:
             self._ended("failed", ranks.failed())
             return None
         if ranks.world == 1 or not isinstance(error, (UserError, OSError)):
-            self._ended("failed", str(error) if isinstance(error, UserError) else one_line(error))
+            self._ended("failed", str(error) if isinstance(error, UserError) else one_line(error, typed=True))
             return None
         if isinstance(error, UserError):  # bad input, or the machine (a full disk): stop every rank
             text = str(error)

@@ -20,7 +20,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dmae_fast.errors import UserError, starting
+from dmae_fast.base.errors import UserError, starting
 
 if TYPE_CHECKING:
     from dmae_fast.run.config import CertifyConfig
@@ -42,7 +42,7 @@ def _cause(exitcode: int) -> int:
 def launch_local(argv: list[str], config: CertifyConfig, nproc: int, max_restarts: int) -> int:
     """Run ``dmae-certify argv`` (which ``config`` describes) as ``nproc`` ranks, each seeing torchrun's
     environment; the job's exit status. CPU ranks get an equal share of the cores (``OMP_NUM_THREADS``, unless set)."""
-    from dmae_fast.batching.choices import PROG
+    from dmae_fast.run.config import PROG
 
     if nproc < 1 or max_restarts < 0:
         raise UserError(f"--nproc-per-node must be >= 1 and --max-restarts >= 0, got {nproc} and {max_restarts}")
@@ -98,7 +98,7 @@ def _end_for_rank_0(config: CertifyConfig, status: str, why: str) -> None:
     """What rank 0 does on its way out, for a rank 0 that could not (``kill -9``): a run record it left
     ``running`` says ``status`` and why, and its lock file goes. Under the lock, so that a run started
     on the same output since is left alone; an --overwrite run's record (the old run's) is not touched."""
-    from dmae_fast.locking import OutputLock
+    from dmae_fast.base.locking import OutputLock
     from dmae_fast.run.output import record_path
 
     try:

@@ -10,13 +10,13 @@ import secrets
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dmae_fast.errors import UserError
+from dmae_fast.base.errors import UserError
+from dmae_fast.results.checks import check_kept_rows, dataset_labels
+from dmae_fast.results.format import Mode, read_kept_rows
+from dmae_fast.results.parts import clear_parts, has_parts, merge_parts, parts_dir, replaces_out, replacing_seed
 
 # Light modules only (no torch): the command checks --out before its slow imports.
 from dmae_fast.run.config import CertifyConfig
-from dmae_fast.run.parts import clear_parts, has_parts, merge_parts, parts_dir, replaces_out, replacing_seed
-from dmae_fast.run.results import Mode, read_kept_rows
-from dmae_fast.run.resume import check_kept_rows, dataset_labels
 from dmae_fast.run.torchrun_env import restart_count
 
 if TYPE_CHECKING:

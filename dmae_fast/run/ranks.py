@@ -20,7 +20,8 @@ from typing import TypeVar
 import torch
 import torch.distributed as dist
 
-from dmae_fast.errors import AlreadyReported, Interrupted, UserError
+from dmae_fast.base.errors import AlreadyReported, Interrupted, UserError
+from dmae_fast.base.messages import one_line
 from dmae_fast.run.launch import in_launched_rank
 from dmae_fast.run.torchrun_env import restart_count, world_size
 
@@ -131,7 +132,7 @@ class Ranks(World):
                 store = dist.PrefixStore(f"dmae-certify/attempt-{restart_count()}/", store)
                 dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=START_TIMEOUT)
             except (ValueError, RuntimeError) as error:
-                raise UserError(f"cannot join the torchrun process group: {str(error).splitlines()[0]}") from None
+                raise UserError(f"cannot join the torchrun process group: {one_line(error, first=True)}") from None
         else:
             store = dist.distributed_c10d._get_default_store()  # the caller's group: its store
         objects = dist.new_group(backend="gloo") if dist.get_backend() != "gloo" else None
@@ -191,7 +192,7 @@ class Ranks(World):
         launcher that holds the store, is gone."""
         if self.failed() is not None or not self.primary or in_launched_rank():
             return AlreadyReported(2)
-        return UserError(f"lost another rank of the job, or its launcher ({str(error).splitlines()[0]})")
+        return UserError(f"lost another rank of the job, or its launcher ({one_line(error, first=True)})")
 
     def _raise(self, message: str):
         if self.primary:

@@ -15,15 +15,15 @@ import torch
 from tqdm import tqdm
 
 from dmae_fast import __version__
+from dmae_fast.base.memory import keep_freed_memory
 from dmae_fast.batching.bodies import ResolvedBody
 from dmae_fast.batching.stream import ImageCounts
-from dmae_fast.memory import keep_freed_memory
+from dmae_fast.results.format import Mode
+from dmae_fast.results.writer import CertifyRow, PredictRow, ResultsWriter, Row
 from dmae_fast.run.config import CertifyConfig
 from dmae_fast.run.host import device_name
 from dmae_fast.run.opened import OpenedRun
 from dmae_fast.run.output import record_path
-from dmae_fast.run.results import Mode
-from dmae_fast.run.results_writer import CertifyRow, PredictRow, ResultsWriter, Row
 from dmae_fast.stats.decisions import Certificate
 from dmae_fast.stats.procedure import Procedure
 from dmae_fast.stats.rounded_gaussian import guarantee, sound_table

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from dmae_fast.errors import UserError
+from dmae_fast.base.errors import UserError
 
 
 def world_size() -> int:

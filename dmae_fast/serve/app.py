@@ -22,7 +22,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from dmae_fast.errors import UserError
+from dmae_fast.base.errors import UserError
 from dmae_fast.serve.payloads import PayloadError, parse_request
 from dmae_fast.serve.scheduler import Closed, IndicesExhausted, QueueFull
 from dmae_fast.serve.service import RequestTimeout, Service

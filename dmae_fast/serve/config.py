@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from dmae_fast.base.errors import UserError
 from dmae_fast.batching.body_options import BodyOptions
-from dmae_fast.errors import UserError
 from dmae_fast.model.config import sigma_problem
 from dmae_fast.run.config import MAX_BATCH
 from dmae_fast.stats.settings import SMALLEST_SEQUENTIAL_ALPHA

@@ -23,10 +23,11 @@ import numpy as np
 import torch
 from PIL import Image
 
+from dmae_fast.base.errors import UserError
+from dmae_fast.base.messages import one_line
 from dmae_fast.batching.body_options import Sound
 from dmae_fast.data import decoded_image_tensor
 from dmae_fast.data.grid import check_on_grid, quantize
-from dmae_fast.errors import UserError
 from dmae_fast.serve.config import Defaults, Limits
 from dmae_fast.stats.procedure import CERTIFY, PREDICT, ProcedureSpec, flagged
 
@@ -133,7 +134,7 @@ def _json_object(body: bytes) -> dict:
     except RecursionError:
         raise PayloadError(400, "the JSON body is nested too deeply") from None
     except (ValueError, UnicodeDecodeError) as error:
-        raise PayloadError(400, f"the body is not valid JSON: {_one_line(error)}") from None
+        raise PayloadError(400, f"the body is not valid JSON: {one_line(error)}") from None
     if not isinstance(document, dict):
         raise PayloadError(400, f"the JSON body must be an object, got {type(document).__name__}")
     return document
@@ -250,11 +251,11 @@ def _picture(data: bytes, where: str, shape: tuple[int, ...], limits: Limits) ->
     except PayloadError:
         raise
     except Image.DecompressionBombError as error:  # PIL's own limit, above ours, checked while opening
-        raise PayloadError(413, f"{where}: {_one_line(error)}") from None
+        raise PayloadError(413, f"{where}: {one_line(error)}") from None
     except UserError as error:  # decoded, but not an image dmae-certify would read (e.g. 16-bit colour)
         raise PayloadError(422, " ".join(str(error).replace("image file ", "").split())) from None
     except Exception as error:  # noqa: BLE001 (PIL fails on corrupt data in many ways)
-        message = _one_line(error).replace("image file ", "")
+        message = one_line(error).replace("image file ", "")
         raise PayloadError(400, f"cannot decode {where}: {message}") from None
 
 
@@ -268,7 +269,7 @@ def _npy_images(data: bytes, where: str, shape: tuple[int, ...], limits: Limits)
         with _HEADER_LOCK:
             array_shape, fortran, dtype = read_header[version](stream)
     except Exception as error:  # noqa: BLE001 (numpy's header parser fails in many ways; it never executes)
-        raise PayloadError(400, f"{where} is not a valid .npy file: {_one_line(error)}") from None
+        raise PayloadError(400, f"{where} is not a valid .npy file: {one_line(error)}") from None
     if not all(type(size) is int and size >= 0 for size in array_shape):  # numpy takes -8 and True
         raise PayloadError(400, f"{where} is not a valid .npy file: its shape {array_shape} has a dimension "
                            "that is not a whole number >= 0")
@@ -324,5 +325,3 @@ def _brief(text: str) -> str:
     return text if len(text) <= 40 else text[:40] + "..."
 
 
-def _one_line(error: BaseException) -> str:
-    return " ".join(str(error).split())[:200] or type(error).__name__

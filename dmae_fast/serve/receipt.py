@@ -17,12 +17,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from dmae_fast.base.errors import UserError
+from dmae_fast.base.integrity import file_sha256, is_sha256
 from dmae_fast.batching.bodies import resolve_body
 from dmae_fast.batching.body_options import BodyOptions, Sound
 from dmae_fast.batching.stream import SamplingPlan, StreamingCertifier
 from dmae_fast.engines.base import Engine
-from dmae_fast.errors import UserError
-from dmae_fast.integrity import file_sha256, is_sha256
 from dmae_fast.model.config import sigma_problem
 from dmae_fast.serve.differences import (
     counts_difference,

@@ -20,7 +20,7 @@ import torch
 
 from dmae_fast.batching.engine_loop import BatchFailed, EngineLoop, Finished
 from dmae_fast.batching.scheduler import BatchBody, Job
-from dmae_fast.noise import MASK32
+from dmae_fast.noise.contract import MASK32
 
 Done = Callable[[object], None]  # called once with the image's counts [phases, classes] or an exception
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
-from dmae_fast.errors import UserError
+from dmae_fast.base.errors import UserError
 from dmae_fast.serve.app import build_app
 from dmae_fast.serve.config import PROG, ServeConfig
 from dmae_fast.serve.service import Service

@@ -19,11 +19,11 @@ import numpy as np
 import torch
 
 from dmae_fast import __version__
+from dmae_fast.base.errors import UserError
+from dmae_fast.base.integrity import file_sha256
 from dmae_fast.batching.body_options import Sound
 from dmae_fast.batching.scheduler import Job
 from dmae_fast.batching.smoother import open_smoother
-from dmae_fast.errors import UserError
-from dmae_fast.integrity import file_sha256
 from dmae_fast.run.host import device_name
 from dmae_fast.serve.config import ServeConfig
 from dmae_fast.serve.metrics import Metrics

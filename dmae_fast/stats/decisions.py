@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dmae_fast.errors import UserError
+from dmae_fast.base.errors import UserError
 from dmae_fast.stats.bounds import lower_confidence_bound, radius, top_two_pvalue
 
 ABSTAIN = -1

@@ -59,7 +59,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import ndtr
 
-from dmae_fast.errors import UserError
+from dmae_fast.base.errors import UserError
 from dmae_fast.stats.boundary_dp import boundary_table
 from dmae_fast.stats.decisions import ABSTAIN, Certificate
 from dmae_fast.stats.sequential import LookStopping, min_counts, upper_bounds

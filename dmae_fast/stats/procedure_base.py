@@ -16,7 +16,7 @@ from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
-from dmae_fast.errors import UserError
+from dmae_fast.base.errors import UserError
 from dmae_fast.stats.decisions import Certificate, Prediction
 from dmae_fast.stats.plan import Decide, SamplingPlan
 from dmae_fast.stats.rules import RowRules

@@ -1,4 +1,4 @@
-"""The rounded Gaussian of ``--sound`` (issue 37): its exact integer thresholds and what they cost.
+"""The rounded Gaussian of ``--sound``: its exact integer thresholds and what they cost.
 
 On the 1/L grid the noise is Z = round(L * eps), eps ~ N(0, sigma^2); with s = L * sigma, a sampler draws a
 uniform 64-bit integer U and returns the k with T_{k-1} <= U < T_k, where T_k = floor(2**64 * Phi((k + 1/2) / s))
@@ -17,7 +17,7 @@ from fractions import Fraction
 import mpmath
 import numpy as np
 
-from dmae_fast.errors import UserError
+from dmae_fast.base.errors import UserError
 
 BITS = 64  # bits of the uniform integer U
 TAIL = Fraction(1, 2**70)  # the most probability P(|Z| > K) the truncation may cut

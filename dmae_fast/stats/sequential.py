@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import betaincinv, ndtr
 
-from dmae_fast.errors import UserError
+from dmae_fast.base.errors import UserError
 from dmae_fast.stats.bounds import lower_confidence_bound, lower_confidence_bounds, radius
 from dmae_fast.stats.decisions import ABSTAIN, Certificate
 from dmae_fast.stats.settings import FUTILITY_MODES, PAPER_RADII

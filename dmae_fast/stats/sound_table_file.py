@@ -24,8 +24,8 @@ import io
 
 import numpy as np
 
-from dmae_fast.errors import UserError
-from dmae_fast.files import read_regular_file, write_regular_file
+from dmae_fast.base.errors import UserError
+from dmae_fast.base.files import read_regular_file, write_regular_file
 from dmae_fast.stats.rounded_gaussian import MAX_K, SoundTable, sound_table, table_problem
 
 TAG = int.from_bytes(b"dmaesnd2", "little")
@@ -51,7 +51,7 @@ def table_array(table: SoundTable) -> np.ndarray:
 
 def write_sound_table(table: SoundTable, path: str, overwrite: bool = False) -> None:
     """Write ``table`` to ``path`` (exactly that name) all at once; an existing file is refused unless
-    ``overwrite``, and anything but a regular file always (:func:`dmae_fast.files.write_regular_file`)."""
+    ``overwrite``, and anything but a regular file always (:func:`dmae_fast.base.files.write_regular_file`)."""
     buffer = io.BytesIO()
     np.save(buffer, table_array(table))
     write_regular_file(path, buffer.getvalue(), overwrite, what="sound table")

@@ -1,4 +1,4 @@
-"""glibc's default thresholds against keeping freed memory (dmae_fast.memory), per method.
+"""glibc's default thresholds against keeping freed memory (dmae_fast.base.memory), per method.
 
 Record of the fourth 2026-11-25 session (issue 12); run from the repository root:
 
@@ -10,7 +10,7 @@ back to back (A/B adjacent, so that a change in the machine's load hits both); e
 the same images (CERTIFY, n0 100) three times after a warm-up and reports the median samples/s.
 
 The defaults' process gets ``MALLOC_ARENA_MAX`` set to glibc's own default (8 arenas a core on a
-64-bit system): glibc's behaviour is unchanged, and ``dmae_fast.memory.keep_freed_memory`` leaves
+64-bit system): glibc's behaviour is unchanged, and ``dmae_fast.base.memory.keep_freed_memory`` leaves
 the allocator alone when the user set that variable (public behaviour; the recorded run instead
 replaced the function in ``dmae_fast.batching.bodies``). The other process gets none of the
 variables. Since the fifth session keeping freed memory also means one arena for every thread, so
@@ -22,13 +22,13 @@ import subprocess
 import sys
 import time
 
-from dmae_fast.memory import USER_SETTINGS
+from dmae_fast.base.memory import USER_SETTINGS
 
 CHILD = r'''
 import statistics, sys, time
 mode, method, threads, name = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 from dmae_fast.batching.bodies import BodyOptions, batch_body
-from dmae_fast.memory import keep_freed_memory
+from dmae_fast.base.memory import keep_freed_memory
 allocator = keep_freed_memory()  # "as set by MALLOC_ARENA_MAX" (nothing changed) in the defaults' process
 assert ("as set by" in allocator) == (mode == "default"), allocator
 import torch
@@ -77,7 +77,7 @@ def environment(mode: str) -> dict[str, str]:
 
 def main() -> None:
     print(f"{time.strftime('%Y-%m-%d %H:%M')}; samples/s, median of 3 runs per process; A = glibc defaults, "
-          "B = keep freed memory (dmae_fast.memory)")
+          "B = keep freed memory (dmae_fast.base.memory)")
     print("| model | threads | method | A: defaults | B: keep | B / A |")
     print("| --- | --- | --- | --- | --- | --- |")
     for name in ("demo", "small-224"):

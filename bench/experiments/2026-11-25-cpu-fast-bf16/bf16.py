@@ -11,11 +11,11 @@ import time
 
 import torch
 
+from dmae_fast.base.memory import keep_freed_memory
 from dmae_fast.bench.throughput import build_model
 from dmae_fast.data import demo_digits
 from dmae_fast.engines.cpu_graphs import onnx_bytes
 from dmae_fast.engines.cpu_runtimes import OrtChunks
-from dmae_fast.memory import keep_freed_memory
 
 
 def main(name: str) -> None:

@@ -22,12 +22,12 @@ import time
 import onnxruntime as ort
 import torch
 
+from dmae_fast.base.memory import keep_freed_memory
 from dmae_fast.bench.reference_loops import COHEN
-from dmae_fast.checkpoints import load_classifier
 from dmae_fast.data import demo_digits
 from dmae_fast.demo import DEMO_CHECKPOINT
 from dmae_fast.engines.cpu_graphs import onnx_bytes
-from dmae_fast.memory import keep_freed_memory
+from dmae_fast.model.checkpoints import load_classifier
 
 ROUNDS, CHUNK, SECONDS = 5, 128, 2.0
 

@@ -21,11 +21,11 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-from dmae_fast.checkpoints import load_classifier
+from dmae_fast.base.memory import keep_freed_memory
 from dmae_fast.demo import DEMO_CHECKPOINT
 from dmae_fast.engines.cpu_graphs import onnx_bytes
 from dmae_fast.engines.cpu_runtimes import OrtChunks
-from dmae_fast.memory import keep_freed_memory
+from dmae_fast.model.checkpoints import load_classifier
 
 # Set by main() (module globals, as in the recorded run, so that torch.compile sees the same functions).
 CHUNK = T = D = model = chunk = None

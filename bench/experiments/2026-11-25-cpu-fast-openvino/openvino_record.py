@@ -26,15 +26,15 @@ import openvino as ov
 import torch
 import torch.nn.functional as F
 
+from dmae_fast.base.memory import keep_freed_memory
 from dmae_fast.batching.bodies import BodyOptions, batch_body
 from dmae_fast.batching.stream import SamplingPlan, StreamingCertifier
-from dmae_fast.checkpoints import load_classifier
 from dmae_fast.data import demo_digits
 from dmae_fast.demo import DEMO_CHECKPOINT
 from dmae_fast.engines import TorchEngine
 from dmae_fast.engines.cpu_graphs import onnx_bytes
 from dmae_fast.engines.graphs import ImageGraph
-from dmae_fast.memory import keep_freed_memory
+from dmae_fast.model.checkpoints import load_classifier
 
 ROWS = 125  # the chunk of a 1000-row batch on 2 workers
 ONE_THREAD = {"INFERENCE_NUM_THREADS": 1, "NUM_STREAMS": 1, "INFERENCE_PRECISION_HINT": "f32"}

@@ -19,9 +19,9 @@ def measure(workers: int, pin: bool) -> str:
     import numpy as np
     import openvino as ov
 
-    from dmae_fast.checkpoints import load_classifier
     from dmae_fast.demo import DEMO_CHECKPOINT
     from dmae_fast.engines.cpu_graphs import onnx_bytes
+    from dmae_fast.model.checkpoints import load_classifier
 
     core = ov.Core()
     graph = core.read_model(onnx_bytes(load_classifier(DEMO_CHECKPOINT)))

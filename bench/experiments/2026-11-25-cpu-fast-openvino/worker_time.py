@@ -18,10 +18,10 @@ import torch
 
 from dmae_fast.batching.bodies import BodyOptions, batch_body
 from dmae_fast.batching.stream import SamplingPlan, StreamingCertifier
-from dmae_fast.checkpoints import load_classifier
 from dmae_fast.data import demo_digits
 from dmae_fast.demo import DEMO_CHECKPOINT
 from dmae_fast.engines import TorchEngine
+from dmae_fast.model.checkpoints import load_classifier
 
 busy = collections.Counter()
 

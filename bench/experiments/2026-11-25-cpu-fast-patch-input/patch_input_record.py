@@ -29,15 +29,15 @@ import numpy as np
 import openvino as ov
 import torch
 
+from dmae_fast.base.memory import keep_freed_memory
 from dmae_fast.batching.bodies import BodyOptions, batch_body
 from dmae_fast.bench.cpu import CPU, Workload, ours_run, reference_run, timed
 from dmae_fast.bench.reference_loops import COHEN
 from dmae_fast.bench.throughput import build_model
 from dmae_fast.engines import TorchEngine
 from dmae_fast.engines.cpu_graphs import onnx_bytes
-from dmae_fast.fast_noise import NoiseSource
-from dmae_fast.memory import keep_freed_memory
-from dmae_fast.patch_layout import PatchLayout
+from dmae_fast.noise.compiled import NoiseSource
+from dmae_fast.noise.patch_layout import PatchLayout
 
 ROWS = 125
 ONE_THREAD = {"INFERENCE_NUM_THREADS": 1, "NUM_STREAMS": 1, "INFERENCE_PRECISION_HINT": "f32",

@@ -7,8 +7,8 @@ workers); run from the repository root, one process per measurement:
     python bench/experiments/2026-11-25-cpu-serve-fifth-session/fast_worker_faults.py new small-224   # and demo
 
 ``old``: the mmap and trim thresholds at 1 GiB but glibc's default arenas (the setting before
-``M_ARENA_MAX`` joined ``dmae_fast.memory``); ``new``: what ``keep_freed_memory`` does now. The
-recorded run patched a constant of ``dmae_fast.memory``; this script instead restarts itself with
+``M_ARENA_MAX`` joined ``dmae_fast.base.memory``); ``new``: what ``keep_freed_memory`` does now. The
+recorded run patched a constant of ``dmae_fast.base.memory``; this script instead restarts itself with
 glibc's own ``MALLOC_MMAP_THRESHOLD_``/``MALLOC_TRIM_THRESHOLD_`` set for ``old`` (the same
 thresholds, applied by glibc at start; ``keep_freed_memory`` then leaves the allocator alone) and
 with none of the variables for ``new``. Quoted in
@@ -19,7 +19,7 @@ import resource
 import sys
 import time
 
-from dmae_fast.memory import KEEP_BELOW, USER_SETTINGS
+from dmae_fast.base.memory import KEEP_BELOW, USER_SETTINGS
 
 
 def allocator_environment(mode: str) -> dict[str, str]:
@@ -35,11 +35,11 @@ def main(mode: str, name: str) -> None:
         os.execve(sys.executable, [sys.executable, __file__, mode, name], env)
     import torch
 
+    from dmae_fast.base.memory import keep_freed_memory
     from dmae_fast.batching.bodies import BodyOptions, batch_body
     from dmae_fast.batching.stream import SamplingPlan, StreamingCertifier
     from dmae_fast.bench.throughput import build_model
     from dmae_fast.engines import TorchEngine
-    from dmae_fast.memory import keep_freed_memory
 
     torch.set_num_threads(2)
     model = build_model(name, torch.device("cpu"))

@@ -4,7 +4,7 @@ Record of the seventh 2026-11-25 session (the CI failure of 290c877); run from t
 
     python bench/experiments/2026-11-25-signal-loss/swallow.py > bench/results/2026-11-25-signal-loss/swallow.txt 2>&1
 
-The main thread calls the compiled noise (dmae_fast.fast_noise.NoiseSource, 500 demo rows) for
+The main thread calls the compiled noise (dmae_fast.noise.compiled.NoiseSource, 500 demo rows) for
 50 ms per trial while a helper thread sends SIGINT to the process 0.5-10 ms in. The handler counts
 its calls, notes the innermost frames it interrupted, and raises; the trial counts the exceptions
 that arrive. A handler call whose exception never arrives was swallowed on the way.
@@ -19,7 +19,7 @@ import traceback
 
 import torch
 
-from dmae_fast.fast_noise import NoiseSource
+from dmae_fast.noise.compiled import NoiseSource
 
 TRIALS = int(os.environ.get("TRIALS", 1500))
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dmae_fast.run.results import read_results
+from dmae_fast.results.format import read_results
 
 GRID = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0)
 RUNS = (("fixed-10k", "fixed-n, n 10,000"), ("fixed-100k", "fixed-n, n 100,000"),

@@ -1,6 +1,6 @@
 """Could the noise kernel load from disk instead of being traced by Dynamo at every start?
 
-Two ways of keeping ``dmae_fast.fast_noise.noisy_rows`` compiled on disk, each tried on 7 clean
+Two ways of keeping ``dmae_fast.noise.compiled.noisy_rows`` compiled on disk, each tried on 7 clean
 224x224 images and 64 rows: an AOTInductor package (``torch._inductor.aoti_compile_and_package``
 / ``aoti_load_package``) and Dynamo's precompiled function (``torch.compile(...).aot_compile`` /
 ``torch.compiler.load_compiled_function``), against today's kernel (``jit``: ``torch.compile``,
@@ -21,8 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from dmae_fast.fast_noise import SERIAL_OPTIONS, noisy_rows
-from dmae_fast.noise import gaussian_noise, key_words
+from dmae_fast.noise.compiled import SERIAL_OPTIONS, noisy_rows
+from dmae_fast.noise.contract import gaussian_noise, key_words
 
 FILES = {"aoti": "/tmp/noise_aoti.pt2", "precompile": "/tmp/noise_precompile.bin", "jit": None}
 

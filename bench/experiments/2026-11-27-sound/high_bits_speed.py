@@ -13,7 +13,7 @@ the bucket holds two or more thresholds (far in the tails), is W2 drawn and V lo
 
 This script builds the table, times the compiled common path plus the eager refinement of the flagged
 elements beside the default noise and today's ``--sound`` noise (both through
-:class:`~dmae_fast.fast_noise.NoiseSource`), each returning the noisy inputs, and checks the result
+:class:`~dmae_fast.noise.compiled.NoiseSource`), each returning the noisy inputs, and checks the result
 against the full lookup of V for every element (``torch.searchsorted``) on ``--check-rows`` rows. Medians
 of interleaved rounds, in M values/s; beside them the ceiling of any lookup, the high words drawn and
 added with none.
@@ -33,10 +33,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dmae_fast.fast_noise import NoiseSource
-from dmae_fast.memory import keep_freed_memory
-from dmae_fast.noise import key_words, philox4x32
-from dmae_fast.sound_noise import interleave
+from dmae_fast.base.memory import keep_freed_memory
+from dmae_fast.noise.compiled import NoiseSource
+from dmae_fast.noise.contract import key_words, philox4x32
+from dmae_fast.noise.sound import interleave
 from dmae_fast.stats.rounded_gaussian import SoundTable, sound_table
 
 SIGMA, SEED, GRID = 0.25, 0, 255

@@ -1,9 +1,9 @@
 """``--sound``'s compiled noise on a CPU: the guide lookup against the old halving search (issue 37).
 
-Times :class:`~dmae_fast.fast_noise.NoiseSource`'s compiled noisy images (the plain body's noise) for the
+Times :class:`~dmae_fast.noise.compiled.NoiseSource`'s compiled noisy images (the plain body's noise) for the
 default Gaussian, for ``--sound`` with the old lookup (``old_count_at_most``, the branchless binary search
 of the thresholds that the guide replaced, kept here as a one-off copy) and for ``--sound`` as it is now
-(:func:`~dmae_fast.sound_noise.guide_lookup`), at 8x8, 32x32 and 224x224 images of 3 channels, ``rows``
+(:func:`~dmae_fast.noise.sound.guide_lookup`), at 8x8, 32x32 and 224x224 images of 3 channels, ``rows``
 rows a call (the bodies' batch). Rounds are interleaved (a shared machine); the table gives medians in
 M values/s and the ratios, which are what to compare. The host allocator keeps freed blocks, as the
 bodies set it. Writes the JSON record to ``--out``.
@@ -24,11 +24,11 @@ from unittest import mock
 
 import torch
 
-from dmae_fast import fast_noise
-from dmae_fast.fast_noise import NoiseSource
-from dmae_fast.memory import keep_freed_memory
-from dmae_fast.noise import philox4x32
-from dmae_fast.sound_noise import signed_uniform
+from dmae_fast.base.memory import keep_freed_memory
+from dmae_fast.noise import compiled as fast_noise
+from dmae_fast.noise.compiled import NoiseSource
+from dmae_fast.noise.contract import philox4x32
+from dmae_fast.noise.sound import signed_uniform
 
 SIGMA, SEED, GRID = 0.25, 0, 255
 SHAPES = {"8x8": (3, 8, 8), "32x32": (3, 32, 32), "224x224": (3, 224, 224)}

@@ -8,7 +8,7 @@ integer Z up at both ends of W's interval [V_lo, V_lo + 2**32 - 1] of 64-bit val
 threshold inside: probability at most 2K / 2**32 per element), a second, separately keyed word would
 refine it. This script times the common path of that design, compiled as the bodies compile their noise
 (Philox for one word per element, two guide lookups, the ambiguous elements counted), beside the default
-noise and today's ``--sound`` noise (both through :class:`~dmae_fast.fast_noise.NoiseSource`), at 8x8,
+noise and today's ``--sound`` noise (both through :class:`~dmae_fast.noise.compiled.NoiseSource`), at 8x8,
 32x32 and 224x224 images of 3 channels, ``rows`` rows a call (each returning the noisy inputs: for
 ``--sound`` the grid points (X + Z) / L), in interleaved rounds; it checks the compiled one-word noise
 against its torch ops and prints medians in M values/s. Where the two ends agree, Z is the count of
@@ -29,10 +29,10 @@ from pathlib import Path
 
 import torch
 
-from dmae_fast.fast_noise import NoiseSource
-from dmae_fast.memory import keep_freed_memory
-from dmae_fast.noise import key_words, philox4x32
-from dmae_fast.sound_noise import guide_lookup, guide_table
+from dmae_fast.base.memory import keep_freed_memory
+from dmae_fast.noise.compiled import NoiseSource
+from dmae_fast.noise.contract import key_words, philox4x32
+from dmae_fast.noise.sound import guide_lookup, guide_table
 from dmae_fast.stats.rounded_gaussian import sound_table
 
 SIGMA, SEED, GRID = 0.25, 0, 255

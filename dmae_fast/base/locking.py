@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from types import TracebackType
 
-from dmae_fast.errors import UserError
+from dmae_fast.base.errors import UserError
 
 
 class OutputLock:

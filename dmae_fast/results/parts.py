@@ -12,8 +12,8 @@ import secrets
 import shutil
 from pathlib import Path
 
-from dmae_fast.errors import UserError
-from dmae_fast.run.results import Kind, columns_of, read_row_lines
+from dmae_fast.base.errors import UserError
+from dmae_fast.results.format import Kind, columns_of, read_row_lines
 
 REPLACES_OUT = "REPLACES_OUT"  # marker: these parts belong to an --overwrite run, not to --out's rows; holds its seed
 

@@ -1,4 +1,4 @@
-"""The noise of ``--sound`` (issue 37): the rounded Gaussian on the input's grid, exactly, as torch ops.
+"""The noise of ``--sound``: the rounded Gaussian on the input's grid, exactly, as torch ops.
 
 The contract (docs/sound.md), which the Triton kernel and the C++ library follow bit for bit:
 
@@ -6,7 +6,7 @@ The contract (docs/sound.md), which the Triton kernel and the C++ library follow
   P(Z = k) = Phi((k + 1/2) / s) - Phi((k - 1/2) / s), s = L * sigma, cut at |Z| <= K
   (:mod:`dmae_fast.stats.rounded_gaussian` makes the thresholds S_k and bounds what they cost);
 * element e of the flat [C, H, W] image uses Philox counter (e // 2, sample, image, phase) keyed as in
-  :mod:`dmae_fast.noise`: element 2j takes words (w0, w1), element 2j + 1 words (w2, w3) of counter j;
+  :mod:`dmae_fast.noise.contract`: element 2j takes words (w0, w1), element 2j + 1 words (w2, w3) of counter j;
 * V = ((w_hi - 2**31) << 32) + w_lo (the 64-bit uniform U = w_hi * 2**32 + w_lo, less 2**63) and
   Z = -K + #{k : S_k <= V};
 * the classifier sees float32(X + Z) / float32(L): a function of the exact integer sum X + Z alone.
@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from dmae_fast.noise import _counters, check_seed, key_words, philox4x32
+from dmae_fast.noise.contract import _counters, check_seed, key_words, philox4x32
 from dmae_fast.stats.rounded_gaussian import SoundTable
 
 
@@ -147,7 +147,7 @@ def sound_rows(clean: torch.Tensor, slot: torch.Tensor, grid: int | torch.Tensor
     """``(X + Z) / L`` [B, *shape] (float32): the noisy inputs of B rows under ``--sound``.
 
     ``clean`` [S, *shape] holds the clean images (on the 1/``grid`` grid) by slot, X = round(clean * L);
-    ``key`` [2] the Philox key words, as :func:`dmae_fast.fast_noise.noisy_rows` takes them; ``guide`` as
+    ``key`` [2] the Philox key words, as :func:`dmae_fast.noise.compiled.noisy_rows` takes them; ``guide`` as
     :func:`rounded_gaussian_rows` takes it.
     """
     shape = clean.shape[1:]

@@ -2,7 +2,7 @@
 
 The leading columns of ours are exactly those of Cohen et al.'s reference ``certify.py`` / ``predict.py``
 (same order), so tools written for the reference files read ours, and :func:`read_results` reads both.
-:mod:`dmae_fast.run.results_writer` writes them.
+:mod:`dmae_fast.results.writer` writes them.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Any, Callable, Literal
 
 import numpy as np
 
-from dmae_fast.errors import UserError
-from dmae_fast.files import read_regular_file
+from dmae_fast.base.errors import UserError
+from dmae_fast.base.files import read_regular_file
 
 CERTIFY_COLUMNS = ("idx", "label", "predict", "radius", "correct", "time", "n0", "n", "nA", "pA_lower", "sigma",
                    "procedure")

@@ -28,8 +28,9 @@ import safetensors.torch
 import torch
 from timm.layers import resample_abs_pos_embed
 
-from dmae_fast.errors import UserError
-from dmae_fast.integrity import CONTENT_KEY, check_tensors, tensors_sha256
+from dmae_fast.base.errors import UserError
+from dmae_fast.base.integrity import CONTENT_KEY, check_tensors, tensors_sha256
+from dmae_fast.base.messages import one_line
 from dmae_fast.model import ClassifierSpec, DecoderConfig, DMAEPretrain, EncoderConfig, SmoothingClassifier
 from dmae_fast.model.config import HEADS_BY_WIDTH, IMAGENET_MEAN, IMAGENET_STD
 
@@ -81,8 +82,7 @@ def read_checkpoint(path: str | Path) -> RawCheckpoint:
         with torch.serialization.safe_globals([argparse.Namespace]):
             payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # torch raises many types for foreign or unsafe files
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise UserError(f"cannot read checkpoint {path} safely (weights only): {first_line}") from None
+        raise UserError(f"cannot read checkpoint {path} safely (weights only): {one_line(error, first=True)}") from None
     args: dict[str, Any] = {}
     if isinstance(payload, dict) and isinstance(payload.get("model"), dict):
         _check_content(path, payload["model"], payload.get(CONTENT_KEY))
@@ -107,7 +107,7 @@ def _check_finite(path: Path, state: StateDict) -> None:
 
 
 def _check_content(path: Path, state: Any, expected: Any) -> None:
-    """The project's files carry their tensors' hash: refuse a damaged one (see dmae_fast.integrity)."""
+    """The project's files carry their tensors' hash: refuse a damaged one (see dmae_fast.base.integrity)."""
     if expected is not None and isinstance(state, dict) and all(isinstance(v, torch.Tensor) for v in state.values()):
         check_tensors(path, state, str(expected))
 

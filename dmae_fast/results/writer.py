@@ -1,4 +1,4 @@
-"""Writing results files (see :mod:`dmae_fast.run.results`) row by row.
+"""Writing results files (see :mod:`dmae_fast.results.format`) row by row.
 
 Numbers that carry a guarantee are never rounded in its favour: the radius is written rounded
 down to 6 decimals (Cohen's files round it to 3 significant digits, which can round it UP:
@@ -15,9 +15,9 @@ from dataclasses import astuple, dataclass
 from types import TracebackType
 from typing import Callable, TextIO
 
-from dmae_fast.errors import UserError
-from dmae_fast.files import read_regular_file
-from dmae_fast.run.results import (
+from dmae_fast.base.errors import UserError
+from dmae_fast.base.files import read_regular_file
+from dmae_fast.results.format import (
     MAX_RESULTS_BYTES,
     P_LOWER_DECIMALS,
     PVALUE_DIGITS,

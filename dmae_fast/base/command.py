@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn
 
-from dmae_fast.errors import AlreadyReported, Interrupted, UserError, forget_signal, interrupt_on_signals, starting
+from dmae_fast.base.errors import AlreadyReported, Interrupted, UserError, forget_signal, interrupt_on_signals, starting
 
 
 def import_torch_while_starting(prog: str) -> None:

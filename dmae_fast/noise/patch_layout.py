@@ -3,13 +3,13 @@
 A ViT's patch embedding is one matrix product over the image's L patches of C*p*p values each.
 The CPU fast path (``dmae-certify --fast`` on a CPU) feeds its exported classifier those rows,
 normalized, instead of images: the compiled noise kernel writes them
-(:func:`dmae_fast.fast_noise.noisy_patches`) and the graph starts with one matrix product
+(:func:`dmae_fast.noise.compiled.noisy_patches`) and the graph starts with one matrix product
 (:class:`dmae_fast.engines.graphs.PatchGraph`), saving a normalization pass, a reorder and a
 convolution: a fifth of the time of ``dmae-bench cpu``'s small 224x224 ViT in OpenVINO
 (bench/results/2026-11-25-cpu-fast/patch-input/).
 
 A patch's values are in the convolution weight's order (channel, row, column). The patch side
-being a multiple of 4, the four pixels that share a Philox counter (:mod:`dmae_fast.noise`) stay
+being a multiple of 4, the four pixels that share a Philox counter (:mod:`dmae_fast.noise.contract`) stay
 side by side. The noise values are the contract's, element for element; only where they are stored
 differs.
 """

@@ -17,7 +17,7 @@ import hashlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dmae_fast.errors import UserError
+from dmae_fast.base.errors import UserError
 
 if TYPE_CHECKING:
     import torch

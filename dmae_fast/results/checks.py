@@ -14,9 +14,9 @@ from collections.abc import Collection, Iterator
 
 import numpy as np
 
-from dmae_fast.errors import UserError
+from dmae_fast.base.errors import UserError
 from dmae_fast.model.config import MAX_SIGMA, sigma_problem
-from dmae_fast.run.results import P_LOWER_DECIMALS, RADIUS_DECIMALS, ResultsTable
+from dmae_fast.results.format import P_LOWER_DECIMALS, RADIUS_DECIMALS, ResultsTable
 from dmae_fast.stats.bounds import lower_confidence_bound, radius, top_two_pvalue
 from dmae_fast.stats.decisions import ABSTAIN
 from dmae_fast.stats.rules import RowRules

@@ -22,26 +22,15 @@ import os
 import tempfile
 from pathlib import Path
 
-from dmae_fast.errors import UserError
-from dmae_fast.files import read_regular_file
-from dmae_fast.integrity import file_sha256
+from dmae_fast.base.errors import UserError
+from dmae_fast.base.files import CACHE_ENVIRONMENT, cache_folder, read_regular_file
+from dmae_fast.base.integrity import file_sha256
 
-ENVIRONMENT = "DMAE_FAST_CACHE"
 # Bump when what an entry holds, or how it is keyed, changes.
 FORMAT_VERSION = 1
 LIBRARIES = ("torch", "timm", "onnx", "openvino", "onnxruntime")
 # The largest entry read: an ONNX graph is at most 2 GiB (protobuf's limit), plus the digest line.
 MAX_ENTRY_BYTES = (2 << 30) + 65
-
-
-def cache_folder() -> Path | None:
-    """The cache folder, or None when ``DMAE_FAST_CACHE=off``."""
-    value = os.environ.get(ENVIRONMENT, "").strip()
-    if value.lower() == "off":
-        return None
-    if value:
-        return Path(value).expanduser()
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dmae-fast"
 
 
 @functools.cache
@@ -114,7 +103,7 @@ class ModelCache:
     def _give_up(self, error: OSError) -> None:
         if self._notice is not None:
             self._notice(f"the model cache {self.folder} cannot be written ({error.strerror or error}); running "
-                         f"uncached (set {ENVIRONMENT} to another folder, or to off)")
+                         f"uncached (set {CACHE_ENVIRONMENT} to another folder, or to off)")
         self.folder = None
 
     def _path(self, key: str) -> Path:

@@ -6,8 +6,22 @@ from __future__ import annotations
 import os
 import secrets
 import stat
+from pathlib import Path
 
-from dmae_fast.errors import UserError
+from dmae_fast.base.errors import UserError
+
+CACHE_ENVIRONMENT = "DMAE_FAST_CACHE"  # the package's cache folder ("off": none)
+
+
+def cache_folder() -> Path | None:
+    """The package's cache folder (compiled models, the C kernel): ``$DMAE_FAST_CACHE``, else
+    ``$XDG_CACHE_HOME/dmae-fast``, else ``~/.cache/dmae-fast``; None when ``DMAE_FAST_CACHE=off``."""
+    value = os.environ.get(CACHE_ENVIRONMENT, "").strip()
+    if value.lower() == "off":
+        return None
+    if value:
+        return Path(value).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dmae-fast"
 
 
 def read_regular_file(path: str | os.PathLike[str], limit: int, what: str = "results file") -> bytes:

@@ -101,7 +101,7 @@ def gaussian_rows(key: tuple[Any, Any], image: torch.Tensor, phase: torch.Tensor
 
     Box-Muller runs on the four word planes before they are interleaved: the same arithmetic
     on the same values as the documented transform of :func:`uint32_stream`'s words, in the layout
-    a compiler fuses into one pass (:mod:`dmae_fast.fast_noise` compiles this function).
+    a compiler fuses into one pass (:mod:`dmae_fast.noise.compiled` compiles this function).
     """
     planes = box_muller(philox4x32(_counters(image, phase, sample, numel), key))
     return torch.stack(torch.broadcast_tensors(*planes), dim=-1).flatten(1)[:, :numel]
@@ -121,7 +121,7 @@ def gaussian_noise(seed: int, image: torch.Tensor, phase: torch.Tensor | int, sa
 
     ``image``, ``sample`` (and ``phase``, unless an int) are 1-D integer tensors of length B
     on the device where the noise is wanted. This is the reference written as torch ops;
-    :class:`dmae_fast.fast_noise.NoiseSource` runs the same function compiled.
+    :class:`dmae_fast.noise.compiled.NoiseSource` runs the same function compiled.
     """
     check_seed(seed)
     return gaussian_rows(key_words(seed), image, phase, sample, math.prod(shape)).reshape(-1, *shape)

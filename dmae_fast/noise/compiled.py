@@ -1,14 +1,14 @@
 """The noise contract at memory speed: the reference function compiled into one kernel.
 
-``torch.compile`` (Inductor) turns :func:`dmae_fast.noise.gaussian_rows`, together with the gather of
+``torch.compile`` (Inductor) turns :func:`dmae_fast.noise.contract.gaussian_rows`, together with the gather of
 the clean images and ``x + sigma * eta``, into one kernel (vectorized C++ on a CPU, Triton on a GPU)
 instead of dozens of elementwise passes over int64 tensors. The Philox words are the same bit for
 bit; the Gaussians agree with the reference to float32 rounding (the compiled log/sin/cos may round
 differently in the last bit). With ``serial=True`` (the CPU fast path) the kernel runs on one thread
 and releases the GIL, so that several worker threads make their own rows' noise at once.
-:func:`noisy_patches` writes the same values in a :class:`~dmae_fast.patch_layout.PatchLayout`, normalized.
+:func:`noisy_patches` writes the same values in a :class:`~dmae_fast.noise.patch_layout.PatchLayout`, normalized.
 
-With a ``grid`` (``--sound``) the noise is :mod:`dmae_fast.sound_noise`'s exact rounded Gaussian and the
+With a ``grid`` (``--sound``) the noise is :mod:`dmae_fast.noise.sound`'s exact rounded Gaussian and the
 inputs are the grid points ``(X + Z) / L`` (:func:`sound_images`, :func:`sound_patches`); on a GPU the
 Triton kernel :mod:`dmae_fast.kernels.sound_noise` draws them, on a CPU the C kernel
 :mod:`dmae_fast.kernels.sound_noise_cpu` (faster than the default's compiled noise, where the compiled sound ops
@@ -27,7 +27,6 @@ from __future__ import annotations
 import functools
 import logging
 import math
-import sys
 import threading
 from collections.abc import Callable
 from contextlib import contextmanager, nullcontext
@@ -35,9 +34,10 @@ from typing import Any
 
 import torch
 
-from dmae_fast.noise import box_muller, check_seed, gaussian_noise, gaussian_rows, key_words, philox4x32
-from dmae_fast.patch_layout import PatchLayout
-from dmae_fast.sound_noise import guide_lookup, guide_table, interleave, signed_uniform, sound_rows
+from dmae_fast.base.messages import one_line, print_notice
+from dmae_fast.noise.contract import box_muller, check_seed, gaussian_noise, gaussian_rows, key_words, philox4x32
+from dmae_fast.noise.patch_layout import PatchLayout
+from dmae_fast.noise.sound import guide_lookup, guide_table, interleave, signed_uniform, sound_rows
 from dmae_fast.stats.rounded_gaussian import SoundTable, sound_table
 
 COMPILED, REFERENCE, TRITON_KERNEL, C_KERNEL = "compiled", "torch ops", "Triton kernel", "C kernel"
@@ -63,7 +63,7 @@ def noisy_patches(clean: torch.Tensor, slot: torch.Tensor, sigma: torch.Tensor, 
                   image: torch.Tensor, phase: torch.Tensor, sample: torch.Tensor, counters: torch.Tensor,
                   mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
     """``(clean[slot] + sigma * eta - mean) / std`` [B, L, C*p*p]: the normalized noisy inputs of
-    B rows in a :class:`~dmae_fast.patch_layout.PatchLayout`, whose ``counters`` (and per-value
+    B rows in a :class:`~dmae_fast.noise.patch_layout.PatchLayout`, whose ``counters`` (and per-value
     ``mean``, ``std``) are passed; ``clean`` [S, L, C*p*p] holds the arranged clean images."""
     column = lambda v: v.view(-1, 1, 1)  # noqa: E731
     words = philox4x32((counters, column(sample), column(image), column(phase)), (key[0], key[1]))
@@ -74,7 +74,7 @@ def noisy_patches(clean: torch.Tensor, slot: torch.Tensor, sigma: torch.Tensor, 
 def sound_images(clean: torch.Tensor, slot: torch.Tensor, table: tuple[torch.Tensor, torch.Tensor],
                  key: torch.Tensor, image: torch.Tensor, phase: torch.Tensor, sample: torch.Tensor, *, grid: int,
                  fused: bool = True) -> torch.Tensor:
-    """``(X + Z) / L`` [B, *shape]: :func:`~dmae_fast.sound_noise.sound_rows` for ``table``, the thresholds
+    """``(X + Z) / L`` [B, *shape]: :func:`~dmae_fast.noise.sound.sound_rows` for ``table``, the thresholds
     (2K of them, which give K) and their guide, as :class:`NoiseSource` compiles it (``fused``: the guide's
     lookup, for a compiler)."""
     thresholds, guide = table
@@ -90,7 +90,7 @@ def sound_patches(clean: torch.Tensor, slot: torch.Tensor, table: tuple[torch.Te
     ``counters`` (flat pixel index // 4 of each group of four) are passed; ``clean`` [S, L, C*p*p] holds the
     arranged clean images; ``table`` as :func:`sound_images` takes it. Pixels 4c, 4c+1 take Philox counter 2c
     and pixels 4c+2, 4c+3 counter 2c+1 (the contract's e // 2), so the integers are
-    :func:`~dmae_fast.sound_noise.rounded_gaussian_rows`'."""
+    :func:`~dmae_fast.noise.sound.rounded_gaussian_rows`'."""
     column = lambda v: v.view(-1, 1, 1)  # noqa: E731
     rest = (column(sample), column(image), column(phase))
     words = philox4x32((2 * counters, *rest), (key[0], key[1])) + \
@@ -143,8 +143,6 @@ def _sound_kernel(device: torch.device, layout: tuple[torch.Tensor, ...], serial
     return None
 
 
-def _print_notice(message: str) -> None:
-    print(f"dmae-fast: {message}", file=sys.stderr)
 
 
 @contextmanager
@@ -167,7 +165,7 @@ class NoiseSource:
     the first call (which compiles and checks it). Dynamo guards on the calling thread's torch thread
     count and grad mode, so the first call must be made in the state of the later ones (as
     :class:`ChunkedCpuBatches` does), or each thread recompiles an unchecked kernel, concurrently.
-    ``layout``: make a :class:`~dmae_fast.patch_layout.PatchLayout`'s normalized patch rows from clean
+    ``layout``: make a :class:`~dmae_fast.noise.patch_layout.PatchLayout`'s normalized patch rows from clean
     images stored arranged. ``notice``: where the one-line fallback notice goes (default: stderr).
     ``grid``: ``--sound``'s inputs on the 1/``grid`` grid (None: the Gaussian noise contract).
     """
@@ -176,7 +174,7 @@ class NoiseSource:
                  layout: PatchLayout | None = None, notice: Callable[[str], None] | None = None,
                  grid: int | None = None) -> None:
         self.device, self.layout, self.grid = device, layout, grid
-        self._notice = notice or _print_notice
+        self._notice = notice or print_notice
         self.implementation = COMPILED if compiled else REFERENCE
         options = SERIAL_OPTIONS if serial else None
         if grid is None:
@@ -212,7 +210,7 @@ class NoiseSource:
             except Exception as error:  # noqa: BLE001 (a missing compiler fails in many ways)
                 if self._checked:
                     raise
-                reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+                reason = one_line(error, first=True)
                 self._fall_back(f"compiling it failed ({type(error).__name__}: {reason})")
             else:
                 if self._checked or self._agrees(noisy, clean, sigma, seed, rows):
@@ -249,10 +247,8 @@ class NoiseSource:
             torch._dynamo.mark_dynamic(column, 0)
         if len(clean) == 1:  # a lone slot twice, likewise
             clean = torch.cat((clean, clean))
-        # The slots are shared by the threads calling at once, and a body's slots are new after each allocate
-        # (its trial batch, then the run): mark_dynamic sets two attributes one after the other, so two first
-        # marks at once leave a tensor that fails every later mark (seen in CI: "'Tensor' object has no
-        # attribute '_dynamo_dynamic_range'").
+        # The slots are shared by the threads calling at once and new after each allocate: mark_dynamic sets
+        # two attributes one after the other, so two first marks at once would leave a half-marked tensor.
         with self._marking:
             torch._dynamo.mark_dynamic(clean, 0)
         slot, image, phase, sample = rows
@@ -286,7 +282,7 @@ class NoiseSource:
 
     def _parameter(self, sigma: float) -> Any:
         """What the noise function takes for ``sigma``: sigma as a 0-d tensor, or with a grid the sound
-        table's thresholds and their guide (int64, :func:`~dmae_fast.sound_noise.guide_table`) on the device."""
+        table's thresholds and their guide (int64, :func:`~dmae_fast.noise.sound.guide_table`) on the device."""
         if self._by_sigma is None or self._by_sigma[0] != sigma:
             if self.grid is None:
                 value: Any = torch.tensor(sigma, dtype=torch.float32, device=self.device)

@@ -1,0 +1,23 @@
+"""What the package says besides its errors: a notice on stderr, and an error (or any text) on one line."""
+
+from __future__ import annotations
+
+import sys
+
+LIMIT = 200  # the most characters of a line made of an error
+
+
+def one_line(said: object, typed: bool = False, first: bool = False, limit: int = LIMIT) -> str:
+    """``said`` (an error or any text) on one line of at most ``limit`` characters: an error's message (its
+    type's name when it has none), with ``typed`` as ``Type: message``, with ``first`` only its first line (a
+    library's error whose further lines are hints)."""
+    text = str(said).strip()
+    text = text.splitlines()[0] if first and text else text
+    text = f"{type(said).__name__}: {text}" if typed and isinstance(said, BaseException) else text
+    text = " ".join(text.split()) or type(said).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def print_notice(message: str) -> None:
+    """Say ``message`` on stderr in one line, as the package's notices are (``dmae-fast: ...``)."""
+    print(f"dmae-fast: {message}", file=sys.stderr)
