@@ -46,7 +46,7 @@ from dmae_fast.base.errors import UserError
 from dmae_fast.base.memory import keep_freed_memory
 from dmae_fast.batching.bodies import BodyOptions, batch_body
 from dmae_fast.batching.body_options import BYTE_GRID, DEMO_GRID, Sound
-from dmae_fast.batching.fast_stream import FastBatches, FastPath
+from dmae_fast.batching.fast_body import FastBatches, FastPath
 from dmae_fast.batching.stream import SamplingPlan, StreamingCertifier
 from dmae_fast.bench.commands import N0, PROGRAMS, N, time_commands
 from dmae_fast.bench.flops import vit_forward_flops

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from dmae_fast.batching.fast_stream import FastBatches, FastPath
+from dmae_fast.batching.fast_body import FastBatches, FastPath
 from dmae_fast.batching.stream import SamplingPlan, StreamingCertifier
 from dmae_fast.bench.config import PAPER_IMAGES
 from dmae_fast.bench.reference_loops import ReferenceLoop

@@ -14,7 +14,7 @@ import torch
 
 from dmae_fast import __version__
 from dmae_fast.base.errors import UserError, raise_if_interrupted
-from dmae_fast.batching.fast_stream import FastPath
+from dmae_fast.batching.fast_body import FastPath
 from dmae_fast.bench import engines as bench_engines
 from dmae_fast.bench import report
 from dmae_fast.bench.config import PROG, BenchConfig, variant_key

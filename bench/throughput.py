@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from dmae_fast.batching.fast_stream import FastBatches, FastPath
+from dmae_fast.batching.fast_body import FastBatches, FastPath
 from dmae_fast.batching.stream import ImageBatches
 from dmae_fast.bench.config import MODEL_SPECS
 from dmae_fast.bench.flops import vit_forward_flops

@@ -27,7 +27,7 @@ from helpers import rows_without
 
 from dmae_fast.base.errors import Interrupted, UserError  # noqa: E402
 from dmae_fast.batching.bodies import BodyOptions, batch_body  # noqa: E402
-from dmae_fast.batching.fast_stream import FastBatches  # noqa: E402
+from dmae_fast.batching.fast_body import FastBatches  # noqa: E402
 from dmae_fast.batching.stream import (  # noqa: E402
     ImageBatches,
     SamplingPlan,

@@ -13,7 +13,8 @@ import pytest  # noqa: E402
 from helpers import rows_without
 
 from dmae_fast.base.errors import UserError  # noqa: E402
-from dmae_fast.batching.fast_stream import STAGES, FastBatches, FastPath, StageTimer  # noqa: E402
+from dmae_fast.batching.fast_body import FastBatches, FastPath  # noqa: E402
+from dmae_fast.batching.stage_timer import STAGES, StageTimer  # noqa: E402
 from dmae_fast.batching.stream import SamplingPlan, StreamingCertifier  # noqa: E402
 from dmae_fast.cli.certify import main  # noqa: E402
 from dmae_fast.engines import Engine, EngineOptions, TorchEngine, open_engine  # noqa: E402

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from dmae_fast.base.errors import UserError
-from dmae_fast.batching.fast_stream import FastBatches, FastPath
+from dmae_fast.batching.fast_body import FastBatches, FastPath
 from dmae_fast.batching.stream import SamplingPlan, StreamingCertifier
 from dmae_fast.cli.certify import main
 from dmae_fast.engines import EngineOptions, TorchEngine, open_engine

@@ -1,4 +1,4 @@
-"""The server's continuous-batching scheduler, without HTTP: per-image plans share batches and give
+"""The server's continuous-batching thread, without HTTP: per-image plans share batches and give
 the offline streaming certifier's counts; the clock, cancellation, the queue bound and the index range."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import torch
 from dmae_fast.batching.bodies import BodyOptions, batch_body
 from dmae_fast.batching.scheduler import Job
 from dmae_fast.batching.stream import SamplingPlan, StreamingCertifier
-from dmae_fast.serve.scheduler import IndicesExhausted, QueueFull, Scheduler
+from dmae_fast.serve.device_thread import DeviceThread, IndicesExhausted, QueueFull
 from dmae_fast.stats.procedure import sequential_certifier
 
 SIGMA, SEED = 0.5, 99
@@ -32,12 +32,12 @@ def images():
     return [torch.rand(SHAPE, generator=generator) for _ in range(9)]
 
 
-def _scheduler(engine, batch=64, max_wait_s=0.0, max_queue=64, first_index=500, slots=None, on_batch=None):
+def _device_thread(engine, batch=64, max_wait_s=0.0, max_queue=64, first_index=500, slots=None, on_batch=None):
     body = batch_body(engine, SIGMA, SEED, batch, BodyOptions(noise="reference"))
-    scheduler = Scheduler(body, engine.device, SHAPE, batch, max_wait_s, slots or batch + 2, max_queue, first_index,
+    thread = DeviceThread(body, engine.device, SHAPE, batch, max_wait_s, slots or batch + 2, max_queue, first_index,
                           on_batch)
-    scheduler.start()
-    return scheduler
+    thread.start()
+    return thread
 
 
 class Collector:
@@ -66,14 +66,14 @@ def test_mixed_plans_share_batches_and_match_the_offline_streamer(engine, images
     plans = [(SamplingPlan.predict(150), None), (SamplingPlan.certify(30, 120), None),
              (SamplingPlan.sequential(30, sequential.looks), sequential.decide)]
     rows = []
-    scheduler = _scheduler(engine, batch=64, on_batch=lambda r, s: rows.append(r))
+    thread = _device_thread(engine, batch=64, on_batch=lambda r, s: rows.append(r))
     collector = Collector(len(images))
     jobs = [Job(image, *plans[i % 3]) for i, image in enumerate(images)]
     answers = [collector.done_for(i) for i in range(len(images))]
-    scheduler.submit(jobs[:4], answers[:4])
-    scheduler.submit(jobs[4:], answers[4:])
+    thread.submit(jobs[:4], answers[:4])
+    thread.submit(jobs[4:], answers[4:])
     assert collector.event.wait(900)
-    scheduler.close(10)
+    thread.close(10)
     assert [job.index for job in jobs] == list(range(500, 509))  # consecutive, in admission order
     for k, (plan, decide) in enumerate(plans):
         mine = [i for i in range(len(images)) if i % 3 == k]
@@ -88,41 +88,41 @@ def test_mixed_plans_share_batches_and_match_the_offline_streamer(engine, images
 
 
 def test_a_partial_batch_waits_for_max_wait_then_runs(engine, images):
-    scheduler = _scheduler(engine, batch=1000, max_wait_s=0.3)
+    thread = _device_thread(engine, batch=1000, max_wait_s=0.3)
     collector = Collector(1)
     start = time.monotonic()
-    scheduler.submit([Job(images[0], SamplingPlan.predict(50))], [collector.done_for(0)])
+    thread.submit([Job(images[0], SamplingPlan.predict(50))], [collector.done_for(0)])
     assert collector.event.wait(600)
     assert time.monotonic() - start >= 0.28  # nothing else came: the 50 rows ran after the wait
-    scheduler.close(10)
+    thread.close(10)
 
 
 def test_cancelled_images_free_their_slot_and_are_not_answered(engine, images):
-    scheduler = _scheduler(engine, batch=32, slots=2)
+    thread = _device_thread(engine, batch=32, slots=2)
     collector = Collector(2)
     long = Job(images[0], SamplingPlan.predict(2_000_000))
-    scheduler.submit([long], [collector.done_for(0)])
+    thread.submit([long], [collector.done_for(0)])
     time.sleep(0.2)
-    scheduler.cancel([long])
+    thread.cancel([long])
     quick = [Job(images[i], SamplingPlan.predict(40)) for i in (1, 2)]
-    scheduler.submit(quick, [collector.done_for(i) for i in (1, 2)])
+    thread.submit(quick, [collector.done_for(i) for i in (1, 2)])
     assert collector.event.wait(600)
     assert set(collector.results) == {1, 2}
-    assert scheduler.stats().admitted == 0 and scheduler.stats().on_device == 0
-    scheduler.close(10)
+    assert thread.stats().admitted == 0 and thread.stats().on_device == 0
+    thread.close(10)
 
 
 def test_queue_bound_and_index_range(engine, images):
-    scheduler = _scheduler(engine, max_queue=3, first_index=2**32 - 4)
+    thread = _device_thread(engine, max_queue=3, first_index=2**32 - 4)
     plan = SamplingPlan.predict(10)
     collector = Collector(3)
     with pytest.raises(QueueFull):
-        scheduler.submit([Job(images[i], plan) for i in range(4)], [collector.done_for(i) for i in range(4)])
-    scheduler.submit([Job(images[i], plan) for i in range(3)], [collector.done_for(i) for i in range(3)])
+        thread.submit([Job(images[i], plan) for i in range(4)], [collector.done_for(i) for i in range(4)])
+    thread.submit([Job(images[i], plan) for i in range(3)], [collector.done_for(i) for i in range(3)])
     assert collector.event.wait(600)
     with pytest.raises(IndicesExhausted):  # 2**32 - 1 is left: two images do not fit
-        scheduler.submit([Job(images[i], plan) for i in range(2)], [lambda r: None] * 2)
-    scheduler.close(10)
+        thread.submit([Job(images[i], plan) for i in range(2)], [lambda r: None] * 2)
+    thread.close(10)
 
 
 def test_default_indices_are_drawn_at_random_on_admission(engine, images):
@@ -132,14 +132,14 @@ def test_default_indices_are_drawn_at_random_on_admission(engine, images):
     plan = SamplingPlan.predict(40)
     given = []
     for _ in range(2):
-        scheduler = _scheduler(engine, first_index=None)
+        thread = _device_thread(engine, first_index=None)
         collector = Collector(len(images))
         jobs = [Job(image, plan) for image in images]
         for i, job in enumerate(jobs):
-            scheduler.submit([job], [collector.done_for(i)])
+            thread.submit([job], [collector.done_for(i)])
         assert collector.event.wait(600)
-        assert scheduler.stats().next_index is None
-        scheduler.close(10)
+        assert thread.stats().next_index is None
+        thread.close(10)
         indices = [job.index for job in jobs]
         assert all(0 <= i < 2**32 for i in indices)
         # neighbours within 1 of each other by chance: 8 pairs x 3 / 2**32, about 6e-9
@@ -162,13 +162,13 @@ def test_non_finite_logits_fail_that_image_only(engine, images):
 
     bad = NaNForBrightImages(engine)
     body = batch_body(bad, SIGMA, SEED, 32, BodyOptions(noise="reference"))
-    scheduler = Scheduler(body, engine.device, SHAPE, 32, 0.0, 8, 8, 0)
-    scheduler.start()
+    thread = DeviceThread(body, engine.device, SHAPE, 32, 0.0, 8, 8, 0)
+    thread.start()
     collector = Collector(2)
-    scheduler.submit([Job(torch.ones(SHAPE), SamplingPlan.predict(20))], [collector.done_for(0)])
-    scheduler.submit([Job(images[0], SamplingPlan.predict(20))], [collector.done_for(1)])
+    thread.submit([Job(torch.ones(SHAPE), SamplingPlan.predict(20))], [collector.done_for(0)])
+    thread.submit([Job(images[0], SamplingPlan.predict(20))], [collector.done_for(1)])
     assert collector.event.wait(600)
-    scheduler.close(10)
+    thread.close(10)
     assert isinstance(collector.results[0], Exception)
     assert not isinstance(collector.results[1], Exception) and int(np.sum(collector.results[1])) == 20
 
@@ -184,15 +184,15 @@ def test_a_failed_batch_fails_its_images_and_the_server_keeps_serving(engine, im
             raise RuntimeError("device lost")
 
     body.run = failing
-    scheduler = Scheduler(body, engine.device, SHAPE, 32, 0.0, 8, 8, 0)
-    scheduler.start()
+    thread = DeviceThread(body, engine.device, SHAPE, 32, 0.0, 8, 8, 0)
+    thread.start()
     first, then = Collector(1), Collector(2)
-    scheduler.submit([Job(images[0], SamplingPlan.predict(50))], [first.done_for(0)])
+    thread.submit([Job(images[0], SamplingPlan.predict(50))], [first.done_for(0)])
     assert first.event.wait(600)
-    scheduler.submit([Job(images[i], SamplingPlan.predict(50)) for i in (1, 2)], [then.done_for(i) for i in (1, 2)])
+    thread.submit([Job(images[i], SamplingPlan.predict(50)) for i in (1, 2)], [then.done_for(i) for i in (1, 2)])
     assert then.event.wait(600)
-    assert scheduler.alive and scheduler.stats().admitted == 0
-    scheduler.close(10)
+    assert thread.alive and thread.stats().admitted == 0
+    thread.close(10)
     failure = first.results[0]
     assert type(failure) is RuntimeError and str(failure) == "the classifier failed: RuntimeError: device lost"
     offline = _offline(engine, SamplingPlan.predict(50), [(1, images[1], 0), (2, images[2], 0)])

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from dmae_fast.base.errors import UserError
-from dmae_fast.batching.core import Smooth
+from dmae_fast.batching.smooth import Smooth
 from dmae_fast.batching.stream import ImageBatches, SamplingPlan, StreamingCertifier
 from dmae_fast.engines import TorchEngine
 from dmae_fast.model import SmoothingClassifier

@@ -21,7 +21,8 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from dmae_fast.batching.fast_stream import STAGES, FastBatches, FastPath, StageTimer
+from dmae_fast.batching.fast_body import FastBatches, FastPath
+from dmae_fast.batching.stage_timer import STAGES, StageTimer
 from dmae_fast.bench.throughput import build_model
 from dmae_fast.engines import TorchEngine
 

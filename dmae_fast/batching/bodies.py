@@ -3,7 +3,7 @@ to a body, and says why (:class:`ResolvedBody`).
 
 * plain (default): :class:`~dmae_fast.batching.stream.ImageBatches`, any engine;
 * ``--fast`` on a CPU: :class:`~dmae_fast.batching.cpu_batches.ChunkedCpuBatches`;
-* ``--fast`` on CUDA, or any ``--fast-parts`` or ``--profile``: :class:`~dmae_fast.batching.fast_stream.FastBatches`.
+* ``--fast`` on CUDA, or any ``--fast-parts`` or ``--profile``: :class:`~dmae_fast.batching.fast_body.FastBatches`.
 
 A fast body is used only after it has agreed with the plain body on a trial batch, else the next
 simpler one runs (:mod:`dmae_fast.batching.fallback`). Every body gives the same counts up to the
@@ -22,8 +22,9 @@ from dmae_fast.base.messages import print_notice
 from dmae_fast.batching.body_options import BodyOptions
 from dmae_fast.batching.cpu_batches import ChunkedCpuBatches, chunk_rows, chunk_sizes, cpu_workers
 from dmae_fast.batching.fallback import BodyChain, Candidate
-from dmae_fast.batching.fast_stream import FastBatches, FastPath, StageTimer
+from dmae_fast.batching.fast_body import FastBatches, FastPath
 from dmae_fast.batching.scheduler import BatchBody
+from dmae_fast.batching.stage_timer import StageTimer
 from dmae_fast.batching.stream import ImageBatches
 from dmae_fast.engines.base import Engine
 from dmae_fast.engines.cpu_runtimes import cpu_classifier

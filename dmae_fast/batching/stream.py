@@ -3,7 +3,7 @@
 :class:`StreamingCertifier` is a loop over an :class:`~dmae_fast.batching.engine_loop.EngineLoop`'s
 steps that yields each image's class counts as soon as they are on the host; :class:`ImageBatches` is
 the plain batch body. The noise does not depend on how rows are packed, so the counts are the same for
-any batch size (and equal :class:`~dmae_fast.batching.core.Smooth`'s), and a body that fails mid-run
+any batch size (and equal :class:`~dmae_fast.batching.smooth.Smooth`'s), and a body that fails mid-run
 can be replaced by its chain's next body: the images not yet yielded start again on it.
 """
 
@@ -19,9 +19,9 @@ import torch
 
 from dmae_fast.base.errors import UserError, raise_if_interrupted
 from dmae_fast.batching.body_options import Sound
-from dmae_fast.batching.core import zero_counts
 from dmae_fast.batching.engine_loop import BatchFailed, EngineLoop
 from dmae_fast.batching.scheduler import BatchBody, Job, RowSplit
+from dmae_fast.batching.smooth import zero_counts
 from dmae_fast.data import check_finite
 from dmae_fast.data.grid import check_on_grid, quantize
 from dmae_fast.engines.base import Engine
@@ -142,14 +142,14 @@ class StreamingCertifier:
             return job
 
         try:
-            engine = self._engine(next_job)
-            while engine.busy:
-                finished = engine.step()
+            loop = self._new_loop(next_job)
+            while loop.busy:
+                finished = loop.step()
                 raise_if_interrupted()
                 failed = next((result for _, result in finished if isinstance(result, BatchFailed)), None)
                 if failed is not None:  # the next body, or raised; every image not yet yielded starts again
                     self._replace_body(failed.error)
-                    engine = self._engine(next_job)
+                    loop = self._new_loop(next_job)
                     restarted.extendleft(reversed([(job.index, job.image, job.label) for job in unfinished]))
                     unfinished.clear()
                     continue
@@ -161,7 +161,7 @@ class StreamingCertifier:
         finally:
             self.body.finish()
 
-    def _engine(self, next_job: Callable[[], Job | None]) -> EngineLoop:
+    def _new_loop(self, next_job: Callable[[], Job | None]) -> EngineLoop:
         return EngineLoop(self.body, self.device, self.schedule_batch, self.num_slots, source=next_job,
                           on_batch=self._counted, split=self.split)
 

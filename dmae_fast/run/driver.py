@@ -26,7 +26,7 @@ from dmae_fast.base.errors import AlreadyReported, Interrupted, UserError
 from dmae_fast.base.integrity import file_sha256
 from dmae_fast.base.locking import OutputLock
 from dmae_fast.base.messages import one_line
-from dmae_fast.batching.fast_stream import StageTimer
+from dmae_fast.batching.stage_timer import StageTimer
 from dmae_fast.results.format import Mode
 from dmae_fast.results.parts import has_parts, start_parts
 from dmae_fast.results.writer import Row
@@ -70,7 +70,7 @@ class Run:
         self.ranks = join(self.config.classifier.device)
         with self.ranks.running(), contextlib.ExitStack() as self.held:
             opened = self.ranks.agree(self._open)
-            mode, indices, seed, model_sha256 = self.ranks.decide(lambda: self._take_output(opened))
+            mode, indices, seed, model_sha256 = self.ranks.from_primary(lambda: self._take_output(opened))
             opened = opened.seeded(seed)
             self.config = opened.config  # sigma, precision and seed resolved
             return self._certify(opened, mode, indices, model_sha256)

@@ -13,9 +13,9 @@ from torch.utils.data import DataLoader, Dataset
 
 from dmae_fast.base.errors import UserError
 from dmae_fast.batching.bodies import ResolvedBody
-from dmae_fast.batching.fast_stream import StageTimer
 from dmae_fast.batching.scheduler import BatchBody, RowSplit
 from dmae_fast.batching.smoother import Smoother, open_smoother
+from dmae_fast.batching.stage_timer import StageTimer
 from dmae_fast.batching.stream import StreamingCertifier
 from dmae_fast.data import TensorImageDataset, open_dataset, subset_indices
 from dmae_fast.engines import Engine

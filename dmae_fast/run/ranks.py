@@ -74,7 +74,7 @@ class World:
     def agree(self, step: Callable[[], T]) -> T:
         return step()
 
-    def decide(self, step: Callable[[], T]) -> T:
+    def from_primary(self, step: Callable[[], T]) -> T:
         return step()
 
     def claims(self, total: int) -> Iterator[int]:
@@ -168,7 +168,7 @@ class Ranks(World):
             self._raise(first)
         return result
 
-    def decide(self, step: Callable[[], T]) -> T:
+    def from_primary(self, step: Callable[[], T]) -> T:
         """Run ``step`` on rank 0 and hand its result (or its error) to every rank."""
         message = [_attempt(step) if self.primary else None]
         with self.reaching_peers():

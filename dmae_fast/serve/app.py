@@ -23,8 +23,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from dmae_fast.base.errors import UserError
+from dmae_fast.serve.device_thread import Closed, IndicesExhausted, QueueFull
 from dmae_fast.serve.payloads import PayloadError, parse_request
-from dmae_fast.serve.scheduler import Closed, IndicesExhausted, QueueFull
 from dmae_fast.serve.service import RequestTimeout, Service
 from dmae_fast.stats.procedure import CERTIFY, PREDICT
 
@@ -152,8 +152,8 @@ def build_app(service: Service) -> Starlette:
         return JSONResponse(service.model_info)
 
     async def healthz(request: Request) -> Response:
-        stats = service.scheduler.stats()
-        status = "draining" if service.draining else "ok" if service.scheduler.alive else "scheduler stopped"
+        stats = service.device_thread.stats()
+        status = "draining" if service.draining else "ok" if service.device_thread.alive else "scheduler stopped"
         return JSONResponse({"status": status, "queue_images": stats.admitted, "device_images": stats.on_device,
                              "next_index": stats.next_index}, status_code=200 if status == "ok" else 503)
 

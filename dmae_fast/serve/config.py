@@ -70,7 +70,7 @@ class ServeConfig:
     slots: int | None = None  # images on the device at once (default: from the batch and the image size)
     token_file: str | None = None  # bearer token for /v1/* and /metrics
     seed: int | None = None  # None: a random 64-bit seed, drawn at start (every answer names it)
-    first_index: int | None = None  # None: random indices; else consecutive from here (Scheduler.submit)
+    first_index: int | None = None  # None: random indices; else consecutive from here (DeviceThread.submit)
     sigma: float | None = None  # None: the sigma the checkpoint records
     device: str = "auto"
     precision: str = "auto"

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from dmae_fast.serve.scheduler import SchedulerStats
+from dmae_fast.serve.device_thread import DeviceThreadStats
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 FILL_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.99, 1.0)
@@ -19,7 +19,7 @@ RATE_WINDOW_S = 10.0
 class Metrics:
     """Requests, queue depth, batch fill, samples/s and latency histograms."""
 
-    def __init__(self, stats: Callable[[], SchedulerStats], batch: int) -> None:
+    def __init__(self, stats: Callable[[], DeviceThreadStats], batch: int) -> None:
         self.batch = batch
         self.registry = registry = CollectorRegistry()
         self.requests = Counter("dmae_serve_requests", "HTTP requests answered, by endpoint and status",

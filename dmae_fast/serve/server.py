@@ -175,7 +175,7 @@ def serve(config: ServeConfig) -> ServeResult:
             server.run(sockets=[sock])
     finally:
         sock.close()
-        if service is not None and service.scheduler.alive:
+        if service is not None and service.device_thread.alive:
             service.stop()
     answered = int(sum(sample.value for metric in service.metrics.requests.collect() for sample in metric.samples
                        if sample.name.endswith("_total")))

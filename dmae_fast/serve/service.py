@@ -26,9 +26,9 @@ from dmae_fast.batching.scheduler import Job
 from dmae_fast.batching.smoother import open_smoother
 from dmae_fast.run.host import device_name
 from dmae_fast.serve.config import ServeConfig
+from dmae_fast.serve.device_thread import DeviceThread, default_slots
 from dmae_fast.serve.metrics import Metrics
 from dmae_fast.serve.payloads import ParsedRequest
-from dmae_fast.serve.scheduler import Scheduler, default_slots
 from dmae_fast.stats.decisions import ABSTAIN
 from dmae_fast.stats.procedure import Procedure
 from dmae_fast.stats.rounded_gaussian import guarantee, sound_table
@@ -90,19 +90,19 @@ class Service:
         self.resolved = smoother.body(self.seed, config.batch)  # the body built and why
         self.body = self.resolved.body
         slots = config.slots or default_slots(config.batch, math.prod(self.shape))
-        self.scheduler = Scheduler(self.body, self.engine.device, self.shape, config.batch, config.max_wait_ms / 1000,
-                                   slots, config.max_queue, config.first_index,
-                                   on_batch=lambda rows, seconds: self.metrics.on_batch(rows, seconds))
-        self.metrics = Metrics(self.scheduler.stats, config.batch)
+        self.device_thread = DeviceThread(
+            self.body, self.engine.device, self.shape, config.batch, config.max_wait_ms / 1000, slots,
+            config.max_queue, config.first_index, on_batch=lambda rows, seconds: self.metrics.on_batch(rows, seconds))
+        self.metrics = Metrics(self.device_thread.stats, config.batch)
         self.draining = False
 
     def start(self) -> None:
-        self.scheduler.start()
+        self.device_thread.start()
 
     def stop(self) -> None:
         """Refuse new work, finish what was admitted (within the request timeout), stop the device thread."""
         self.draining = True
-        self.scheduler.close(self.config.limits.timeout_s)
+        self.device_thread.close(self.config.limits.timeout_s)
 
     @property
     def model_info(self) -> dict:
@@ -134,17 +134,17 @@ class Service:
         loop = asyncio.get_running_loop()
         futures = [loop.create_future() for _ in request.images]
         jobs = [Job(image, procedure.plan, procedure.decide) for image in request.images]
-        self.scheduler.submit(jobs, [functools.partial(loop.call_soon_threadsafe, _settle, f) for f in futures])
+        self.device_thread.submit(jobs, [functools.partial(loop.call_soon_threadsafe, _settle, f) for f in futures])
         gathered = asyncio.gather(*futures)
         gathered.add_done_callback(_retrieved)  # cancelled in wait_for, it holds a CancelledError nobody reads
         try:
             counts = await asyncio.wait_for(gathered, self.config.limits.timeout_s)
         except asyncio.TimeoutError:
-            self.scheduler.cancel(jobs)
+            self.device_thread.cancel(jobs)
             raise RequestTimeout(f"not answered within the server's timeout of {self.config.limits.timeout_s:g} s; "
                                  "its samples were dropped") from None
         except BaseException:
-            self.scheduler.cancel(jobs)
+            self.device_thread.cancel(jobs)
             raise
         names, sound = self.engine.spec.class_names, self.config.body.sound
         stated = {} if sound is None else sound_guarantee(procedure, sound.grid, math.prod(self.shape))

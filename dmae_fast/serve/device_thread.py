@@ -38,15 +38,15 @@ class IndicesExhausted(Exception):
 
 
 @dataclass(frozen=True)
-class SchedulerStats:
+class DeviceThreadStats:
     """A snapshot for /metrics and /healthz."""
 
     admitted: int  # images admitted, not yet answered
     on_device: int  # images holding a slot
-    next_index: int | None  # None: indices are drawn at random (see Scheduler.submit)
+    next_index: int | None  # None: indices are drawn at random (see DeviceThread.submit)
 
 
-class Scheduler:
+class DeviceThread:
     """The device-owning thread (see the module doc). ``submit`` and ``cancel`` are thread-safe."""
 
     def __init__(self, body: BatchBody, device: torch.device, image_shape: tuple[int, ...], batch: int,
@@ -60,7 +60,7 @@ class Scheduler:
         self._cancels: list[Job] = []  # cancelled, not yet forgotten by the engine loop
         self._next_index = first_index
         self._closing = self._abort = False
-        self._engine: EngineLoop | None = None  # built by the loop thread, which allocates its buffers
+        self._loop: EngineLoop | None = None  # built by the loop thread, which allocates its buffers
         self._started = threading.Event()
         self._startup_error: BaseException | None = None
         self._thread = threading.Thread(target=self._main, name="dmae-serve-scheduler", daemon=True)
@@ -107,10 +107,10 @@ class Scheduler:
             self._cancels += jobs
             self._cond.notify()
 
-    def stats(self) -> SchedulerStats:
+    def stats(self) -> DeviceThreadStats:
         with self._cond:
-            on_device = self._engine.stats().on_device if self._engine is not None else 0
-            return SchedulerStats(len(self._answers), on_device, self._next_index)
+            on_device = self._loop.stats().on_device if self._loop is not None else 0
+            return DeviceThreadStats(len(self._answers), on_device, self._next_index)
 
     @property
     def alive(self) -> bool:
@@ -130,8 +130,8 @@ class Scheduler:
 
     def _main(self) -> None:
         try:
-            self._engine = EngineLoop(self.body, self.device, self.batch, self.num_slots, on_batch=self.on_batch)
-            self._engine.warm_up(self.image_shape)
+            self._loop = EngineLoop(self.body, self.device, self.batch, self.num_slots, on_batch=self.on_batch)
+            self._loop.warm_up(self.image_shape)
         except BaseException as error:  # reported by start() in the caller's thread
             self._startup_error = error
             self._started.set()
@@ -139,16 +139,16 @@ class Scheduler:
             return
         self._started.set()
         try:
-            while self._step(self._engine):
+            while self._step(self._loop):
                 pass
         except BaseException as error:  # a bug: answer everyone with it rather than leave them hanging
-            self._fail_everything(self._engine, error)
+            self._fail_everything(self._loop, error)
             raise
         finally:
             self.body.finish()
 
-    def _step(self, engine: EngineLoop) -> bool:
-        """Hand over the admitted and the cancelled, take one step of the engine loop (the clock held
+    def _step(self, loop: EngineLoop) -> bool:
+        """Hand over the admitted and the cancelled, take one step of the loop loop (the clock held
         by ``max_wait_s`` until closing), answer; then wait while there is nothing to run now (no rows,
         or a partial batch before its time). False when the loop should end."""
         with self._cond:
@@ -156,22 +156,22 @@ class Scheduler:
             cancels, self._cancels = self._cancels, []
             abort, closing = self._abort, self._closing
         if abort:
-            self._fail_everything(engine, Closed("the server stopped before this request was answered"))
+            self._fail_everything(loop, Closed("the server stopped before this request was answered"))
             return False
         for job, admitted in inbox:
-            engine.add(job, admitted)
+            loop.add(job, admitted)
         if cancels:
-            engine.cancel(cancels)
-        self._answer(engine.step(0.0 if closing else self.max_wait_s))
+            loop.cancel(cancels)
+        self._answer(loop.step(0.0 if closing else self.max_wait_s))
         with self._cond:
             if self._inbox or self._cancels or self._abort:
                 return True
-            if not engine.busy:
+            if not loop.busy:
                 if self._closing:
                     return False
                 self._cond.wait()
-            elif engine.held_until is not None:
-                self._cond.wait(engine.held_until - time.monotonic())
+            elif loop.held_until is not None:
+                self._cond.wait(loop.held_until - time.monotonic())
         return True
 
     def _answer(self, finished: list[Finished]) -> None:
@@ -187,10 +187,10 @@ class Scheduler:
                 with contextlib.suppress(Exception):  # a callback's failure must not stop the loop
                     done(result)
 
-    def _fail_everything(self, engine: EngineLoop, error: BaseException) -> None:
+    def _fail_everything(self, loop: EngineLoop, error: BaseException) -> None:
         with self._cond:
             inbox, self._inbox = self._inbox, []
-        self._answer([(job, error) for job, _ in inbox] + engine.fail_all(error))
+        self._answer([(job, error) for job, _ in inbox] + loop.fail_all(error))
 
 
 def default_slots(batch: int, image_numel: int, budget_bytes: int = 256 << 20) -> int:
