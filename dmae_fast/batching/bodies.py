@@ -136,10 +136,9 @@ def _cpu_candidates(engine: Engine, sigma: float, seed: int, batch: int, options
                     noise: Callable[..., NoiseSource]) -> list[Candidate]:
     """The CPU fast body on the runtime asked for (auto: the fastest installed), then, for an fp32
     checkpoint, on PyTorch."""
-    ignored = [part for part in options.parts if part.startswith("--fast-parts")]
-    if ignored:
-        print_notice(f"{ignored[0]} ignored: --fast on a CPU runs its own body (one worker per core, "
-                     "an exported graph per worker); drop --fast to use them")
+    if options.named_parts:
+        print_notice(f"--fast-parts {','.join(options.named_parts)} ignored: --fast on a CPU runs its own body "
+                     "(one worker per core, an exported graph per worker); drop --fast to use them")
     workers = options.workers or cpu_workers()
     chunk = options.chunk or chunk_rows(engine.spec)
 

@@ -65,9 +65,14 @@ class BodyOptions:
     sound: Sound | None = None  # --sound: the exact rounded Gaussian on the inputs' grid (None: Gaussian noise)
 
     @property
+    def named_parts(self) -> tuple[str, ...]:
+        """The fast path's parts named, in ``FAST_PARTS``' order (``("fused", "compile")``)."""
+        return tuple(part for part, on in zip(FAST_PARTS, (self.fused, self.compile, self.cuda_graphs)) if on)
+
+    @property
     def parts(self) -> tuple[str, ...]:
-        """The fast path's parts named, as the options that name them (``--fast-parts fused,compile``)."""
-        named = [part for part, on in zip(FAST_PARTS, (self.fused, self.compile, self.cuda_graphs)) if on]
+        """The options that name the fast path's parts, for messages (``--fast-parts fused,compile``, ``--profile``)."""
+        named = self.named_parts
         return ((f"--fast-parts {','.join(named)}",) if named else ()) + (("--profile",) if self.profile else ())
 
     @property
