@@ -1,61 +1,78 @@
 #!/usr/bin/env bash
-# One-call GPU session: versions, install, GPU tests, demo counts GPU vs CPU, dmae-bench --all.
+# One-call GPU session: install, check and measure on a fresh GPU machine, the most valuable first.
 #
 #   OUT=/path/for/results bash bench/gpu_session.sh          # from the repository root
+#   PACK=$OUT OUT=/tmp/gpu-session bash bench/gpu_session.sh  # in the device tool (PACK: its $OUT)
 #
-# Steps, in order, each under `timeout` (a failed or timed-out step is recorded and the next
-# one runs): versions; install (pip install --no-deps --no-build-isolation -e ., else a
-# PYTHONPATH shim); gpu-tests (pytest -m gpu on the files with GPU tests); tests (stream,
-# fast stream, engine and export tests on this machine); demo (dmae-certify fp32 on the
-# demo digits: CUDA counts must equal this machine's CPU counts); train (DMAE ViT-B
-# pre-training images/s in bf16, bench/train_throughput.py); bench (dmae-bench --all, its
-# --budget = what is left of SESSION_SECONDS). Everything lands under $OUT:
-#   steps.tsv (step, exit status, seconds), session.log, logs/<step>.log, tests/*.xml (junit),
-#   demo/*.tsv, train/<date>-<gpu>-pretrain.json/.md, bench/<date>-<gpu>.json/.md/.png,
-#   bench/engines/*.json (engine sidecars).
+# The default steps (one device call of at most 9 minutes: SESSION_SECONDS=540, the budgets below add up
+# to it; bench/results/2026-12-02-gpu-session-plan/README.md says where each budget comes from):
+#
+#   step        budget  what (-> its results under $OUT)
+#   versions      20 s  Python, torch, triton, ... versions, nvidia-smi (logs/versions.log)
+#   install       15 s  pip install --no-deps --no-build-isolation -e . (else a PYTHONPATH shim)
+#   body          95 s  the ViT-B/16 body (fused + compiled + CUDA graphs, batch 1024) in fp8, bf16, fp16 and the
+#                       two reference loops, as dmae-bench throughput measures them (body/throughput.json)
+#   certify       90 s  CERTIFY (n0 100, n 10,000, fp8) over 64 images of dmae-bench certify's population
+#                       (certify/certify.json)
+#   sequential    85 s  what --sequential runs over 1,000 images, drawn samples/s vs fixed-n on the same body
+#                       (sequential/sequential.json)
+#   sound         70 s  --sound against the default noise on the same ViT-B body (sound/sound-speed.json)
+#   vit-l         45 s  the ViT-L/16 body in fp8 (fp16 if time is left) (vit-l/throughput.json)
+#   serve         55 s  dmae-bench serve on CUDA: the server at saturation vs the offline streamer (serve/)
+#   train         20 s  DMAE ViT-B pre-training images/s in bf16 (train/)
+#   gpu-aoti      45 s  the .pt2 GPU tests and dmae-smooth on the GPU (AOTI_TESTS, DMAE_FAST_TRY_AOTI=1), last
+#                       and alone (the load crashed the process on torch 2.11); it also gets what the steps
+#                       before it left unused, up to 150 s (tests/gpu-aoti.xml)
+#
+# A step runs under `timeout` with min(its budget, what is left of SESSION_SECONDS less gpu-aoti's 45 s); one
+# left less than a third of its budget is skipped, so the time goes to the next. The measurement drivers
+# (bench/experiments/2026-12-02-gpu-session/measure.py) stop by a deadline 8 s before their limit and write
+# their results after every row. Further steps, not in the default list (STEPS= asks for them; a checks call:
+# STEPS="versions install gpu-tests tests demo"): gpu-tests (pytest -m gpu on the files with GPU tests, the
+# .pt2 tests left out), tests (the stream, engine and export tests on this machine), demo (dmae-certify fp32
+# on the demo digits: CUDA counts must equal this machine's CPU counts), bench (dmae-bench, BENCH_ARGS), fp8
+# (fp8's top-1 agreement with fp16 and the demo certified in both), profile (a ViT-B batch's kernels),
+# scaling (dmae-bench scaling, 1 and 2 processes on GPU 0, then --shard samples). Every dmae-certify whose rows
+# are compared passes --seed 0.
+#
+# Every step, also one that fails, times out or is skipped, writes results/<step>.json (status, seconds, its
+# headline or the failure's one line, its results files, the log's tail) and appends one line to summary.tsv:
+#   step <TAB> ok|failed|skipped <TAB> seconds <TAB> headline (the step's figure, or the failure's one line)
+# Also: steps.tsv (step, exit status, seconds), session.log, logs/<step>.log, tests/*.xml (junit).
 # Exit status: 0 if every step passed, else 1 (the failed steps are listed at the end).
-# PACK=<folder> (e.g. the device tool's $OUT, which brings back 8 files at most): on exit, even
-# after a failed step or a TERM/INT, everything under $OUT is packed into PACK/gpu-session.tar.gz,
-# and session.log and steps.tsv are copied beside it (3 files).
-#
-# Further GPU steps (in the default list on a GPU, not in smoke mode): gpu-aoti (the .pt2 GPU
-# tests, last and alone: see AOTI_TESTS), fp8 (top-1 agreement of fp8
-# with fp16, bench/experiments/fp8_agreement.py, and the demo certified in fp16 and fp8 with
-# --fast, 100 digits, n 10,000 -> fp8/), sound (--sound against the default noise on the same
-# body, bench/experiments/2026-11-27-sound/sound_speed.py with SOUND_ARGS -> sound/), profile
-# (per-stage time and top CUDA kernels of a ViT-B
-# batch, bench/experiments/gpu_profile.py with PROFILE_ARGS -> profile/), serve
-# (dmae-bench serve on CUDA, SERVE_ARGS -> serve/), scaling (dmae-bench scaling, 1 and 2
-# processes sharing GPU 0, then --shard samples with 2 processes: the NCCL all-reduce -> scaling/).
-# Environment: STEPS (default all: "versions install gpu-tests tests demo train bench fp8 sound
-# profile serve scaling gpu-aoti"; e.g. one device call for the checks and one for the bench), SESSION_SECONDS
-# (default 550: the whole script), PYTHON (default python3), WHEELS (a folder of wheels that
-# the machine lacks, installed with --no-deps into SCRATCH/site on PYTHONPATH, e.g. .whl),
-# BENCH_ARGS (default below), SCRATCH (default a temporary folder: exported engines, which
-# are too large to bring back), GPU_SESSION_SMOKE=1 (CPU smoke sizes, no install: the test
-# that keeps this script working, tests/test_bench.py; there every step limit and SESSION_SECONDS are
-# multiplied by LIMIT_SCALE, default 10: on a CPU the limits only guard against hangs, and a busy
-# machine must not fail the smoke run).
+# PACK=<folder> (e.g. the device tool's $OUT, which brings back 8 files at most): on exit, even after a failed
+# step or a TERM/INT, everything under $OUT is packed into PACK/gpu-session.tar.gz, and summary.tsv,
+# session.log and steps.tsv are copied beside it (4 files).
+# Environment: STEPS (default: the steps above), SESSION_SECONDS (default 540: the whole script), PYTHON
+# (default python3), WHEELS (a folder of wheels that the machine lacks, installed with --no-deps into
+# SCRATCH/site on PYTHONPATH, e.g. .whl), BODY_ARGS, CERTIFY_ARGS, SEQUENTIAL_ARGS, VITL_ARGS (measure.py's
+# arguments), SOUND_ARGS, SERVE_ARGS, TRAIN_ARGS, BENCH_ARGS, PROFILE_ARGS (defaults below), SCRATCH (default
+# a temporary folder: exported engines, too large to bring back), GPU_SESSION_SMOKE=1 (CPU smoke sizes, no
+# install, the default steps but sound and serve (SMOKE_STEPS; gpu-aoti's tests are collected and skipped
+# for want of CUDA): the test that keeps this script working, tests/test_bench.py; there every budget and
+# SESSION_SECONDS are multiplied by LIMIT_SCALE, default 10: on a CPU the limits only guard against hangs, and
+# a busy machine must not fail the smoke run).
 set -u
 
 : "${OUT:?set OUT to the folder for the results}"
 PY=${PYTHON:-python3}
 SMOKE=${GPU_SESSION_SMOKE:-0}
 if [ "$SMOKE" = 1 ]; then SCALE=${LIMIT_SCALE:-10}; else SCALE=${LIMIT_SCALE:-1}; fi
-TOTAL=$((${SESSION_SECONDS:-550} * SCALE))
+TOTAL=$((${SESSION_SECONDS:-540} * SCALE))
 SCRATCH=${SCRATCH:-$(mktemp -d)}
-mkdir -p "$OUT/logs" "$OUT/tests" "$OUT/demo" "$OUT/bench/engines" "$SCRATCH"
+TOOLS=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/experiments/2026-12-02-gpu-session  # measure.py, summary.py
+mkdir -p "$OUT/logs" "$OUT/tests" "$OUT/results" "$OUT/bench/engines" "$SCRATCH"
 FAILED=""
 SECONDS=0
 
 log() { echo "$*" | tee -a "$OUT/session.log"; }
 
-# pack: $OUT -> $PACK/gpu-session.tar.gz (+ session.log, steps.tsv), once, on any exit
+# pack: $OUT -> $PACK/gpu-session.tar.gz (+ summary.tsv, session.log, steps.tsv), once, on any exit
 pack() {
     [ -n "${PACK:-}" ] && [ -z "${PACKED:-}" ] || return 0
     PACKED=1
     mkdir -p "$PACK" && tar -czf "$PACK/gpu-session.tar.gz" -C "$OUT" . &&
-        cp "$OUT/session.log" "$OUT/steps.tsv" "$PACK/" 2>/dev/null
+        cp "$OUT/summary.tsv" "$OUT/session.log" "$OUT/steps.tsv" "$PACK/" 2>/dev/null
     echo "gpu_session: packed $OUT into $PACK/gpu-session.tar.gz ($(du -h "$PACK/gpu-session.tar.gz" | cut -f1))"
 }
 if [ -n "${PACK:-}" ]; then
@@ -64,25 +81,41 @@ if [ -n "${PACK:-}" ]; then
     esac
 fi
 trap pack EXIT
+
+# summarize NAME STATUS SECONDS LIMIT: results/NAME.json and one line of summary.tsv (summary.py reads files only)
+summarize() {
+    local line
+    line=$("$PY" "$TOOLS/summary.py" "$@" "$OUT" 2>> "$OUT/logs/summary-errors.log") ||
+        line=$(printf '%s\t%s\t%s\t%s' "$1" "$([ "$2" = 0 ] && echo ok || echo failed)" "$3" \
+            "exit $2: $(grep -v '^\s*$' "$OUT/logs/$1.log" 2>/dev/null | tail -n 1 | cut -c1-300) (summary.py failed)")
+    printf '%s\n' "$line" >> "$OUT/summary.tsv"
+    log "   summary: $line"
+}
 stopped() {  # TERM/INT: stop the step that was running and record it, then exit (and pack)
     [ -n "${CURRENT:-}" ] && [ -n "${STEP_PID:-}" ] && kill -TERM "$STEP_PID" 2>/dev/null  # timeout passes it on
     log "gpu_session: stopped by a signal during ${CURRENT:-no step}"
-    [ -n "${CURRENT:-}" ] && printf '%s\t%s\t%s\n' "$CURRENT" "signal" "$((SECONDS - STEP_START))" >> "$OUT/steps.tsv"
+    if [ -n "${CURRENT:-}" ]; then
+        printf '%s\t%s\t%s\n' "$CURRENT" "signal" "$((SECONDS - STEP_START))" >> "$OUT/steps.tsv"
+        summarize "$CURRENT" signal "$((SECONDS - STEP_START))" "${STEP_LIMIT:-0}"
+    fi
     exit 1
 }
 trap stopped TERM INT
 
-# run_step NAME LIMIT_SECONDS COMMAND...: output to logs/NAME.log, status to steps.tsv
+# run_step NAME LIMIT_SECONDS COMMAND...: output to logs/NAME.log, status to steps.tsv, a line to summary.tsv.
+# Skipped when LIMIT is under a third of the step's budget (or 6 s): the time goes to the next step.
 run_step() {
     local name=$1 limit=$2 start=$SECONDS rc
     shift 2
-    if [ "$limit" -le 5 ]; then
-        log "== $name: skipped (session time is spent)"
+    local least=$(( ${BUDGET[$name]:-0} * SCALE / 3 > 6 ? ${BUDGET[$name]:-0} * SCALE / 3 : 6 ))
+    if [ "$limit" -lt "$least" ]; then
+        log "== $name: skipped ($limit s of the session left, it needs $least s or more)"
         printf '%s\t%s\t%s\n' "$name" "skipped" 0 >> "$OUT/steps.tsv"
+        summarize "$name" skipped 0 "$limit"
         FAILED="$FAILED $name"
         return 0
     fi
-    CURRENT=$name STEP_START=$start STEP_PID=""
+    CURRENT=$name STEP_START=$start STEP_LIMIT=$limit STEP_PID=""
     log "== $name (limit ${limit}s): $*"
     if [ "$(type -t "$1")" = function ]; then set -- bash -c '"$@"' "$name" "$@"; fi  # timeout runs programs
     timeout --kill-after=10 "$limit" "$@" > "$OUT/logs/$name.log" 2>&1 &
@@ -93,26 +126,44 @@ run_step() {
     printf '%s\t%s\t%s\n' "$name" "$rc" "$((SECONDS - start))" >> "$OUT/steps.tsv"
     tail -n 4 "$OUT/logs/$name.log" | sed 's/^/   /' | tee -a "$OUT/session.log"
     log "   -> exit $rc after $((SECONDS - start)) s$([ $rc -eq 124 ] && echo ' (timed out)')"
+    summarize "$name" "$rc" "$((SECONDS - start))" "$limit"
     [ $rc -eq 0 ] || FAILED="$FAILED $name"
     return 0
 }
 
-# Seconds left for a step: its own cap, or what remains of the session minus RESERVE.
-# (Caps and reserves are scaled by SCALE, as TOTAL is.)
-left() { local cap=$(($1 * SCALE)) rest=$((TOTAL - SECONDS - ${2:-0} * SCALE)); echo $((rest < cap ? rest : cap)); }
+pytest_step() {  # NAME LIMIT pytest-arguments...
+    local name=$1 limit=$2
+    shift 2
+    run_step "$name" "$limit" "$PY" -m pytest -v -p no:cacheprovider --junitxml="$OUT/tests/$name.xml" "$@"
+}
 
-# STEPS: the steps to run (all by default); one device call cannot hold all of them at full size.
-ALL_STEPS="versions install gpu-tests tests demo train bench fp8 sound profile serve scaling gpu-aoti"
-SMOKE_STEPS="versions install gpu-tests tests demo train bench"  # the GPU-only measurements left out
-if [ "$SMOKE" = 1 ]; then STEPS=${STEPS:-$SMOKE_STEPS}; else STEPS=${STEPS:-$ALL_STEPS}; fi
+# The steps: DEFAULT_STEPS in one 9-minute call, the others on request; all run in ORDER.
+DEFAULT_STEPS="versions install body certify sequential sound vit-l serve train gpu-aoti"
+ORDER="versions install gpu-tests tests demo body certify sequential sound vit-l serve train bench fp8 profile scaling gpu-aoti"
+# Seconds per step (SCALE times on a CPU). Default steps: from the last GPU runs' durations with a margin,
+# adding up to SESSION_SECONDS' 540 (the plan's README); the others as before (they do not fit one call).
+declare -A BUDGET=([versions]=20 [install]=15 [body]=95 [certify]=90 [sequential]=85 [sound]=70 [vit-l]=45
+                   [serve]=55 [train]=20 [gpu-aoti]=45 [gpu-tests]=200 [tests]=150 [demo]=90 [bench]=150 [fp8]=120
+                   [profile]=60 [scaling]=150)
+AOTI_MOST=150  # gpu-aoti: its budget is kept for it, and it takes what the steps before it left, up to this
+# The smoke run (tests/test_bench.py) leaves out sound and serve, as before (their CPU sizes run when STEPS
+# names them: 13 and 30 s of a 109 s smoke run on 2 busy cores, bench/results/2026-12-02-gpu-session-plan)
+SMOKE_STEPS="versions install body certify sequential vit-l train gpu-aoti"
+if [ "$SMOKE" = 1 ]; then STEPS=${STEPS:-$SMOKE_STEPS}; else STEPS=${STEPS:-$DEFAULT_STEPS}; fi
 for step in $STEPS; do
-    case " $ALL_STEPS " in *" $step "*) ;; *) echo "gpu_session: unknown step '$step' in STEPS (steps: $ALL_STEPS)" >&2; exit 2 ;; esac
+    case " $ORDER " in *" $step "*) ;; *) echo "gpu_session: unknown step '$step' in STEPS (steps: $ORDER)" >&2; exit 2 ;; esac
 done
 wanted() { case " $STEPS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
-# kept STEP...: the seconds an earlier step leaves for these later steps, those wanted
-declare -A SHARE=([tests]=100 [demo]=45 [train]=35 [bench]=150 [fp8]=60 [sound]=45 [profile]=35 [serve]=45
-                  [scaling]=45 [gpu-aoti]=60)
-kept() { local sum=0 step; for step in "$@"; do wanted "$step" && sum=$((sum + SHARE[$step])); done; echo $sum; }
+# limit STEP: its budget, or what is left of the session less gpu-aoti's budget (kept for it: it runs last
+# for safety, not for its value); gpu-aoti itself: what is left, up to AOTI_MOST
+limit() {
+    local step=$1 cap keep=0 rest
+    cap=$(( ${BUDGET[$step]} * SCALE ))
+    if [ "$step" = gpu-aoti ]; then cap=$((AOTI_MOST * SCALE)); elif wanted gpu-aoti; then keep=$(( ${BUDGET[gpu-aoti]} * SCALE )); fi
+    rest=$((TOTAL - SECONDS - keep))
+    echo $((rest < cap ? rest : cap))
+}
+deadline() { echo $(($1 - 8 * SCALE)); }  # a driver's own deadline: its results are written before the limit
 
 versions() {
     "$PY" - <<'EOF'
@@ -141,6 +192,7 @@ EOF
 }
 
 install() {
+    if [ "$SMOKE" = 1 ]; then echo "smoke run: no pip install; the PYTHONPATH shim $SCRATCH/shim"; return 0; fi
     "$PY" -m pip install --no-deps --no-build-isolation -e . && "$PY" -c "import dmae_fast.bench, dmae_fast.export"
 }
 
@@ -155,11 +207,6 @@ shim() {
     log "   using the PYTHONPATH shim $SCRATCH/shim"
 }
 
-pytest_step() {  # NAME LIMIT pytest-arguments...
-    local name=$1 limit=$2
-    shift 2
-    run_step "$name" "$limit" "$PY" -m pytest -v -p no:cacheprovider --junitxml="$OUT/tests/$name.xml" "$@"
-}
 
 demo_check() {  # fp32 counts on CUDA must equal this machine's CPU counts (same seed)
     local gpu=cuda max=5 n=1000
@@ -176,20 +223,20 @@ fp8_check() {  # top-1 agreement with fp16; the demo certified in fp16 and in fp
     local precision
     for precision in fp16 fp8; do
         "$PY" -m dmae_fast.cli.certify --data demo --max 100 --n0 100 --n 10000 --precision "$precision" --fast \
-            --quiet --overwrite --out "$OUT/fp8/demo-$precision.tsv" &&
+            --seed 0 --quiet --overwrite --out "$OUT/fp8/demo-$precision.tsv" &&
             "$PY" -m dmae_fast.cli.certify analyze "$OUT/fp8/demo-$precision.tsv" > "$OUT/fp8/demo-$precision.md" ||
             return 1
     done
 }
 
-# scaling: 1 and 2 processes sharing GPU 0 (image claiming through the store), then sample
-# sharding with 2 processes on it (counts all-reduced over NCCL)
+# scaling: 1 and 2 processes sharing GPU 0 (image claiming through the store; rows compared: --seed 0),
+# then sample sharding with 2 processes on it (counts all-reduced over NCCL)
 scaling() {
     "$PY" -m dmae_fast.cli.bench scaling --procs 1 2 --rounds 1 --threads 0 --out "$OUT/scaling" -- \
-        --data demo --max 40 --n 10000 --device cuda:0 --workers 0
+        --data demo --max 40 --n 10000 --seed 0 --device cuda:0 --workers 0
     local first=$?
     "$PY" -m dmae_fast.cli.certify --nproc-per-node 2 --shard samples --device cuda:0 --data demo --max 4 \
-        --n 10000 --quiet --overwrite --workers 0 --out "$OUT/scaling/shard-samples.tsv" || return 1
+        --n 10000 --seed 0 --quiet --overwrite --workers 0 --out "$OUT/scaling/shard-samples.tsv" || return 1
     return $first
 }
 
@@ -201,13 +248,13 @@ fi
 export OUT PY SMOKE SCRATCH
 export -f versions install demo_check fp8_check scaling
 log "gpu_session: OUT=$OUT SCRATCH=$SCRATCH SESSION_SECONDS=$TOTAL smoke=$SMOKE steps=$STEPS $(date -u +%FT%TZ)"
-wanted versions && run_step versions $((30 * SCALE)) versions
+printf 'step\tstatus\tseconds\theadline\n' > "$OUT/summary.tsv"
+wanted versions && run_step versions "$(limit versions)" versions
 
-if [ "$SMOKE" = 1 ]; then
-    shim
-elif wanted install; then
-    run_step install "$(left 60)" install
-    case "$FAILED" in *install*) shim ;; esac
+[ "$SMOKE" = 1 ] && shim  # the smoke run installs nothing
+if wanted install; then
+    run_step install "$(limit install)" install
+    [ "$SMOKE" != 1 ] && case "$FAILED" in *install*) shim ;; esac
 fi
 
 # The test files that hold GPU tests (tests/test_bench.py checks that none is missing). The .pt2
@@ -219,54 +266,86 @@ AOTI_TESTS=(tests/test_fast_stream.py::test_fused_front_end_feeds_a_cuda_pt2_tok
 DESELECT=()
 for test in "${AOTI_TESTS[@]}"; do DESELECT+=(--deselect "$test"); done
 if [ "$SMOKE" = 1 ]; then  # one quick module: its GPU test is collected and skipped
-    wanted gpu-tests && pytest_step gpu-tests "$(left 60)" -m gpu tests/test_stream.py
+    wanted gpu-tests && pytest_step gpu-tests "$(limit gpu-tests)" -m gpu tests/test_stream.py
 else
-    wanted gpu-tests && pytest_step gpu-tests "$(left 200 "$(kept tests demo train bench fp8 sound profile serve scaling gpu-aoti)")" \
-        -m gpu "${DESELECT[@]}" "${GPU_TEST_FILES[@]}"
-    wanted tests && pytest_step tests "$(left 150 "$(kept demo train bench fp8 sound profile serve scaling gpu-aoti)")" -m "not gpu" tests/test_kernels.py \
-        tests/test_stream.py tests/test_fast_stream.py tests/test_engines.py tests/test_export.py
+    wanted gpu-tests && pytest_step gpu-tests "$(limit gpu-tests)" -m gpu "${DESELECT[@]}" "${GPU_TEST_FILES[@]}"
+    wanted tests && pytest_step tests "$(limit tests)" -m "not gpu" tests/test_kernels.py tests/test_stream.py \
+        tests/test_fast_stream.py tests/test_engines.py tests/test_export.py
 fi
-wanted demo && run_step demo "$(left 90 "$(kept train bench fp8 sound profile serve scaling gpu-aoti)")" demo_check  # three processes, each compiling
+wanted demo && run_step demo "$(limit demo)" demo_check  # three processes, each compiling
 
-if [ "$SMOKE" = 1 ]; then
-    TRAIN=(--preset demo-pretrain --batch 16 --seconds 0.5 --device cpu)
+# The measurements (measure.py: the bench's own functions, each row written as it ends, a deadline)
+MEASURE=("$PY" "$TOOLS/measure.py")
+if [ "$SMOKE" = 1 ]; then  # CPU sizes: every stage runs, nothing about speed is claimed
+    TINY=(--model tiny-cpu --device cpu)
+    BODY_DEFAULT="${TINY[*]} --batch 16 --seconds 0.05 --peak-seconds 0.1"
+    CERTIFY_DEFAULT="${TINY[*]} --batch 64 --images 4 --n0 20 --n 200"
+    SEQUENTIAL_DEFAULT="${TINY[*]} --batch 64 --images 8 --n0 20 --n 200"
+    VITL_DEFAULT="${TINY[*]} --batch 16 --seconds 0.05 --peak-seconds 0.1 --no-references"
+    SOUND_DEFAULT="--device cpu --models tiny-cpu --images 2 --n 100 --rounds 1"
+    SERVE_DEFAULT="--device cpu --quick --max-wait-ms 5"
+    TRAIN_DEFAULT="--preset demo-pretrain --batch 16 --seconds 0.5 --device cpu"
+    BENCH_DEFAULT="--smoke --models tiny-cpu --batches 16 --seconds 0.1"
 else
-    TRAIN=(--preset dmae-vitb-pretrain --batch 256 --precision bf16 --seconds 20)
+    BODY_DEFAULT="--model vit-b16 --precisions fp8 bf16 fp16 --batch 1024 --seconds 2 --row-seconds 25"
+    CERTIFY_DEFAULT="--model vit-b16 --precision fp8 --batch 1024 --images 64 --n0 100 --n 10000"
+    SEQUENTIAL_DEFAULT="--model vit-b16 --precision fp8 --batch 1024 --images 1000 --n0 100 --n 10000"
+    VITL_DEFAULT="--model vit-l16 --precisions fp8 fp16 --batch 1024 --seconds 2 --row-seconds 30 --no-references"
+    SOUND_DEFAULT="--device cuda --models vit-b16 --images 2 --n 1000 --rounds 1"
+    SERVE_DEFAULT="--device cuda --batch 2000 --n 500 --rounds 1 --saturation-seconds 2 --seconds 2 --max-wait-ms 5 --loads 0.5"
+    TRAIN_DEFAULT="--preset dmae-vitb-pretrain --batch 256 --precision bf16 --seconds 4"
+    BENCH_DEFAULT="--all --models vit-b16 --export-models demo vit-b16 --batches 256 1024 --seconds 2 --reference-budget 8 --images 10"
 fi
-wanted train && run_step train "$(left 75 "$(kept bench fp8 sound profile serve scaling gpu-aoti)")" "$PY" -m dmae_fast.bench.train_throughput "${TRAIN[@]}" \
-    --out "$OUT/train"
+read -r -a BODY <<< "${BODY_ARGS:-$BODY_DEFAULT}"
+read -r -a CERTIFY <<< "${CERTIFY_ARGS:-$CERTIFY_DEFAULT}"
+read -r -a SEQUENTIAL <<< "${SEQUENTIAL_ARGS:-$SEQUENTIAL_DEFAULT}"
+read -r -a VITL <<< "${VITL_ARGS:-$VITL_DEFAULT}"
+read -r -a SOUND <<< "${SOUND_ARGS:-$SOUND_DEFAULT}"
+read -r -a SERVE <<< "${SERVE_ARGS:-$SERVE_DEFAULT}"
+read -r -a TRAIN <<< "${TRAIN_ARGS:-$TRAIN_DEFAULT}"
+read -r -a BENCH <<< "${BENCH_ARGS:-$BENCH_DEFAULT}"
 
-if [ "$SMOKE" = 1 ]; then
-    BENCH=(--smoke --models tiny-cpu --batches 16 --seconds 0.1)
-else
-    read -r -a BENCH <<< "${BENCH_ARGS:---all --models vit-b16 --export-models demo vit-b16 --batches 256 1024 --seconds 2 --reference-budget 8 --images 10}"
-fi
-if wanted bench; then
-    BENCH_LIMIT=$(left 900 $((15 + $(kept fp8 sound profile serve scaling gpu-aoti))))
-    BUDGET=$((BENCH_LIMIT - 25 > 30 ? BENCH_LIMIT - 25 : 30))  # margin for a row or export that overruns
-    [ "$SMOKE" = 1 ] && BUDGET=120  # the bench's own budget: it stops early, it does not fail
+# (a) the ViT-B body: fp8, bf16, fp16 and the reference loops, each row's wall time recorded
+if wanted body; then L=$(limit body)
+    run_step body "$L" "${MEASURE[@]}" throughput "${BODY[@]}" --deadline "$(deadline "$L")" --out "$OUT/body"; fi
+# (b) CERTIFY over 64 images (fixed-n, the paper's n0 and n), the compile cached by (a)
+if wanted certify; then L=$(limit certify)
+    run_step certify "$L" "${MEASURE[@]}" certify "${CERTIFY[@]}" --deadline "$(deadline "$L")" --out "$OUT/certify"; fi
+# (c) --sequential over 1,000 images; fixed-n's samples/s of the same body from (b) (else measured there)
+if wanted sequential; then L=$(limit sequential)
+    run_step sequential "$L" "${MEASURE[@]}" sequential "${SEQUENTIAL[@]}" --fixed "$OUT/certify/certify.json" \
+        --deadline "$(deadline "$L")" --out "$OUT/sequential"; fi
+# (d) --sound against the default noise on the same body (issue 37): ViT-B/16 fp16, fast and plain bodies
+wanted sound && run_step sound "$(limit sound)" "$PY" bench/experiments/2026-11-27-sound/sound_speed.py "${SOUND[@]}" \
+    --out "$OUT/sound"
+# (f) ViT-L/16
+if wanted vit-l; then L=$(limit vit-l)
+    run_step vit-l "$L" "${MEASURE[@]}" throughput "${VITL[@]}" --deadline "$(deadline "$L")" --out "$OUT/vit-l"; fi
+# (g) dmae-serve at saturation and under load
+wanted serve && run_step serve "$(limit serve)" "$PY" -m dmae_fast.cli.bench serve "${SERVE[@]}" --out "$OUT/serve"
+# (h) pre-training images/s
+wanted train && run_step train "$(limit train)" "$PY" -m dmae_fast.bench.train_throughput "${TRAIN[@]}" --out "$OUT/train"
+
+if wanted bench; then  # dmae-bench as it is (not in the default steps)
+    L=$(limit bench)
+    BUDGET_S=$((L - 25 * SCALE > 30 ? L - 25 * SCALE : 30))  # margin for a row or export that overruns
+    [ "$SMOKE" = 1 ] && BUDGET_S=120  # the bench's own budget: it stops early, it does not fail
     ENGINE_DIR=(--engine-dir "$SCRATCH")  # exported engines stay behind (too large to bring back)
     [[ " ${BENCH[*]} " =~ " --export-models "(--|$) ]] && ENGINE_DIR=()  # no exports: no engine folder
-    run_step bench "$BENCH_LIMIT" "$PY" -m dmae_fast.cli.bench "${BENCH[@]}" --out "$OUT/bench" --budget "$BUDGET" \
+    run_step bench "$L" "$PY" -m dmae_fast.cli.bench "${BENCH[@]}" --out "$OUT/bench" --budget "$BUDGET_S" \
         "${ENGINE_DIR[@]}"
     find "$SCRATCH" -maxdepth 2 -name '*.json' -path '*-engines/*' -exec cp {} "$OUT/bench/engines/" \; 2>/dev/null
 fi
-
-wanted fp8 && run_step fp8 "$(left 120 "$(kept sound profile serve scaling gpu-aoti)")" fp8_check
-# --sound against the default noise on the same body (issue 37): ViT-B/16 fp16, fast and plain bodies
-read -r -a SOUND <<< "${SOUND_ARGS:---models vit-b16 --images 4 --n 2000 --rounds 2}"
-wanted sound && run_step sound "$(left 120 "$(kept profile serve scaling gpu-aoti)")" "$PY" \
-    bench/experiments/2026-11-27-sound/sound_speed.py --device cuda "${SOUND[@]}" --out "$OUT/sound"
+wanted fp8 && run_step fp8 "$(limit fp8)" fp8_check
 read -r -a PROFILE <<< "${PROFILE_ARGS:---model vit-b16 --batch 1024}"
-wanted profile && run_step profile "$(left 120 "$(kept serve scaling gpu-aoti)")" "$PY" bench/experiments/gpu_profile.py \
-    "${PROFILE[@]}" --out "$OUT/profile"
-read -r -a SERVE <<< "${SERVE_ARGS:---batch 2000 --n 500 --rounds 2 --saturation-seconds 3 --seconds 5 --max-wait-ms 0 5 20 --loads 0.5 0.9}"
-wanted serve && run_step serve "$(left 150 "$(kept scaling gpu-aoti)")" "$PY" -m dmae_fast.cli.bench serve --device cuda \
-    "${SERVE[@]}" --out "$OUT/serve"
-wanted scaling && run_step scaling "$(left 150 "$(kept gpu-aoti)")" scaling
-# dmae-fast refuses .pt2 on torch < 2.12 (the load crashed on 2.11); this last step tries it anyway, to diagnose
-[ "$SMOKE" != 1 ] && wanted gpu-aoti && DMAE_FAST_TRY_AOTI=1 pytest_step gpu-aoti "$(left 150)" -m gpu "${AOTI_TESTS[@]}"
+wanted profile && run_step profile "$(limit profile)" "$PY" bench/experiments/gpu_profile.py "${PROFILE[@]}" \
+    --out "$OUT/profile"
+wanted scaling && run_step scaling "$(limit scaling)" scaling
+# (e) .pt2 on the GPU and dmae-smooth there: last and alone (the load crashed the process on torch 2.11).
+# dmae-fast refuses .pt2 on torch < 2.12; DMAE_FAST_TRY_AOTI=1 tries anyway, to diagnose. (On a CPU its
+# tests are collected and skipped.)
+wanted gpu-aoti && DMAE_FAST_TRY_AOTI=1 pytest_step gpu-aoti "$(limit gpu-aoti)" -m gpu "${AOTI_TESTS[@]}"
 
 log "gpu_session: done in ${SECONDS}s; failed steps:${FAILED:- none}"
-cp "$OUT/steps.tsv" "$OUT/logs/" 2>/dev/null
+cp "$OUT/steps.tsv" "$OUT/summary.tsv" "$OUT/logs/" 2>/dev/null
 [ -z "$FAILED" ]

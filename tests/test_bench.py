@@ -106,29 +106,103 @@ def _session(tmp_path, **env):
     return done, steps
 
 
+GPU_SESSION_STEPS = ["versions", "install", "body", "certify", "sequential", "sound", "vit-l", "serve", "train",
+                     "gpu-aoti"]  # the default steps, most valuable first (.pt2 last: its load crashed torch 2.11)
+SMOKE_STEPS = [s for s in GPU_SESSION_STEPS if s not in ("sound", "serve")]  # the smoke run's (as before)
+
+
+def _summary(out: Path) -> list[list[str]]:
+    header, *lines = (out / "summary.tsv").read_text().splitlines()
+    assert header.split("\t") == ["step", "status", "seconds", "headline"]
+    return [line.split("\t") for line in lines]
+
+
 def test_gpu_session_script_runs_every_step_in_smoke_mode(tmp_path):
     done, steps = _session(tmp_path, PACK=str(tmp_path / "pack"))
     assert done.returncode == 0, done.stdout[-2000:]
-    assert steps == {"versions": "0", "gpu-tests": "0", "demo": "0", "train": "0", "bench": "0"}
+    assert list(steps) == SMOKE_STEPS and set(steps.values()) == {"0"}
     out = tmp_path / "out"
-    assert "torch " in (out / "logs" / "versions.log").read_text()
-    assert "testcase" in (out / "tests" / "gpu-tests.xml").read_text()
-    assert "identical: 1 rows" in (out / "logs" / "demo.log").read_text()
-    [record] = [json.loads(p.read_text()) for p in (out / "bench").glob("*.json")]
-    assert {e["status"] for e in record["engines"]} == {"ok"} and record["certify"]
-    assert sorted(p.name for p in (out / "bench" / "engines").iterdir()) == [
-        "tiny-cpu-image-fp32.onnx.json", "tiny-cpu-tokens-fp32.onnx.json"]  # sidecars only: engines stay behind
+    # every step: a results file and one summary line (step, status, seconds, its headline figure)
+    summary = _summary(out)
+    assert [line[0] for line in summary] == SMOKE_STEPS and {line[1] for line in summary} == {"ok"}
+    headline = {line[0]: line[3] for line in summary}
+    for step in SMOKE_STEPS:
+        result = json.loads((out / "results" / f"{step}.json").read_text())
+        assert result["status"] == "ok" and result["headline"] == headline[step], step
+        assert all((out / path).is_file() for path in result["results"]), step
+    assert headline["versions"].startswith("torch ") and "PYTHONPATH shim" in headline["install"]
+    body = json.loads((out / "body" / "throughput.json").read_text())
+    assert [r["variant"] for r in body["rows"]] == ["reference: Cohen et al.", "reference: DMAE", "ours: eager"]
+    assert all(r["status"] == "ok" and r["samples_per_s"] > 0 and r["seconds"] > 0 for r in body["rows"])
+    assert headline["body"] == body["headline"] and "samples/s: fp32 " in headline["body"]
+    certify = json.loads((out / "certify" / "certify.json").read_text())
+    assert certify["fixed_n"]["finished"] == 4 and certify["fixed_n"]["drawn"] == 4 * (20 + 200)
+    sequential = json.loads((out / "sequential" / "sequential.json").read_text())
+    assert sequential["sequential"]["finished"] == 8 and sequential["procedure"].startswith("group-sequential")
+    assert sequential["fixed_n"] == certify["fixed_n"] and "certify step" in sequential["fixed_n_source"]
+    assert "drawn/s vs fixed-n" in headline["sequential"]
+    vit_l = json.loads((out / "vit-l" / "throughput.json").read_text())
+    assert [r["variant"] for r in vit_l["rows"]] == ["ours: eager"]
     [trained] = [json.loads(p.read_text()) for p in (out / "train").glob("*.json")]
     assert trained["result"]["preset"] == "demo-pretrain" and trained["result"]["images_per_s"] > 0
+    assert headline["gpu-aoti"] == "2 skipped"  # collected, skipped without CUDA
     log = (out / "session.log").read_text()
-    assert "failed steps: none" in log and "== demo (limit 900s)" in log  # smoke limits: hang guards, not 90 s
+    assert "failed steps: none" in log and "== certify (limit 900s)" in log  # smoke limits: hang guards, not 90 s
     # PACK: what the device tool brings back (8 files at most) holds everything under OUT
     pack = tmp_path / "pack"
-    assert sorted(p.name for p in pack.iterdir()) == ["gpu-session.tar.gz", "session.log", "steps.tsv"]
+    assert sorted(p.name for p in pack.iterdir()) == ["gpu-session.tar.gz", "session.log", "steps.tsv", "summary.tsv"]
     with tarfile.open(pack / "gpu-session.tar.gz") as archive:
         packed = {name.removeprefix("./") for name in archive.getnames()}
     assert {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()} <= packed
     assert (pack / "session.log").read_text() == (out / "session.log").read_text()
+    assert (pack / "summary.tsv").read_text() == (out / "summary.tsv").read_text()
+
+
+def test_gpu_session_default_budgets_fit_one_call_and_certify_calls_pass_a_seed():
+    """The default steps' budgets add up to SESSION_SECONDS (540: 9 minutes); every dmae-certify whose rows
+    are compared passes --seed 0 (without it a run draws a fresh seed)."""
+    script = (Path(__file__).resolve().parents[1] / "bench" / "gpu_session.sh").read_text()
+    [default] = re.findall(r'^DEFAULT_STEPS="([^"]+)"', script, re.MULTILINE)
+    assert default.split() == GPU_SESSION_STEPS
+    [table] = re.findall(r"^declare -A BUDGET=\(([^)]+)\)", script, re.MULTILINE)
+    budget = {k: int(v) for k, v in re.findall(r"\[([\w-]+)\]=(\d+)", table)}
+    assert sum(budget[step] for step in GPU_SESSION_STEPS) == 540 and "${SESSION_SECONDS:-540}" in script
+    logical = script.replace("\\\n", " ").splitlines()  # backslash continuations joined
+    calls = [line for line in logical if "dmae_fast.cli.certify" in line and " analyze " not in line]
+    assert len(calls) >= 4
+    for line in calls:
+        assert "--seed 0" in line or ('"${common[@]}"' in line and re.search(r"common=\(.*--seed 0", script)), line
+    [scaling] = [line for line in logical if "cli.bench scaling" in line]
+    assert "--seed 0" in scaling  # its dmae-certify arguments replace the default ones (with --seed 0)
+
+
+def test_gpu_session_summary_reads_the_steps_the_smoke_run_leaves_out(tmp_path):
+    """summary.py's headline for sound and serve (GPU-only in the smoke run) and a failure's one line."""
+    root = Path(__file__).resolve().parents[1]
+    tool = root / "bench" / "experiments" / "2026-12-02-gpu-session" / "summary.py"
+    (tmp_path / "sound").mkdir()
+    (tmp_path / "logs").mkdir()
+    rows = [{"model": "vit-b16", "body": b, "sound": s, "samples_per_s": 1000.0 * (1 + s), "ratio_to_default": 1 + s}
+            for b in ("fast", "plain") for s in (False, True)]
+    (tmp_path / "sound" / "sound-speed.json").write_text(json.dumps({"precision": "fp16", "rows": rows}))
+    (tmp_path / "serve").mkdir()
+    serve = root / "bench" / "results" / "2026-11-25-h100" / "call2" / "serve" / "serve-bench.json"
+    (tmp_path / "serve" / "serve-bench.json").write_text(serve.read_text())
+    (tmp_path / "logs" / "vit-l.log").write_text("measure: vit-l16 ...\nRuntimeError: CUDA error: out of memory\n")
+
+    def line(*args: str) -> list[str]:
+        done = subprocess.run([sys.executable, str(tool), *args, str(tmp_path)], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.rstrip("\n").split("\t")
+
+    assert line("sound", "0", "50", "70") == ["sound", "ok", "50", "vit-b16 fp16: fast: --sound 2,000 samples/s = "
+                                              "2.00x the default noise's; plain: --sound 2,000 samples/s = 2.00x the "
+                                              "default noise's"]
+    assert line("serve", "0", "40", "50")[3] == ("server 259,491 samples/s at saturation = 0.59x the offline "
+                                                 "streamer's 437,604")
+    assert line("vit-l", "124", "45", "45") == ["vit-l", "failed", "45",
+                                                "timed out: RuntimeError: CUDA error: out of memory"]
+    assert json.loads((tmp_path / "results" / "vit-l.json").read_text())["log_tail"][-1].startswith("RuntimeError")
 
 
 def test_pretraining_throughput_writes_numbered_results_and_refuses_bad_input(tmp_path, capsys):
@@ -149,8 +223,11 @@ def test_gpu_session_script_records_steps_it_could_not_run(tmp_path):
     done, steps = _session(tmp_path, SESSION_SECONDS="0", PACK=str(tmp_path / "pack"))
     assert done.returncode == 1  # packing on exit keeps the script's status
     assert (tmp_path / "pack" / "gpu-session.tar.gz").stat().st_size > 0
-    assert steps["versions"] == "0" and steps["gpu-tests"] == steps["train"] == steps["bench"] == "skipped"
-    assert "failed steps: gpu-tests demo train bench" in (tmp_path / "out" / "session.log").read_text()
+    assert list(steps) == SMOKE_STEPS and set(steps.values()) == {"skipped"}
+    summary = _summary(tmp_path / "out")  # a summary line and a results file for a skipped step too
+    assert [line[:3] for line in summary] == [[step, "skipped", "0"] for step in SMOKE_STEPS]
+    assert json.loads((tmp_path / "out" / "results" / "body.json").read_text())["status"] == "skipped"
+    assert "failed steps: " + " ".join(SMOKE_STEPS) in (tmp_path / "out" / "session.log").read_text()
 
 
 def test_gpu_session_script_refuses_to_pack_into_its_own_output(tmp_path):
@@ -177,14 +254,17 @@ def test_gpu_session_script_packs_what_it_has_when_terminated(tmp_path):
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     steps, log = out / "steps.tsv", out / "session.log"
     deadline = time.monotonic() + HANG_GUARD_S
-    while not (log.exists() and "== gpu-tests" in log.read_text()) and time.monotonic() < deadline:
+    while not (log.exists() and "== body" in log.read_text()) and time.monotonic() < deadline:
         time.sleep(0.2)
     script.send_signal(signal.SIGTERM)
     assert script.wait(timeout=300) == 1
-    assert "gpu-tests\tsignal\t" in steps.read_text()
-    assert "stopped by a signal during gpu-tests" in log.read_text()
+    assert "body\tsignal\t" in steps.read_text()
+    assert "stopped by a signal during body" in log.read_text()
+    [body] = [line for line in _summary(out) if line[0] == "body"]
+    assert body[1] == "failed" and body[3].startswith("signal")
     with tarfile.open(pack / "gpu-session.tar.gz") as archive:
-        assert "./steps.tsv" in archive.getnames()
+        assert {"./steps.tsv", "./summary.tsv", "./results/body.json"} <= set(archive.getnames())
+    assert (pack / "summary.tsv").is_file()
 
 
 def test_gpu_session_script_runs_the_gpu_tests_of_every_file_that_has_them():
@@ -204,7 +284,7 @@ def test_gpu_session_script_runs_the_gpu_tests_of_every_file_that_has_them():
 def test_gpu_session_script_runs_only_the_steps_asked_for(tmp_path):
     done, steps = _session(tmp_path, STEPS="train")
     assert done.returncode == 0, done.stdout[-2000:]
-    assert steps == {"train": "0"}
+    assert steps == {"train": "0"} and [line[:2] for line in _summary(tmp_path / "out")] == [["train", "ok"]]
     done = subprocess.run(["bash", "bench/gpu_session.sh"], cwd=Path(__file__).resolve().parents[1],
                           env={**os.environ, "OUT": str(tmp_path / "other"), "STEPS": "versions benhc"},
                           capture_output=True, text=True, timeout=HANG_GUARD_S)
