@@ -24,7 +24,7 @@ RESULTS = {
     "demo": ["demo/gpu.tsv"], "fp8": ["fp8/fp8-agreement.json"], "profile": ["profile/*.json"],
     "scaling": ["scaling/*.json"], "versions": ["logs/versions.log"], "install": ["logs/install.log"],
 }
-FAILURE = re.compile(r"error|Error|FAILED|Traceback|Killed|Segmentation|fault|interrupted|refuse|timed out|ERROR")
+FAILURE = r"error|Error|FAILED|Traceback|Killed|Segmentation|fault|interrupted|refuse|timed out|ERROR"
 SIGNALS = {124: "timed out", 137: "killed (timed out, then SIGKILL)", 134: "aborted (SIGABRT)",
            139: "segmentation fault (SIGSEGV)", 143: "terminated (SIGTERM)", 135: "bus error (SIGBUS)"}
 
@@ -89,7 +89,7 @@ def failure_line(step: str, out: Path, status: str) -> str:
     lines = [line.strip() for line in (log.read_text(errors="replace") if log.is_file() else "").splitlines()
              if line.strip()]
     why = SIGNALS.get(int(status), f"exit {status}") if status.isdigit() else status
-    hits = [line for line in lines if FAILURE.search(line)]
+    hits = [line for line in lines if re.search(FAILURE, line)]
     last = (hits or lines or ["(no output)"])[-1]
     return f"{why}: {last[:300]}"
 
