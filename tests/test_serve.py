@@ -708,7 +708,7 @@ def test_sigterm_as_soon_as_the_server_listens_is_a_clean_stop():
         server = start_server("--batch", "64", timeout=300)
         server.process.send_signal(signal.SIGTERM)
         status = server.process.wait(300)
-        server.reader.join(60)
+        server.reader.join(600)
         log = "".join(server.stderr)
         assert status == 0 and log.splitlines()[-1] == "dmae-serve: stopped by SIGTERM after answering 0 requests", log
 

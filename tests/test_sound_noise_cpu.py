@@ -345,11 +345,11 @@ def test_a_fifo_at_the_librarys_path_is_never_opened_and_is_replaced(cache, tmp_
     thread = threading.Thread(target=writer, daemon=True)
     thread.start()
     try:
-        child = _load_in_a_child(cache, timeout=120)
-        opened = met.wait(timeout=1)
+        child = _load_in_a_child(cache, timeout=600)
+        opened = met.is_set()  # the child has ended: any open of the FIFO has met the writer by now
     finally:
         os.close(os.open(tmp_path / "fifo", os.O_RDONLY | os.O_NONBLOCK))  # lets the writer go
-        thread.join(timeout=60)
+        thread.join(timeout=600)
     assert child.returncode == 0 and child.stdout == "None\n", child.stderr
     assert not opened
     assert _matches_its_digest(library)

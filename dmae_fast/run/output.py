@@ -91,22 +91,26 @@ def check_continued_classifier(config: CertifyConfig, mode: Mode, model_sha256: 
     out = config.output.out
     if mode != "append" or not (Path(out).exists() or has_parts(out)):
         return
-    try:
-        recorded = json.loads(record_path(config).read_text()).get("model_sha256")
-    except (OSError, ValueError, AttributeError):
-        recorded = None
+    recorded = _record(config).get("model_sha256")
     if recorded != model_sha256:
         raise UserError(f"--resume: {config.classifier.engine} is not the classifier file the rows of {out} were "
                         f"made with (SHA-256 {str(model_sha256)[:12]}..., the record says {str(recorded)[:12]}...)")
 
-def _recorded_settings(config: CertifyConfig) -> dict:
+def _record(config: CertifyConfig) -> dict:
+    """The run record of the rows this run continues."""
     sidecar = record_path(config)
     try:
-        recorded = json.loads(sidecar.read_text())["config"]
-    except (OSError, ValueError, KeyError, TypeError):
+        record = json.loads(sidecar.read_text())
+    except (OSError, ValueError):
         raise UserError(f"--resume needs the run record {sidecar} written beside {config.output.out}") from None
+    if not isinstance(record, dict):
+        raise UserError(f"--resume: the run record {sidecar} is not a record")
+    return record
+
+def _recorded_settings(config: CertifyConfig) -> dict:
+    recorded = _record(config).get("config")
     if not isinstance(recorded, dict):
-        raise UserError(f"--resume: the run record {sidecar} holds no settings")
+        raise UserError(f"--resume: the run record {record_path(config)} holds no settings")
     return recorded
 
 def _check_resumable(config: CertifyConfig) -> None:
