@@ -261,8 +261,8 @@ fi
 # tests run last, in their own step: loading an AOTInductor package crashed the process on an H200
 # and on an H100 (segmentation fault, torch 2.11; a CPU package too), which took the GPU tests after
 # it down too.
-GPU_TEST_FILES=(tests/test_stream.py tests/test_fast_stream.py tests/test_kernels.py tests/test_fp8.py tests/test_gelu_quantize.py tests/test_sound_kernel.py tests/test_cpp.py)
-AOTI_TESTS=(tests/test_fast_stream.py::test_fused_front_end_feeds_a_cuda_pt2_token_engine_under_a_cuda_graph tests/test_cpp.py::test_cuda_package_rows_equal_dmae_certify_on_the_gpu_and_the_cpu_counts)
+GPU_TEST_FILES=(tests/test_stream.py tests/test_fast_body.py tests/test_kernels.py tests/test_fp8.py tests/test_gelu_quantize.py tests/test_sound_kernel.py tests/test_cpp.py)
+AOTI_TESTS=(tests/test_fast_body.py::test_fused_front_end_feeds_a_cuda_pt2_token_engine_under_a_cuda_graph tests/test_cpp.py::test_cuda_package_rows_equal_dmae_certify_on_the_gpu_and_the_cpu_counts)
 DESELECT=()
 for test in "${AOTI_TESTS[@]}"; do DESELECT+=(--deselect "$test"); done
 if [ "$SMOKE" = 1 ]; then  # one quick module: its GPU test is collected and skipped
@@ -270,7 +270,7 @@ if [ "$SMOKE" = 1 ]; then  # one quick module: its GPU test is collected and ski
 else
     wanted gpu-tests && pytest_step gpu-tests "$(limit gpu-tests)" -m gpu "${DESELECT[@]}" "${GPU_TEST_FILES[@]}"
     wanted tests && pytest_step tests "$(limit tests)" -m "not gpu" tests/test_kernels.py tests/test_stream.py \
-        tests/test_fast_stream.py tests/test_engines.py tests/test_export.py
+        tests/test_fast_body.py tests/test_engines.py tests/test_export.py
 fi
 wanted demo && run_step demo "$(limit demo)" demo_check  # three processes, each compiling
 

@@ -24,4 +24,6 @@ keep_former_names({  # modules that moved to their concept's folder: the former 
     "dmae_fast.run.parts": "dmae_fast.results.parts", "dmae_fast.batching.core": "dmae_fast.batching.smooth",
     "dmae_fast.batching.fast_stream": "dmae_fast.batching.fast_body",
     "dmae_fast.serve.scheduler": "dmae_fast.serve.device_thread",
+    **{f"dmae_fast.run.{name}": f"dmae_fast.distributed.{name}" for name in ("ranks", "launch", "torchrun_env")},
+    "dmae_fast.batching.smoother": "dmae_fast.batching.classifier",
 })

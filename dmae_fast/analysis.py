@@ -41,8 +41,7 @@ def _some_indices(table: ResultsTable, rows: Sequence[int] | np.ndarray) -> str:
 
 
 def _require_rows(table: ResultsTable) -> None:
-    """Refuse no rows, repeated images, an inconsistent ``correct``, abstains above radius 0 and radii
-    above :data:`RADIUS_CEILING`."""
+    """Refuse no rows, repeated images, an inconsistent ``correct``, abstains above radius 0, radii over the ceiling."""
     if len(table) == 0:
         raise UserError(f"{table.path} has a header but no result rows")
     repeated = table.duplicate_indices()
@@ -81,9 +80,8 @@ def run_record(table: ResultsTable) -> tuple[dict | None, str]:
 
 
 def recorded_rules(table: ResultsTable, record: dict) -> tuple[RowRules | None, str]:
-    """The rules of the rows of the run a record describes, rebuilt from its settings as ``--resume``
-    builds them; None, and why, when they cannot be rebuilt or the record names another procedure
-    than the rows (e.g. another version's digest of the exact test)."""
+    """The rules of the rows of the run a record describes, rebuilt from its settings as ``--resume`` builds them;
+    None, and why, when they cannot be rebuilt or the record names another procedure than the rows."""
     from dmae_fast.run.config import CertifyConfig
     from dmae_fast.stats.procedure import Procedure
 
@@ -107,8 +105,7 @@ def check_rows(table: ResultsTable) -> str | None:
 
     Rows with counts (dmae-certify's) are checked as ``--resume`` checks them under the procedure
     rebuilt from the run record ``<file>.json``, else by what they prove at every alpha. Rows without
-    counts (Cohen et al.'s) get the range checks of every summary (:func:`_require_rows`).
-    """
+    counts (Cohen et al.'s) get the range checks of every summary (:func:`_require_rows`)."""
     if not any(name in table.extra for name in COUNT_COLUMNS[table.kind]):
         _require_rows(table)
         return None
@@ -200,10 +197,8 @@ def _render(header: list[str], rows: list[list[str]], style: Style) -> str:
 def reachable_radii(radii: Sequence[float], cap: float | None) -> tuple[list[float], str | None]:
     """(the radii a run could certify, a one-line note on those left out, or None).
 
-    ``cap`` is the largest radius the run could certify (all samples voting for the top class:
-    sigma * Phi^-1(alpha^(1/n))), None when unknown. A table column above the cap would be 0% by
-    construction, not a measurement.
-    """
+    ``cap``: the largest radius the run could certify (sigma * Phi^-1(alpha^(1/n))), None when unknown; a
+    column above it would be 0% by construction, not a measurement."""
     if cap is None:
         return list(radii), None
     kept = [r for r in radii if r <= cap]
@@ -215,8 +210,7 @@ def reachable_radii(radii: Sequence[float], cap: float | None) -> tuple[list[flo
 
 
 def recorded_cap(table: ResultsTable) -> float | None:
-    """The largest radius the run behind a results file could certify, as its run record
-    (``<file>.json``, ``max_radius``) states it; None without a record that says."""
+    """The largest radius the run behind a results file could certify (its run record's ``max_radius``), else None."""
     record, _ = run_record(table)
     value = None if record is None else record.get("max_radius")
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
@@ -231,12 +225,8 @@ def _names(tables: Sequence[ResultsTable], labels: Sequence[str] | None) -> list
 
 def format_table(tables: Sequence[ResultsTable], radii: Sequence[float] = DEFAULT_RADII,
                  style: Style = "text", labels: Sequence[str] | None = None) -> str:
-    """One row per file: certified accuracy (%) at each radius and ACR for certification
-    files; clean accuracy (%) and abstain rate (%) for prediction files.
-
-    Rows are named by ``labels`` or else the file stems. Certification and prediction files
-    go into two separate tables, in that order, separated by a blank line.
-    """
+    """One row per file (named by ``labels``, else the file stem): certified accuracy (%) at each radius and ACR
+    for certification files; then, after a blank line, clean accuracy (%) and abstain rate (%) for prediction files."""
     if style not in ("text", "markdown", "latex"):
         raise ValueError(f"unknown table style {style!r}")
     names = [_escape(name, style) for name in _names(tables, labels)]
@@ -256,10 +246,8 @@ def format_table(tables: Sequence[ResultsTable], radii: Sequence[float] = DEFAUL
 
 def plot_certified_accuracy(tables: Sequence[ResultsTable], out_path: str | os.PathLike[str],
                             labels: Sequence[str] | None = None) -> None:
-    """Plot certified accuracy against radius, one step curve per file, to a PNG or PDF (overwritten).
-
-    The radius grid has step 0.01 and ends at the largest radius in the data plus 0.25.
-    """
+    """Plot certified accuracy against radius, one step curve per file, to a PNG or PDF (overwritten); the
+    radius grid has step 0.01 and ends at the largest radius in the data plus 0.25."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

@@ -1,18 +1,11 @@
 """The embedded demo: a DMAE-pre-trained ViT for scikit-learn's 8x8 digits.
 
-The shipped classifier (``DEMO_CHECKPOINT``) is built by ``dmae-train`` alone, with the
-paper's two stages at toy scale (presets ``demo-pretrain`` and ``demo-finetune``):
-
-1. DMAE pre-training on the 1,297 training digits: Gaussian noise sigma 0.25 added to
-   the 8x8 [0, 1] images, 75% of the 2x2 patches masked, the clean image reconstructed
-   (loss over all patches); ViT width 64, 4 blocks, 4 heads, 2x2 patches (16 patches);
-2. fine-tuning with consistency regularization (m 2, lambda 2, eta 0.5) at sigma 0.25,
-   the checkpoint selected by noisy majority-vote accuracy on 15% of the training digits.
-
-Noise is added at 8x8 and there is no resize inside the classifier, so radii are in 8x8
-[0, 1] pixel units. The 500 test digits are never used for training or selection.
-Rebuild with ``python -m dmae_fast.demo`` (or ``scripts/build_demo_model.sh``).
-"""
+The shipped classifier (``DEMO_CHECKPOINT``) is built by ``dmae-train`` alone, with the paper's two stages at toy
+scale (presets ``demo-pretrain`` and ``demo-finetune``): DMAE pre-training on the 1,297 training digits at sigma
+0.25 (ViT width 64, 4 blocks, 4 heads, 2x2 patches), then fine-tuning with consistency regularization at sigma 0.25,
+the checkpoint selected on 15% of the training digits. Noise is added at 8x8 with no resize inside the classifier,
+so radii are in 8x8 [0, 1] pixel units; the 500 test digits are never used for training or selection. Rebuild with
+``python -m dmae_fast.demo`` (or ``scripts/build_demo_model.sh``)."""
 
 from __future__ import annotations
 

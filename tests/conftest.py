@@ -6,9 +6,9 @@ from collections.abc import Iterator
 
 import pytest
 import torch
+from helpers import tiny_engine_of
 
 from dmae_fast.engines.torch_engine import TorchEngine, ieee_fp32_convolutions
-from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier
 
 if torch.cuda.is_available():  # fp32 comparisons with the CPU (tests/test_kernels.py) need IEEE convolutions
     ieee_fp32_convolutions()
@@ -30,9 +30,7 @@ def one_torch_thread() -> Iterator[None]:
 @pytest.fixture(scope="module")
 def tiny_engine(one_torch_thread: None) -> TorchEngine:
     """A small seeded random ViT on the CPU (3x8x8 inputs, 10 classes): the scheduler's tests share it."""
-    torch.manual_seed(0)
-    spec = ClassifierSpec(EncoderConfig(32, 2, 2, patch_size=4, img_size=16), num_classes=10, input_size=8)
-    return TorchEngine(SmoothingClassifier(spec), torch.device("cpu"))
+    return tiny_engine_of(input_size=8)
 
 
 @pytest.fixture(scope="module")

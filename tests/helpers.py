@@ -1,8 +1,26 @@
-"""What many test files need: a results file's rows without a column (its run time, by default)."""
+"""What many test files need: a results file's rows without a column (its run time, by default), a tiny
+seeded random classifier (as a model, a CPU engine or a checkpoint), seeded random images, and the
+streaming certifier's counts."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from dmae_fast.batching.body_options import Sound
+from dmae_fast.batching.scheduler import BatchBody, RowSplit
+from dmae_fast.batching.stream import ImageCounts, StreamingCertifier
+from dmae_fast.engines.base import Engine
+from dmae_fast.engines.torch_engine import TorchEngine
+from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier
+from dmae_fast.model.checkpoints import save_classifier
+from dmae_fast.stats.plan import Decide, SamplingPlan
+
+Item = tuple[int, torch.Tensor, int]  # (image index, image, label), what StreamingCertifier.run takes
 
 
 def rows_without(path: str | Path, column: str = "time", sort: bool = False) -> list[list[str]]:
@@ -16,3 +34,51 @@ def rows_without(path: str | Path, column: str = "time", sort: bool = False) -> 
     rows = sorted(cells[1:], key=lambda row: int(row[0]))
     assert len({row[0] for row in rows}) == len(rows), "an image appears twice"
     return [cells[0], *rows]
+
+
+def tiny_vit(width: int = 32, depth: int = 2, heads: int = 2, patch: int = 4, size: int = 16, classes: int = 10,
+             input_size: int | None = None, seed: int = 0, **spec_fields: Any) -> SmoothingClassifier:
+    """A random ViT classifier in eval mode, its weights drawn after ``torch.manual_seed(seed)``; ``input_size``
+    (default ``size``) and ``spec_fields`` (mean, std, sigma, pool, ...) go to its ClassifierSpec."""
+    torch.manual_seed(seed)
+    encoder = EncoderConfig(width, depth, heads, patch_size=patch, img_size=size)
+    spec = ClassifierSpec(encoder, num_classes=classes, input_size=input_size or size, **spec_fields)
+    return SmoothingClassifier(spec).eval()
+
+
+def tiny_engine_of(precision: str = "fp32", device: torch.device | str = "cpu", **vit: Any) -> TorchEngine:
+    """:func:`tiny_vit` (``vit``: its arguments) in a TorchEngine, on the CPU by default."""
+    return TorchEngine(tiny_vit(**vit), torch.device(device), precision)
+
+
+def tiny_checkpoint(path: str | Path, classes: int = 10, input_size: int = 8, sigma: float = 0.25) -> Path:
+    """A one-block :func:`tiny_vit` for 8x8 images (seed 0) saved at ``path``; the global RNG is left as it was."""
+    with torch.random.fork_rng():
+        model = tiny_vit(depth=1, size=8, classes=classes, input_size=input_size, sigma=sigma)
+    return save_classifier(model, path)
+
+
+def random_images(count: int, size: int = 16, step: int = 1, first: int = 0, seed: int = 1) -> list[Item]:
+    """``count`` uniform random 3 x size x size images from a generator seeded ``seed``: image ``i`` has the
+    index ``first + step * i`` and the label ``i % 10``."""
+    generator = torch.Generator().manual_seed(seed)
+    return [(first + step * i, torch.rand((3, size, size), generator=generator), i % 10) for i in range(count)]
+
+
+def stream(engine: Engine, items: Iterable[Item], plan: SamplingPlan, sigma: float, seed: int, batch: int,
+           body: BatchBody | None = None, decide: Decide | None = None, sound: Sound | None = None,
+           split: RowSplit | None = None) -> list[ImageCounts]:
+    """What ``StreamingCertifier(engine, plan, sigma, seed, batch, body, sound, split).run(items, decide)``
+    yields, in the order it came."""
+    certifier = StreamingCertifier(engine, plan, sigma, seed, batch, body=body, sound=sound, split=split)
+    return list(certifier.run(items, decide))
+
+
+def stream_counts(*args: Any, **kwargs: Any) -> dict[int, np.ndarray]:
+    """:func:`stream`'s (same arguments) counts by image index."""
+    return {done.index: done.counts for done in stream(*args, **kwargs)}
+
+
+def stacked_counts(*args: Any, **kwargs: Any) -> np.ndarray:
+    """:func:`stream`'s (same arguments) counts in the order they came, stacked: [images, phases, classes]."""
+    return np.stack([done.counts for done in stream(*args, **kwargs)])

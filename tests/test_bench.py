@@ -311,9 +311,10 @@ def test_whole_command_programs_certify_the_same_digits(capsys):
     from dmae_fast.bench.commands import N0, PROGRAMS, N, argv_for, cohen_program
 
     cohen_program(2, n0=20, n=200)
-    header, *rows = capsys.readouterr().out.splitlines()
-    assert header.split("\t") == ["idx", "label", "predict", "radius", "correct"] and len(rows) == 2
-    assert all(row.split("\t")[4] == "1" and float(row.split("\t")[3]) > 0 for row in rows)  # easy digits
+    header, *rows = (line.split("\t") for line in capsys.readouterr().out.splitlines())
+    assert header == ["idx", "label", "predict", "radius", "correct"] and len(rows) == 2
+    cells = [dict(zip(header, row)) for row in rows]
+    assert all(c["correct"] == "1" and float(c["radius"]) > 0 for c in cells)  # easy digits
     plain, fast = (argv_for(program, 7, "x.tsv") for program in PROGRAMS[1:])
     for argv in (plain, fast):
         assert argv[argv.index("--max") + 1] == "7" and argv[argv.index("--n") + 1] == str(N)

@@ -95,7 +95,7 @@ def test_the_server_runs_the_body_asked_for_and_says_which(one_torch_thread):
 
     argv = ["--ckpt", "demo", "--device", "cpu", "--batch", "32", "--seed", "0", "--fused"]
     config = serve.config_from_args(serve.build_parser().parse_args(argv))
-    assert config.engine == str(DEMO_CHECKPOINT) and isinstance(config, ServeConfig)
+    assert config.engine_path == str(DEMO_CHECKPOINT) and isinstance(config, ServeConfig)
     info = Service(config).model_info
     assert info["engine"].startswith("torch fused fp32 on cpu")
     assert info["body"] == {"name": "fast", "reason": "--fast-parts fused"}

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import rows_without
+from helpers import rows_without, tiny_checkpoint
 from scipy.stats import beta, norm
 
 from dmae_fast.base.errors import UserError
@@ -29,8 +29,7 @@ from dmae_fast.cli.certify import main
 from dmae_fast.data import demo_digits
 from dmae_fast.demo import DEMO_CHECKPOINT
 from dmae_fast.engines import TorchEngine
-from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier
-from dmae_fast.model.checkpoints import load_classifier, save_classifier
+from dmae_fast.model.checkpoints import load_classifier
 
 # --device cpu: fp32 everywhere, so rows are bit-for-bit reproducible on any machine.
 BASE = ["--data", "demo", "--seed", "0", "--n0", "20", "--n", "200", "--batch", "64", "--quiet", "--device", "cpu"]
@@ -97,15 +96,6 @@ def assert_error_during_run(run: Run, *mentions: str) -> str:
     for mention in mentions:
         assert mention in errors[0], (mention, errors[0])
     return errors[0]
-
-
-def tiny_classifier(path: Path, num_classes: int = 10, input_size: int = 8) -> Path:
-    encoder = EncoderConfig(embed_dim=32, depth=1, num_heads=2, patch_size=4, img_size=8)
-    spec = ClassifierSpec(encoder=encoder, num_classes=num_classes, input_size=input_size, sigma=SIGMA)
-    with torch.random.fork_rng():
-        torch.manual_seed(0)
-        model = SmoothingClassifier(spec)
-    return save_classifier(model, path)
 
 
 # --------------------------------------------------------------------------- end to end
@@ -356,8 +346,8 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     pickle_junk = directory / "junk.pth"
     pickle_junk.write_bytes(b"\x00\x01junk")
     return {
-        "five_classes": tiny_classifier(directory / "five.safetensors", num_classes=5),
-        "input16": tiny_classifier(directory / "input16.safetensors", input_size=16),
+        "five_classes": tiny_checkpoint(directory / "five.safetensors", classes=5),
+        "input16": tiny_checkpoint(directory / "input16.safetensors", input_size=16),
         "not_a_checkpoint": not_a_checkpoint,
         "pickle_junk": pickle_junk,
     }
@@ -771,7 +761,7 @@ def test_a_safetensors_file_named_pth_says_so(tmp_path: Path, capsys: pytest.Cap
 def test_an_unreadable_checkpoint_says_permission(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """Was: 'No such file or directory'. Root ignores permission bits, so os.access is faked."""
-    path = tiny_classifier(tmp_path / "locked.safetensors")
+    path = tiny_checkpoint(tmp_path / "locked.safetensors")
     real = os.access
     monkeypatch.setattr(os, "access", lambda p, mode: False if Path(p) == path else real(p, mode))
     assert_refused(capsys, tmp_path, ["--ckpt", str(path)], "not readable")

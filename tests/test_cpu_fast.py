@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 import torch
-from helpers import rows_without
+from helpers import rows_without, stacked_counts, tiny_vit
 
 from dmae_fast.base.memory import keep_freed_memory
 from dmae_fast.batching.bodies import BodyOptions, batch_body
@@ -25,11 +25,7 @@ from dmae_fast.batching.cpu_batches import (
     chunk_sizes,
     even_parts,
 )
-from dmae_fast.batching.stream import (
-    ImageBatches,
-    SamplingPlan,
-    StreamingCertifier,
-)
+from dmae_fast.batching.stream import ImageBatches, SamplingPlan
 from dmae_fast.cli.certify import main as certify_main
 from dmae_fast.data import demo_digits
 from dmae_fast.demo import DEMO_CHECKPOINT
@@ -233,8 +229,7 @@ def demo():
 
 
 def _counts(engine, body, items, n0=40, n=460, batch=300):
-    out = list(StreamingCertifier(engine, SamplingPlan.certify(n0, n), 0.25, 5, batch, body).run(items))
-    return np.stack([o.counts for o in out])
+    return stacked_counts(engine, items, SamplingPlan.certify(n0, n), 0.25, 5, batch, body)
 
 
 def _plain(engine, batch=300):
@@ -277,15 +272,13 @@ def test_the_pooled_tail_graph_is_the_classifier(demo):
     """The exported graph applies the last fc2 after the pool: the same logits to float rounding;
     a class-token classifier keeps timm's forward (the rewrite does not apply to it)."""
     from dmae_fast.engines.graphs import ImageGraph, pooled_tail_applies
-    from dmae_fast.model import SmoothingClassifier
 
     model, _ = demo
     noisy = torch.rand((32, 3, 8, 8)) + 0.25 * torch.randn((32, 3, 8, 8))
     with torch.inference_mode():
         assert pooled_tail_applies(model)
         assert torch.allclose(ImageGraph(model, pooled_tail=True).eval()(noisy), model(noisy), atol=1e-5)
-        token = SmoothingClassifier(ClassifierSpec(EncoderConfig(32, 2, 2, patch_size=2, img_size=8), num_classes=10,
-                                                   input_size=8, pool="token")).eval()
+        token = tiny_vit(patch=2, size=8, pool="token")
         assert not pooled_tail_applies(token)
         with pytest.raises(ValueError, match="pooled_tail"):
             ImageGraph(token, pooled_tail=True)

@@ -10,10 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import stream_counts
 
 from dmae_fast.batching.engine_loop import BatchFailed, EngineLoop, LoopStats
 from dmae_fast.batching.scheduler import Job, RowSplit
-from dmae_fast.batching.stream import ImageBatches, StreamingCertifier
+from dmae_fast.batching.stream import ImageBatches
 from dmae_fast.stats.plan import SamplingPlan
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,7 +66,7 @@ def images():
 
 
 def _streamed(engine, plan, items):
-    return {c.index: c.counts for c in StreamingCertifier(engine, plan, SIGMA, SEED, 16).run(items)}
+    return stream_counts(engine, items, plan, SIGMA, SEED, 16)
 
 
 class FailingBody(ImageBatches):
@@ -149,8 +150,7 @@ def _split_between_two(engine, plan, items, decide=None):
     def run(rank):
         body = RowSpy(engine, SIGMA, SEED, 16)
         split = RowSplit(rank, 2, lambda local: summed(rank, local))
-        counts = {c.index: c.counts for c in StreamingCertifier(engine, plan, SIGMA, SEED, 16, body,
-                                                                 split=split).run(items, decide)}
+        counts = stream_counts(engine, items, plan, SIGMA, SEED, 16, body, decide, split=split)
         results[rank] = counts, body.rows
 
     threads = [threading.Thread(target=run, args=(rank,)) for rank in (0, 1)]
@@ -170,7 +170,7 @@ def test_a_row_split_shares_each_batch_and_gives_every_process_the_streamers_cou
     items = [(7 + i, image, 0) for i, image in enumerate(images)]
     decide = (lambda index, counts, stage: counts[-1].max() > 12) if plan.looks else None  # noqa: E731
     (counts0, rows0), (counts1, rows1) = _split_between_two(engine, plan, items, decide)
-    alone = {c.index: c.counts for c in StreamingCertifier(engine, plan, SIGMA, SEED, 32).run(items, decide)}
+    alone = stream_counts(engine, items, plan, SIGMA, SEED, 32, decide=decide)
     assert counts0.keys() == counts1.keys() == alone.keys() == {7, 8, 9, 10}
     assert all(np.array_equal(counts0[i], alone[i]) and np.array_equal(counts1[i], alone[i]) for i in alone)
     assert rows0 and rows1 and not set(rows0) & set(rows1) and len(rows0) + len(rows1) == len(set(rows0 + rows1))

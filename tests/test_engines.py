@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import tiny_checkpoint
 
 from dmae_fast.base.errors import UserError
 from dmae_fast.cli.certify import main as certify_main
@@ -22,21 +23,13 @@ from dmae_fast.engines.onnx_engine import ORT_MISSING
 from dmae_fast.engines.sidecar import BatchRange, read_sidecar, sidecar_path
 from dmae_fast.engines.tensorrt_engine import TENSORRT_MISSING
 from dmae_fast.export import ExportConfig, export_engines
-from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier
-from dmae_fast.model.checkpoints import load_classifier, save_classifier
+from dmae_fast.model import SmoothingClassifier
+from dmae_fast.model.checkpoints import load_classifier
 
 CERTIFY = ["--data", "demo", "--seed", "0", "--max", "2", "--n0", "10", "--n", "50", "--batch", "32", "--quiet"]
 
 
 pytestmark = pytest.mark.usefixtures("two_torch_threads")
-
-
-def tiny_checkpoint(path: Path, num_classes: int = 10, input_size: int = 8) -> Path:
-    encoder = EncoderConfig(embed_dim=32, depth=1, num_heads=2, patch_size=4, img_size=8)
-    spec = ClassifierSpec(encoder=encoder, num_classes=num_classes, input_size=input_size, sigma=0.25)
-    with torch.random.fork_rng():
-        torch.manual_seed(0)
-        return save_classifier(SmoothingClassifier(spec), path)
 
 
 def export_onnx(tmp: Path, ckpt: str, name: str, **options) -> Path:
@@ -175,7 +168,7 @@ def test_engine_data_mismatch_is_one_line(capsys, tmp_path):
     wide = export_onnx(tmp_path, str(tiny_checkpoint(tmp_path / "wide.safetensors", input_size=16)), "wide")
     one_line(certify(capsys, *CERTIFY, "--engine", wide, "--out", tmp_path / "a.tsv"),
              "shape (3, 8, 8)", "expects (3, 16, 16)")
-    few = export_onnx(tmp_path, str(tiny_checkpoint(tmp_path / "few.safetensors", num_classes=5)), "few")
+    few = export_onnx(tmp_path, str(tiny_checkpoint(tmp_path / "few.safetensors", classes=5)), "few")
     one_line(certify(capsys, *CERTIFY, "--engine", few, "--out", tmp_path / "b.tsv"), "10 classes", "has 5")
     assert not list(tmp_path.glob("*.tsv"))
 
@@ -234,7 +227,7 @@ def test_missing_engine_file(capsys, tmp_path):
 
 def test_sidecar_of_another_engine_is_detected(tmp_path, demo_onnx):
     """A sidecar copied onto another engine: the facts embedded in the file disagree."""
-    other = export_onnx(tmp_path, str(tiny_checkpoint(tmp_path / "t.safetensors", num_classes=10)), "other",
+    other = export_onnx(tmp_path, str(tiny_checkpoint(tmp_path / "t.safetensors", classes=10)), "other",
                         precision="fp16")
     _edit(other, lambda d: d.update(json.loads(sidecar_path(demo_onnx).read_text()), file="other.onnx",
                                     sha256=None))  # no file hash (an older sidecar): the embedded facts decide

@@ -17,6 +17,7 @@ import onnx
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import tiny_vit
 
 from dmae_fast.base.errors import UserError
 from dmae_fast.cli.certify import main as certify_main
@@ -36,7 +37,7 @@ from dmae_fast.export.tensorrt_build import (
     check_tensorrt_operators,
     profile_shapes,
 )
-from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier
+from dmae_fast.model import SmoothingClassifier
 from dmae_fast.model.checkpoints import load_classifier
 
 CONTRACT_FIELDS = {"format", "kind", "file", "input", "input_name", "input_shape", "input_dtype", "output_name",
@@ -161,7 +162,8 @@ def test_certify_with_engines_gives_the_checkpoints_results(engines, tmp_path, c
     assert _rows(tmp_path / "pt2.tsv") == reference
     fp16 = _rows(tmp_path / "onnx-fp16.tsv")
     n_a = COUNTS.index("nA")
-    predictions_agree = sum(a[2] == b[2] for a, b in zip(fp16[1:], reference[1:]))
+    predict = COUNTS.index("predict")
+    predictions_agree = sum(a[predict] == b[predict] for a, b in zip(fp16[1:], reference[1:]))
     count_gap = max(abs(int(a[n_a]) - int(b[n_a])) for a, b in zip(fp16[1:], reference[1:]))
     print(f"fp16 ONNX vs checkpoint: {predictions_agree}/5 predictions agree, largest nA difference {count_gap}")
     assert predictions_agree == 5 and count_gap <= 5
@@ -181,10 +183,7 @@ def test_bicubic_resize_as_matrices_matches_interpolate():
 
 def _resizing_model() -> SmoothingClassifier:
     """A tiny classifier that resizes inside, as DMAE's CIFAR-10 models do (8 -> 16 here)."""
-    torch.manual_seed(0)
-    encoder = EncoderConfig(embed_dim=32, depth=1, num_heads=2, patch_size=4, img_size=16)
-    spec = ClassifierSpec(encoder=encoder, num_classes=5, input_size=8, mean=(0.5,) * 3, std=(0.25,) * 3)
-    return SmoothingClassifier(spec).eval()
+    return tiny_vit(depth=1, classes=5, input_size=8, mean=(0.5,) * 3, std=(0.25,) * 3)
 
 
 @pytest.mark.parametrize("resize", [False, True])

@@ -23,23 +23,18 @@ import json  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
-from helpers import rows_without
+from helpers import random_images, rows_without, stacked_counts, stream_counts, tiny_engine_of
 
 from dmae_fast.base.errors import Interrupted, UserError  # noqa: E402
 from dmae_fast.batching.bodies import BodyOptions, batch_body  # noqa: E402
 from dmae_fast.batching.fast_body import FastBatches  # noqa: E402
-from dmae_fast.batching.stream import (  # noqa: E402
-    ImageBatches,
-    SamplingPlan,
-    StreamingCertifier,
-)
+from dmae_fast.batching.stream import ImageBatches, SamplingPlan  # noqa: E402
 from dmae_fast.cli.certify import main  # noqa: E402
 from dmae_fast.engines import (
     TorchEngine,  # noqa: E402
     cpu_runtimes,  # noqa: E402
 )
 from dmae_fast.engines.aoti_engine import AOTIEngine  # noqa: E402
-from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier  # noqa: E402
 
 CPU = torch.device("cpu")
 cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="fused on the CPU needs the interpreter (CI)")
@@ -47,17 +42,11 @@ cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="fused on the CP
 
 @pytest.fixture(scope="module")
 def engine():
-    torch.manual_seed(0)
-    spec = ClassifierSpec(EncoderConfig(32, 2, 2, patch_size=4, img_size=16), num_classes=10, input_size=16,
-                          sigma=0.5)
-    return TorchEngine(SmoothingClassifier(spec).eval(), CPU, "fp32")
+    return tiny_engine_of(sigma=0.5)
 
 
 def _counts(engine, body):
-    generator = torch.Generator().manual_seed(1)
-    images = [(3 * i, torch.rand((3, 16, 16), generator=generator), i % 10) for i in range(4)]
-    out = StreamingCertifier(engine, SamplingPlan.certify(n0=10, n=60), 0.5, 11, 48, body).run(images)
-    return np.stack([o.counts for o in out])
+    return stacked_counts(engine, random_images(4, step=3), SamplingPlan.certify(n0=10, n=60), 0.5, 11, 48, body)
 
 
 def _runs_like_the_plain_body(engine, options, capsys, expected):
@@ -153,8 +142,7 @@ def _counts_demo(engine, body):
 
     digits = demo_digits("test")
     images = [(i, digits[i][0], digits[i][1]) for i in (0, 7)]
-    out = StreamingCertifier(engine, SamplingPlan.certify(20, 100), 0.25, 11, 48, body).run(images)
-    return np.stack([o.counts for o in out])
+    return stacked_counts(engine, images, SamplingPlan.certify(20, 100), 0.25, 11, 48, body)
 
 
 def test_an_exported_graph_that_fails_its_parity_check_is_not_used(demo_model, monkeypatch, capsys, tmp_path):
@@ -234,10 +222,8 @@ def test_a_body_that_fails_mid_run_gives_way_to_the_next_with_the_same_counts(en
         return look >= stop_at[index]
 
     def counts(body):
-        generator = torch.Generator().manual_seed(1)
-        images = [(3 * i, torch.rand((3, 16, 16), generator=generator), i % 10) for i in range(6)]
-        out = StreamingCertifier(engine, plan, 0.5, 11, 48, body).run(images, decide if sequential else None)
-        return {o.index: o.counts for o in out}
+        return stream_counts(engine, random_images(6, step=3), plan, 0.5, 11, 48, body,
+                             decide if sequential else None)
 
     plain = counts(ImageBatches(engine, 0.5, 11, 48))
     _fail_on_call(monkeypatch, FastBatches, 4, RuntimeError("std::bad_alloc"), after_counting=True)

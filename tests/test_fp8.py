@@ -3,14 +3,14 @@
 import numpy as np
 import pytest
 import torch
+from helpers import random_images, stream_counts, tiny_vit
 from torch import nn
 
 from dmae_fast.base.errors import UserError
 from dmae_fast.batching.fast_body import FastBatches, FastPath
-from dmae_fast.batching.stream import SamplingPlan, StreamingCertifier
+from dmae_fast.batching.stream import SamplingPlan
 from dmae_fast.cli.certify import main
 from dmae_fast.engines import EngineOptions, TorchEngine, open_engine
-from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier
 from dmae_fast.model.checkpoints import save_classifier
 from dmae_fast.model.fp8 import E4M3, Fp8Linear, fp8_problem, to_fp8
 
@@ -18,10 +18,7 @@ CPU = torch.device("cpu")
 
 
 def _model(width=32):
-    torch.manual_seed(0)
-    spec = ClassifierSpec(EncoderConfig(width, 2, 2, patch_size=4, img_size=16), num_classes=10, input_size=16,
-                          sigma=0.5)
-    return SmoothingClassifier(spec).eval()
+    return tiny_vit(width, sigma=0.5)
 
 
 def test_fp8_linear_is_the_scaled_product_of_its_quantized_operands():
@@ -87,10 +84,7 @@ def test_open_engine_refuses_fp8_for_a_classifier_it_cannot_run(tmp_path):
 
 
 def _counts(engine, body=None):
-    generator = torch.Generator().manual_seed(1)
-    images = [(i, torch.rand((3, 16, 16), generator=generator), i % 10) for i in range(4)]
-    certifier = StreamingCertifier(engine, SamplingPlan.certify(n0=10, n=50), 0.5, 11, 48, body)
-    return {o.index: o.counts for o in certifier.run(images)}
+    return stream_counts(engine, random_images(4), SamplingPlan.certify(n0=10, n=50), 0.5, 11, 48, body)
 
 
 def test_the_fast_fp8_body_counts_as_the_plain_fp8_body():

@@ -102,6 +102,7 @@ LAYERS = (
     ("dmae_fast.results",),
     ("dmae_fast.engines",),
     ("dmae_fast.batching",),
+    ("dmae_fast.distributed",),
     ("dmae_fast.run",),
     ("dmae_fast.export", "dmae_fast.serve", "dmae_fast.train", "dmae_fast.analysis"),
     ("dmae_fast.cli", "dmae_fast.bench", "dmae_fast.demo"),

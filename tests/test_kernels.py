@@ -10,9 +10,9 @@ if not torch.cuda.is_available():  # before triton is imported anywhere in this 
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest  # noqa: E402
+from helpers import tiny_vit  # noqa: E402
 
 from dmae_fast.kernels.frontend_reference import FrontEnd, reference_tokens  # noqa: E402
-from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier  # noqa: E402
 from dmae_fast.noise.contract import gaussian_noise, uint32_stream  # noqa: E402
 
 fused_frontend = pytest.importorskip("dmae_fast.kernels.fused_frontend")
@@ -22,11 +22,8 @@ SEED = 2**63 + 2**40 + 12345  # both key words non-zero, the high bit set
 
 @pytest.fixture(scope="module")
 def model():
-    torch.manual_seed(0)
     # width 48 (not a power of two), 3x3 patches of 4x4 pixels: K = 48, L = 9 (tiles are masked)
-    spec = ClassifierSpec(EncoderConfig(48, 2, 2, patch_size=4, img_size=12), num_classes=7, input_size=12,
-                          mean=(0.4, 0.5, 0.6), std=(0.2, 0.25, 0.3))
-    return SmoothingClassifier(spec).eval().to(DEVICE)
+    return tiny_vit(48, size=12, classes=7, mean=(0.4, 0.5, 0.6), std=(0.2, 0.25, 0.3)).to(DEVICE)
 
 
 def _rows(count, slots):
@@ -93,9 +90,7 @@ def test_quad_noise_gives_the_per_element_tokens_bit_for_bit(model, dtype):
 
 
 def test_patches_not_a_multiple_of_4_wide_keep_the_per_element_noise():
-    torch.manual_seed(0)
-    spec = ClassifierSpec(EncoderConfig(16, 1, 2, patch_size=2, img_size=6), num_classes=3, input_size=6)
-    small = SmoothingClassifier(spec).eval().to(DEVICE)
+    small = tiny_vit(16, 1, patch=2, size=6, classes=3).to(DEVICE)
     x = torch.rand(2, 3, 6, 6, device=DEVICE)
     slot, image, phase, sample = _rows(5, 2)
     front, embeddings = small.fused_front_end(sigma=0.5), small.clean_embedding(x)
@@ -132,10 +127,10 @@ def test_every_gpu_tiling_matches_the_reference_for_a_vit_b_front_end(tiles):
 
 
 def test_resizing_classifiers_are_not_fused():
-    spec = ClassifierSpec(EncoderConfig(32, 1, 2, patch_size=4, img_size=16), num_classes=10, input_size=8)
-    assert "resizes" in spec.fused_unsupported_reason
+    model = tiny_vit(depth=1, input_size=8)
+    assert "resizes" in model.spec.fused_unsupported_reason
     with pytest.raises(ValueError, match="resizes"):
-        SmoothingClassifier(spec).fused_front_end(0.25)
+        model.fused_front_end(0.25)
 
 
 # Compiles both kernels as the GPU path launches them (tokens_launch / noise_launch), for Hopper

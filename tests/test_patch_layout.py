@@ -8,18 +8,15 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import stacked_counts, tiny_vit
 
 from dmae_fast.batching.bodies import BodyOptions, batch_body
-from dmae_fast.batching.stream import (
-    ImageBatches,
-    SamplingPlan,
-    StreamingCertifier,
-)
+from dmae_fast.batching.stream import ImageBatches, SamplingPlan
 from dmae_fast.engines import TorchEngine
 from dmae_fast.engines.cpu_graphs import onnx_bytes
 from dmae_fast.engines.cpu_runtimes import OrtChunks
 from dmae_fast.engines.graphs import PatchGraph
-from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier
+from dmae_fast.model import SmoothingClassifier
 from dmae_fast.noise.compiled import COMPILED, REFERENCE, NoiseSource
 from dmae_fast.noise.contract import gaussian_noise
 from dmae_fast.noise.patch_layout import PatchLayout
@@ -31,10 +28,7 @@ MEAN, STD = (0.4, 0.5, 0.6), (0.2, 0.25, 0.3)
 
 
 def _model(patch=4, size=16, input_size=None, seed=0) -> SmoothingClassifier:
-    torch.manual_seed(seed)
-    spec = ClassifierSpec(EncoderConfig(32, 2, 2, patch_size=patch, img_size=size), num_classes=10,
-                          input_size=input_size or size, mean=MEAN, std=STD)
-    return SmoothingClassifier(spec).eval()
+    return tiny_vit(patch=patch, size=size, input_size=input_size, seed=seed, mean=MEAN, std=STD)
 
 
 def test_the_layout_is_the_patch_embedding_input_and_the_philox_groups():
@@ -114,9 +108,8 @@ def test_patch_input_counts_equal_the_plain_body(runtime):
     engine, plan = TorchEngine(model, CPU, "fp32"), SamplingPlan.certify(n0, n)
     body = batch_body(engine, 0.25, seed, 128, BodyOptions(fast=True, workers=2, cpu_runtime=runtime))
     assert body.classifier.layout == PatchLayout.of(model) and "patch rows" in body.description
-    got = np.stack([o.counts for o in StreamingCertifier(engine, plan, 0.25, seed, 128, body).run(items)])
-    plain = ImageBatches(engine, 0.25, seed, 128)
-    want = np.stack([o.counts for o in StreamingCertifier(engine, plan, 0.25, seed, 128, plain).run(items)])
+    got = stacked_counts(engine, items, plan, 0.25, seed, 128, body)
+    want = stacked_counts(engine, items, plan, 0.25, seed, 128, ImageBatches(engine, 0.25, seed, 128))
     assert (want[:, 1].max(1) < n).any()  # some votes are split: the comparison means something
     assert np.array_equal(got, want)
     images_body = batch_body(engine, 0.25, seed, 128, BodyOptions(fast=True, workers=2, cpu_runtime=runtime,

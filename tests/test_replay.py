@@ -38,9 +38,9 @@ DELETE = object()
 @pytest.fixture(scope="module")
 def answers(one_torch_thread, tmp_path_factory) -> dict:
     """Genuine answers by name, with the .npy files of their images."""
-    service = Service(ServeConfig(engine=str(DEMO_CHECKPOINT), seed=SEED, first_index=FIRST_INDEX, device="cpu",
+    service = Service(ServeConfig(engine_path=str(DEMO_CHECKPOINT), seed=SEED, first_index=FIRST_INDEX, device="cpu",
                                   batch=256, max_wait_ms=0))
-    sigma = service.sigma
+    sigma = service.config.sigma
     # demo test digits 11 (90 of 100 votes for its class at sigma 0.25: counts that any other seed changes),
     # 0 (unanimous: stops at an early look) and 21 (60 / 40: PREDICT abstains)
     requests = {"certify": ((11,), ProcedureSpec(CERTIFY, 100, 0.001, sigma, 20)),
@@ -73,7 +73,7 @@ def sound_answers(one_torch_thread, tmp_path_factory) -> dict:
                 "quantized": (True, ["off", "on"], {"n0": 20, "n": 100})}
     out = {}
     for quantize in (False, True):
-        config = ServeConfig(engine=str(DEMO_CHECKPOINT), seed=SEED, first_index=FIRST_INDEX, device="cpu",
+        config = ServeConfig(engine_path=str(DEMO_CHECKPOINT), seed=SEED, first_index=FIRST_INDEX, device="cpu",
                              batch=256, max_wait_ms=0)
         service = Service(dataclasses.replace(config, body=dataclasses.replace(config.body,
                                                                                sound=Sound(16, quantize))))
@@ -85,7 +85,7 @@ def sound_answers(one_torch_thread, tmp_path_factory) -> dict:
                 images = [base64.b64encode(files[w].read_bytes()).decode() for w in which]
                 body = json.dumps({"images": images, **fields}).encode()
                 parsed = parse_request(CERTIFY, "application/json", body, [], service.shape, Limits(), Defaults(),
-                                       service.sigma, service.config.body.sound)
+                                       service.config.sigma, service.config.body.sound)
                 out[name] = (json.loads(json.dumps(asyncio.run(service.answer(parsed)))),
                              [str(files[w]) for w in which])
         finally:

@@ -10,9 +10,9 @@ import torch.distributed as dist
 from dmae_fast.base.errors import UserError
 from dmae_fast.cli.certify import main
 from dmae_fast.demo import DEMO_CHECKPOINT
+from dmae_fast.distributed.ranks import join
 from dmae_fast.results.format import read_results
 from dmae_fast.run.driver import CertifyConfig, certify_dataset
-from dmae_fast.run.ranks import join
 
 
 def test_certify_dataset_writes_and_passes_on_every_row(tmp_path):

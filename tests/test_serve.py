@@ -30,9 +30,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import stream_counts
 from PIL import Image
 
-from dmae_fast.batching.stream import ImageCounts, StreamingCertifier
+from dmae_fast.batching.stream import ImageCounts
 from dmae_fast.cli import serve as serve_cli
 from dmae_fast.data import demo_digits
 from dmae_fast.demo import DEMO_CHECKPOINT
@@ -184,9 +185,8 @@ def offline_counts(engine, receipt: dict, items: list[tuple[int, torch.Tensor]],
     """Counts by image index from the library's streaming certifier (the offline re-run)."""
     procedure = procedure_of(receipt)
     assert procedure.plan == plan_of(receipt)
-    streamer = StreamingCertifier(engine, procedure.plan, receipt["sigma"], receipt["seed"], batch)
-    return {done.index: done.counts for done in streamer.run([(i, image, 0) for i, image in items],
-                                                             procedure.decide)}
+    return stream_counts(engine, [(i, image, 0) for i, image in items], procedure.plan, receipt["sigma"],
+                         receipt["seed"], batch, decide=procedure.decide)
 
 
 def served_counts(result: dict, receipt: dict) -> np.ndarray:

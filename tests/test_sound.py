@@ -18,12 +18,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import rows_without
+from helpers import rows_without, stream
 from PIL import Image
 
 from dmae_fast.base.errors import UserError
 from dmae_fast.batching.body_options import BodyOptions, Sound
-from dmae_fast.batching.stream import ImageBatches, StreamingCertifier
+from dmae_fast.batching.stream import ImageBatches
 from dmae_fast.cli.certify import main as certify_main
 from dmae_fast.data import demo_digits
 from dmae_fast.demo import DEMO_CHECKPOINT
@@ -80,8 +80,7 @@ class TraceReader(Engine):
 def _counts(engine: Engine, image: torch.Tensor, plan: SamplingPlan, grid: int | None = None,
             seed: int = 0) -> np.ndarray:
     body = ImageBatches(engine, SIGMA, seed, 1000, NoiseSource(CPU, compiled=False, grid=grid))
-    streamer = StreamingCertifier(engine, plan, SIGMA, seed, 1000, body, None if grid is None else Sound(grid))
-    [done] = streamer.run([(0, image, 0)])
+    [done] = stream(engine, [(0, image, 0)], plan, SIGMA, seed, 1000, body, sound=None if grid is None else Sound(grid))
     return done.counts
 
 
@@ -147,8 +146,8 @@ def _demo(tmp_path, name, *extra):
 def test_dmae_certify_sound_rows_and_record_say_so(one_torch_thread, tmp_path):
     plain = _demo(tmp_path, "plain", "--sound", "--body", "plain")
     reference = _demo(tmp_path, "reference", "--sound", "--body", "plain", "--noise", "reference")
-    rows = [line.split("\t") for line in plain.read_text().splitlines()]
-    assert {row[-1] for row in rows[1:]} == {"cohen-fixed-n sound"}
+    header, *rows = [line.split("\t") for line in plain.read_text().splitlines()]
+    assert {row[header.index("procedure")] for row in rows} == {"cohen-fixed-n sound"}
     assert rows_without(plain) == rows_without(reference)  # the C kernel's sound noise is the reference's
     record = json.loads((tmp_path / "plain.tsv.json").read_text())
     sound = record["sound"]
@@ -211,12 +210,13 @@ def test_a_sound_servers_requests_are_checked():
 
 
 def test_a_sound_answer_replays_as_identical(one_torch_thread):
-    config = ServeConfig(engine=str(DEMO_CHECKPOINT), seed=7, first_index=40, device="cpu", batch=256, max_wait_ms=0)
+    config = ServeConfig(engine_path=str(DEMO_CHECKPOINT), seed=7, first_index=40, device="cpu", batch=256,
+                         max_wait_ms=0)
     service = Service(dataclasses.replace(config, body=dataclasses.replace(config.body, sound=Sound(16))))
     images = [demo_digits("test").images[i] for i in (0, 11)]
     service.start()
     try:
-        spec = ProcedureSpec(CERTIFY, 100, 0.001, service.sigma, 20, sound=True)
+        spec = ProcedureSpec(CERTIFY, 100, 0.001, service.config.sigma, 20, sound=True)
         answer = json.loads(json.dumps(asyncio.run(service.answer(ParsedRequest(spec, images)))))
     finally:
         service.stop()
@@ -297,7 +297,7 @@ def test_dmae_sound_table_refuses_a_table_beyond_the_bound_at_once(tmp_path, arg
 
 def test_a_server_a_run_and_a_replay_beyond_the_bound_are_refused_at_once():
     with pytest.raises(UserError, match=TOO_WIDE):
-        ServeConfig(engine="demo", sigma=100.0, body=BodyOptions(sound=Sound(65536))).validate()
+        ServeConfig(engine_path="demo", sigma=100.0, body=BodyOptions(sound=Sound(65536))).validate()
     done = subprocess.run([str(BIN / "dmae-serve"), "--ckpt", "demo", "--sound", "--sound-grid", "65536", "--sigma",
                            "100", "--port", "0"], capture_output=True, text=True, timeout=600)
     _one_line(done, "dmae-serve", TOO_WIDE)

@@ -3,10 +3,11 @@
 import numpy as np
 import pytest
 import torch
+from helpers import random_images, stream, stream_counts
 
 from dmae_fast.base.errors import UserError
 from dmae_fast.batching.smooth import Smooth
-from dmae_fast.batching.stream import ImageBatches, SamplingPlan, StreamingCertifier
+from dmae_fast.batching.stream import ImageBatches, SamplingPlan
 from dmae_fast.engines import TorchEngine
 from dmae_fast.model import SmoothingClassifier
 from dmae_fast.noise.compiled import COMPILED, REFERENCE, NoiseSource
@@ -36,12 +37,11 @@ def engine(tiny_engine):
 
 @pytest.fixture(scope="module")
 def images():
-    generator = torch.Generator().manual_seed(1)
-    return [(3 * i + 1, torch.rand(SHAPE, generator=generator), i % 10) for i in range(7)]
+    return random_images(7, size=8, step=3, first=1)
 
 
 def _counts(engine, images, plan, batch, sigma=0.5, seed=123):
-    out = list(StreamingCertifier(engine, plan, sigma, seed, batch).run(images))
+    out = stream(engine, images, plan, sigma, seed, batch)
     assert [o.index for o in out] == [i for i, _, _ in images]
     assert [o.label for o in out] == [label for _, _, label in images]
     return np.stack([o.counts for o in out])
@@ -80,7 +80,7 @@ def test_noise_is_added_in_pixel_space_to_the_clean_image(engine, images, compil
     spy = SpyEngine(engine)
     plan = SamplingPlan.certify(n0=3, n=4)
     body = ImageBatches(spy, 0.25, 77, 5, NoiseSource(engine.device, compiled=compiled))
-    list(StreamingCertifier(spy, plan, 0.25, 77, 5, body).run(images[:2]))
+    stream(spy, images[:2], plan, 0.25, 77, 5, body)
     assert body.noise.implementation == (COMPILED if compiled else REFERENCE)
     received = torch.cat(spy.batches)
     expected = []
@@ -114,9 +114,9 @@ def test_bad_images_are_refused(engine):
     bad = torch.rand(SHAPE)
     bad[1, 2, 3] = float("nan")
     with pytest.raises(UserError, match="image 4 contains NaN"):
-        list(StreamingCertifier(engine, plan, 0.5, 0, 8).run([(4, bad, 0)]))
+        stream(engine, [(4, bad, 0)], plan, 0.5, 0, 8)
     with pytest.raises(UserError, match="shape"):
-        list(StreamingCertifier(engine, plan, 0.5, 0, 8).run([(0, torch.rand(3, 16, 16), 0)]))
+        stream(engine, [(0, torch.rand(3, 16, 16), 0)], plan, 0.5, 0, 8)
 
 
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -164,8 +164,7 @@ def test_sequential_plan_stops_early_with_prefix_counts_and_full_batches(engine,
             exhausted_at.append(len(spy.batches))  # index of the batch being built
 
         calls.clear()
-        out = list(StreamingCertifier(spy, plan, 0.5, 5, batch).run(source(), decide))
-        results[batch] = {o.index: o.counts for o in out}
+        results[batch] = stream_counts(spy, source(), plan, 0.5, 5, batch, decide=decide)
         sizes = [len(b) for b in spy.batches]
         assert all(size == batch for size in sizes[: exhausted_at[0]])  # full until the tail
         assert sum(sizes) == sum(10 + looks[stop_at[i]] for i, _, _ in many)
@@ -181,4 +180,4 @@ def test_sequential_plan_stops_early_with_prefix_counts_and_full_batches(engine,
 
 def test_sequential_plan_needs_a_decision_rule(engine, images):
     with pytest.raises(ValueError, match="decide"):
-        list(StreamingCertifier(engine, SamplingPlan.sequential(5, (5, 10)), 0.5, 0, 8).run(images))
+        stream(engine, images, SamplingPlan.sequential(5, (5, 10)), 0.5, 0, 8)

@@ -80,10 +80,10 @@ def test_a_config_naming_an_unregistered_procedure_is_refused(tmp_path):
 
 
 def test_the_server_answers_the_toy_and_its_answer_replays_as_identical(one_torch_thread):
-    service = Service(ServeConfig(engine=str(DEMO_CHECKPOINT), seed=7, first_index=40, device="cpu", batch=256,
+    service = Service(ServeConfig(engine_path=str(DEMO_CHECKPOINT), seed=7, first_index=40, device="cpu", batch=256,
                                   max_wait_ms=0))
     images = [demo_digits("test").images[i] for i in (0, 11)]
-    spec = ProcedureSpec(CERTIFY, 200, 0.001, service.sigma, 20, name=TOY)
+    spec = ProcedureSpec(CERTIFY, 200, 0.001, service.config.sigma, 20, name=TOY)
     service.start()
     try:
         answer = json.loads(json.dumps(asyncio.run(service.answer(ParsedRequest(spec, images)))))

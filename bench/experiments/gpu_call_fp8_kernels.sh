@@ -33,7 +33,7 @@ maybe() {  # NAME CAP RESERVE COMMAND...: a step if at least 10 s are left for i
 step install 60 "$PY" -m pip install --no-deps --no-build-isolation -e .
 KERNEL_TESTS=(tests/test_gelu_quantize.py tests/test_layernorm_quantize.py tests/test_fp8.py)
 maybe gpu-tests 120 425 "$PY" -m pytest -v -p no:cacheprovider -m gpu "${KERNEL_TESTS[@]}" tests/test_kernels.py \
-    tests/test_sound_kernel.py "tests/test_fast_stream.py::test_a_run_with_the_previous_runs_layout_replays_its_captured_graph"
+    tests/test_sound_kernel.py "tests/test_fast_body.py::test_a_run_with_the_previous_runs_layout_replays_its_captured_graph"
 failed() { grep -q "^\(FAILED\|ERROR\) \($1\)" "$R/logs/gpu-tests.log"; }
 if failed "tests/test_gelu_quantize\|tests/test_layernorm_quantize\|tests/test_fp8"; then
     echo "new fp8 kernels failed their GPU tests: timing the last commit's fp8 body" | tee -a "$R/steps.tsv"

@@ -9,7 +9,7 @@
 step install 60 "$PY" -m pip install --no-deps --no-build-isolation -e .
 step gpu-tests 90 "$PY" -m pytest -v -s -p no:cacheprovider -m gpu tests/test_gelu_quantize.py \
     tests/test_layernorm_quantize.py tests/test_fp8.py \
-    "tests/test_fast_stream.py::test_a_run_with_the_previous_runs_layout_replays_its_captured_graph"
+    "tests/test_fast_body.py::test_a_run_with_the_previous_runs_layout_replays_its_captured_graph"
 step bench-vit-b 100 "$PY" -m dmae_fast.cli.bench throughput --models vit-b16 --variants fused+compiled+graphs \
     --precisions fp16 fp8 --budget 90 --export-models --batches 1024 --main-batch 1024 --seconds 2 --out "$R/bench-vit-b"
 step profile-fp8 40 "$PY" bench/experiments/gpu_profile.py --model vit-b16 --batch 1024 --compile --precision fp8 \

@@ -26,13 +26,9 @@ class Parser(argparse.ArgumentParser):
 
 
 def run_reporting_errors(prog: str, body: Callable[[], int]) -> int:
-    """Run ``body`` with one-line endings instead of tracebacks.
-
-    A :class:`UserError` becomes ``prog: error: ...`` on stderr and exit 2; so does an
-    operating-system error no code path named better (a full disk, a read-only or immutable
-    directory, a file that vanished): it is about the machine, not a bug. SIGINT/SIGTERM
-    become one line saying what was kept, exit 130/143.
-    """
+    """Run ``body`` with one-line endings instead of tracebacks: a :class:`UserError` becomes ``prog: error: ...`` on
+    stderr and exit 2, and so does an operating-system error no code path named better (a full disk: the machine,
+    not a bug); SIGINT/SIGTERM become one line saying what was kept, exit 130/143."""
     interrupt_on_signals()
     try:
         return body()

@@ -1,11 +1,9 @@
 """The exceptions that end a command without a traceback, and what SIGINT/SIGTERM do.
 
-Command-line entry points catch :class:`UserError` and print its message as one line
-with exit status 2, and :class:`Interrupted` (SIGINT or SIGTERM) with one line saying
-what was kept, exit status 128 + the signal number; :class:`AlreadyReported` (another rank
-of a multi-process job prints the line) ends silently; everything else is a bug and keeps its
-traceback. While a command is still starting (:func:`starting`), a signal ends it at once instead.
-"""
+Command-line entry points print a :class:`UserError` as one line with exit status 2, and :class:`Interrupted`
+(SIGINT or SIGTERM) as one line saying what was kept, exit status 128 + the signal number; :class:`AlreadyReported`
+(another rank prints the line) ends silently; everything else is a bug and keeps its traceback. While a command is
+still starting (:func:`starting`), a signal ends it at once instead."""
 
 from __future__ import annotations
 
@@ -13,13 +11,20 @@ import contextlib
 import os
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from types import FrameType
 from typing import Any
 
 
 class UserError(Exception):
     """Bad input: a missing file, a wrong format, an out-of-range option, ..."""
+
+
+def raise_first(checks: Iterable[tuple[bool, str]], error: type[Exception] = UserError, prefix: str = "") -> None:
+    """Raise ``error(prefix + message)`` for the first ``(ok, message)`` of ``checks`` that is not ok."""
+    for ok, message in checks:
+        if not ok:
+            raise error(prefix + message)
 
 
 class AlreadyReported(Exception):
@@ -32,9 +37,8 @@ class AlreadyReported(Exception):
 
 
 class Interrupted(BaseException):
-    """SIGINT (Ctrl-C) or SIGTERM arrived. A BaseException, like KeyboardInterrupt, so that
-    no ``except Exception`` swallows it. ``kept`` tells the user what is on disk and how to
-    continue; a command fills it in on the way out."""
+    """SIGINT (Ctrl-C) or SIGTERM arrived. A BaseException, like KeyboardInterrupt, so that no ``except Exception``
+    swallows it; ``kept``, filled in on the way out, tells the user what is on disk and how to continue."""
 
     def __init__(self, signum: int, kept: str = "") -> None:
         super().__init__(signum, kept)
@@ -87,22 +91,18 @@ def forget_signal() -> None:
 
 
 def raise_if_interrupted() -> None:
-    """Raise :class:`Interrupted` if a signal arrived whose exception was swallowed on its way
-    (see ``_received``); long loops call this once per step."""
+    """Raise :class:`Interrupted` if a signal's exception was swallowed on its way; long loops call this each step."""
     if _received is not None:
         raise Interrupted(_received)
 
 
 def exit_on_signals(prog: str | None) -> dict[int, Any]:
-    """Make SIGINT and SIGTERM end the process at once with ``prog: interrupted by SIGTERM while
-    starting; nothing was written``, exit status 128 + N (silently for ``prog`` None: a rank whose
-    launcher says it, or a command that has ended); returns the handlers replaced. For a command that
-    has written nothing yet (:func:`starting`) or whose ``main`` has returned. Main thread only.
+    """Make SIGINT and SIGTERM end the process at once with ``prog: interrupted by SIGTERM while starting;
+    nothing was written``, exit status 128 + N (silently for ``prog`` None); returns the handlers replaced. For
+    a command that has written nothing yet (:func:`starting`) or whose ``main`` has returned; main thread only.
 
-    Not by raising :class:`Interrupted`: one raised inside an import can be swallowed by an extension's
-    initialisation, leaving a module half-imported (torch's C extension discards numpy's errors), and
-    after ``main`` Python's exit handlers print it as "Exception ignored" with a traceback.
-    """
+    Not by raising :class:`Interrupted`: an extension's initialisation can swallow it inside an import, leaving
+    a module half-imported, and after ``main`` Python's exit handlers print it with a traceback."""
     if threading.current_thread() is not threading.main_thread():
         return {}
 
@@ -117,8 +117,7 @@ def exit_on_signals(prog: str | None) -> dict[int, Any]:
 
 @contextlib.contextmanager
 def starting(prog: str | None) -> Iterator[None]:
-    """:func:`exit_on_signals` for the block (a command's imports and checks before it writes
-    anything); the handlers before it are back after it."""
+    """:func:`exit_on_signals` for the block (a command's imports and checks before it writes anything), then undone."""
     previous = exit_on_signals(prog)
     try:
         yield

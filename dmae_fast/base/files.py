@@ -28,8 +28,7 @@ def read_regular_file(path: str | os.PathLike[str], limit: int, what: str = "res
     """The bytes of ``path``, which must be a regular file of at most ``limit`` bytes (UserError otherwise).
 
     A device (``/dev/zero``), pipe or socket is refused before it is read, and opened without
-    blocking should one replace the file in between, so reading never hangs nor runs without bound.
-    """
+    blocking should one replace the file in between, so reading never hangs nor runs without bound."""
     not_regular = f"{path} is not a regular file (a device, pipe or socket?); a {what} must be one"
     try:
         mode = os.stat(path).st_mode
@@ -61,11 +60,9 @@ def read_regular_file(path: str | os.PathLike[str], limit: int, what: str = "res
 def write_regular_file(path: str | os.PathLike[str], data: bytes, overwrite: bool = False, what: str = "file") -> None:
     """Write ``data`` to ``path`` all at once (UserError, in one line, when it cannot be).
 
-    The bytes go to a new hidden file beside ``path`` (a random name no user's file has), are flushed and
-    synced, and only then take ``path``'s name; on any failure the hidden file is removed and ``path`` is
-    as it was. An existing ``path`` is refused unless ``overwrite``, and then must be a regular file (a
-    symbolic link to one has its target replaced): a directory, device, pipe or socket is never replaced.
-    """
+    The bytes go to a new hidden file beside ``path``, synced, and only then take ``path``'s name; on any failure
+    ``path`` is as it was. An existing ``path`` is refused unless ``overwrite``, and then must be a regular file
+    (a symbolic link to one has its target replaced)."""
     target = os.path.realpath(path) if os.path.islink(path) else os.fspath(path)
     _check_replaceable(path, target, overwrite, what)
     directory, name = os.path.split(target)
@@ -89,8 +86,7 @@ def write_regular_file(path: str | os.PathLike[str], data: bytes, overwrite: boo
 
 
 def _check_replaceable(path: str | os.PathLike[str], target: str, overwrite: bool, what: str) -> None:
-    """Refuse a ``path`` that exists but may not be replaced (anything but a regular file, or any
-    file without ``overwrite``)."""
+    """Refuse an existing ``path`` that may not be replaced (not a regular file, or any file without ``overwrite``)."""
     try:
         mode = os.stat(target).st_mode
     except FileNotFoundError:

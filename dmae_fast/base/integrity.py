@@ -1,14 +1,8 @@
 """Content hashes of model files: written when the project makes a file, checked when it opens one.
 
-* Engines: the SHA-256 of the engine file, in its sidecar (``sha256``).
-* The project's weight files (classifier and front-end ``.safetensors``, pre-training
-  ``.pt``): the SHA-256 of their tensors (:func:`tensors_sha256`), stored inside the file
-  (safetensors metadata / a top-level key) under :data:`CONTENT_KEY`.
-
-A file without a hash still opens (files from other tools, or written before hashes were);
-a file whose hash disagrees is refused with one line: certifying a damaged model would
-silently certify a different classifier.
-"""
+Engines carry the SHA-256 of the engine file in their sidecar (``sha256``); the project's weight files carry the
+SHA-256 of their tensors (:func:`tensors_sha256`) inside the file under :data:`CONTENT_KEY`. A file without a hash
+still opens; one whose hash disagrees is refused: a damaged model would silently certify another classifier."""
 
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
 """One writer per output: an exclusive lock on a results file or a run directory.
 
-``with OutputLock(target):`` holds ``flock`` on a lock file beside (or inside) the target
-for as long as the command writes it. A second command on the same output is refused at
-once with a line naming the holder's process id. The lock disappears with the process,
-so a crash (even SIGKILL) never leaves an output locked; the lock file is removed on exit.
-"""
+``with OutputLock(target):`` holds ``flock`` on a lock file beside (or inside) the target while the command writes
+it; a second command on the same output is refused at once, naming the holder's pid. The lock dies with the
+process, so a crash (even SIGKILL) never leaves an output locked."""
 
 from __future__ import annotations
 

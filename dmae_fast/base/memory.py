@@ -1,19 +1,11 @@
 """The process's allocator: keep freed host memory instead of handing large blocks back to the OS.
 
-glibc's malloc serves a request above a threshold (dynamic, at most 32 MiB) with a fresh ``mmap``
-and unmaps it on ``free``, and gives threads other than the main one arenas of 64 MiB heaps that
-are unmapped once empty, whatever the thresholds: a CPU forward pass then page-faults its megabytes
-of activations in again on every batch. Keeping freed memory made Cohen et al.'s loop 1.07-1.42x
-faster and our plain body 1.21-1.46x, and steadied the figures (bench/results/2026-11-25-cpu-fast/
-allocator/); one arena cut ``dmae-serve``'s device thread from 12,317 minor faults per 1,000 demo
-samples to 27.
-
-:func:`keep_freed_memory` sets the mmap and trim thresholds to 1 GiB and ``M_ARENA_MAX`` to 1
-(``mallopt``); the price is that the process keeps its peak heap size until it exits. It must run
-before the threads that allocate start (a thread keeps the arena it first got). Nothing is changed
-when the allocator is not glibc's or when the user set ``MALLOC_MMAP_THRESHOLD_``,
-``MALLOC_TRIM_THRESHOLD_`` or ``MALLOC_ARENA_MAX`` themselves.
-"""
+glibc's malloc serves large requests with a fresh ``mmap`` unmapped on ``free``, and gives other threads arenas
+unmapped once empty: a CPU forward pass then page-faults its megabytes of activations in again on every batch
+(bench/results/2026-11-25-cpu-fast/allocator/). :func:`keep_freed_memory` sets the mmap and trim thresholds to
+1 GiB and ``M_ARENA_MAX`` to 1 (``mallopt``), so the process keeps its peak heap size until it exits. It must run
+before the threads that allocate start (a thread keeps the arena it first got). Nothing changes when the allocator
+is not glibc's or the user set ``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_`` or ``MALLOC_ARENA_MAX``."""
 
 from __future__ import annotations
 
@@ -28,7 +20,6 @@ USER_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_ARE
 
 
 def glibc() -> bool:
-    """Whether this process allocates with glibc's malloc (Linux with glibc)."""
     return platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
 
 

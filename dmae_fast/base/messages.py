@@ -8,9 +8,8 @@ LIMIT = 200  # the most characters of a line made of an error
 
 
 def one_line(said: object, typed: bool = False, first: bool = False, limit: int = LIMIT) -> str:
-    """``said`` (an error or any text) on one line of at most ``limit`` characters: an error's message (its
-    type's name when it has none), with ``typed`` as ``Type: message``, with ``first`` only its first line (a
-    library's error whose further lines are hints)."""
+    """``said`` (an error or any text) on one line of at most ``limit`` characters: an error's message (else its
+    type's name), with ``typed`` as ``Type: message``, with ``first`` only its first line (further lines: hints)."""
     text = str(said).strip()
     text = text.splitlines()[0] if first and text else text
     text = f"{type(said).__name__}: {text}" if typed and isinstance(said, BaseException) else text

@@ -5,10 +5,8 @@ to a body, and says why (:class:`ResolvedBody`).
 * ``--fast`` on a CPU: :class:`~dmae_fast.batching.cpu_batches.ChunkedCpuBatches`;
 * ``--fast`` on CUDA, or any ``--fast-parts`` or ``--profile``: :class:`~dmae_fast.batching.fast_body.FastBatches`.
 
-A fast body is used only after it has agreed with the plain body on a trial batch, else the next
-simpler one runs (:mod:`dmae_fast.batching.fallback`). Every body gives the same counts up to the
-classifier's floating-point rounding.
-"""
+A fast body is used only after it has agreed with the plain body on a trial batch, else the next simpler one runs
+(:mod:`dmae_fast.batching.fallback`). Every body gives the same counts up to the classifier's rounding."""
 
 from __future__ import annotations
 
@@ -134,8 +132,7 @@ def _fast_candidates(engine: Engine, sigma: float, seed: int, batch: int, path: 
 
 def _cpu_candidates(engine: Engine, sigma: float, seed: int, batch: int, options: BodyOptions,
                     noise: Callable[..., NoiseSource]) -> list[Candidate]:
-    """The CPU fast body on the runtime asked for (auto: the fastest installed), then, for an fp32
-    checkpoint, on PyTorch."""
+    """The CPU fast body on the runtime asked for (auto: the fastest installed), then on PyTorch (fp32 checkpoints)."""
     if options.named_parts:
         print_notice(f"--fast-parts {','.join(options.named_parts)} ignored: --fast on a CPU runs its own body "
                      "(one worker per core, an exported graph per worker); drop --fast to use them")

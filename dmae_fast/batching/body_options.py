@@ -7,7 +7,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from dmae_fast.base.errors import UserError
+from dmae_fast.base.errors import raise_first
 from dmae_fast.batching.choices import CPU_RUNTIMES, FAST_PARTS, NOISE_CHOICES
 
 
@@ -31,9 +31,8 @@ def data_grid(data: str) -> int:
 
 @dataclass(frozen=True)
 class Sound:
-    """``--sound``: inputs on the 1/``grid`` grid and the rounded Gaussian drawn exactly on it
-    (docs/sound.md); ``quantize``: round inputs that are on no grid onto it (the certificate is then the
-    rounded image's) instead of refusing them."""
+    """``--sound``: inputs on the 1/``grid`` grid and the rounded Gaussian drawn exactly on it (docs/sound.md);
+    ``quantize``: round off-grid inputs onto it (the certificate is then the rounded image's) instead of refusing."""
 
     grid: int = BYTE_GRID
     quantize: bool = False
@@ -44,12 +43,8 @@ class Sound:
 
 @dataclass(frozen=True)
 class BodyOptions:
-    """How the batches of a run are computed (none of it changes the results beyond rounding).
-
-    ``fast`` asks for the fastest body for the device; the fast path's parts (``fused``, ``compile``,
-    ``cuda_graphs``, ``profile``) without ``fast`` run the GPU-style fast body with exactly those parts,
-    on any device.
-    """
+    """How the batches of a run are computed (none of it changes the results beyond rounding). ``fast`` asks for the
+    fastest body for the device; the fast path's parts without ``fast`` run the GPU-style fast body with just those."""
 
     fast: bool = how(False)
     fused: bool = how(False)
@@ -81,14 +76,11 @@ class BodyOptions:
         return "fast" if self.fast or self.parts else "plain"
 
     def validate(self) -> None:
-        checks = [
+        raise_first([
             (self.noise in NOISE_CHOICES, f"--noise must be one of {', '.join(NOISE_CHOICES)}, got {self.noise!r}"),
             (self.cpu_runtime in CPU_RUNTIMES,
              f"--cpu-runtime must be one of {', '.join(CPU_RUNTIMES)}, got {self.cpu_runtime!r}"),
             (self.cpu_runtime == "auto" or self.fast, "--cpu-runtime applies to --fast (on a CPU); add --fast"),
             (self.sound is None or (isinstance(self.sound.grid, int) and 1 <= self.sound.grid <= 2**16),
              f"the --sound grid must be a whole number in [1, 65536], got {self.sound and self.sound.grid!r}"),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise UserError(message)
+        ])

@@ -8,4 +8,3 @@ PRECISION_CHOICES = ("auto", "fp32", "fp16", "bf16", "fp8")  # fp8: opt-in, Ada/
 FAST_PARTS = ("fused", "compile", "cuda-graphs")  # --fast-parts: the fast body's parts a command may name
 BODY_CHOICES = ("fast", "plain")  # --body: the fastest verified body for the device, or the plain reference
 BODY_ENV = "DMAE_FAST_BODY"  # the default of --body where it is set (e.g. plain, for a test suite)
-

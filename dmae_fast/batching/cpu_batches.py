@@ -1,13 +1,10 @@
-"""The CPU batch body of ``dmae-certify --fast``: one worker per core, each noising and
-classifying its own cache-sized chunks of the batch (docs/performance.md).
+"""The CPU batch body of ``dmae-certify --fast``: one worker per core, each noising and classifying its own
+cache-sized chunks of the batch (docs/performance.md).
 
-A batch's rows are cut into chunks of up to ``MAX_CHUNK`` rows sized to the L2 cache, as many per
-worker; each worker thread takes the next chunk, makes its noisy images with the compiled noise
-kernel (GIL released: :mod:`dmae_fast.noise.compiled`) and classifies them with a CPU runtime
-(:mod:`dmae_fast.engines.cpu_runtimes`), on one core; the classes are counted with one ``index_add_``.
-Cache-sized chunks on separate cores beat one large forward pass on all cores (small matrix products
-scale badly across intra-op threads), and noise made inside the workers leaves one wait per batch.
-"""
+A batch's rows are cut into chunks of up to ``MAX_CHUNK`` rows sized to the L2 cache, as many per worker; each
+worker thread makes its chunk's noisy images with the compiled noise kernel (GIL released) and classifies them
+with a CPU runtime (:mod:`dmae_fast.engines.cpu_runtimes`) on one core. Small matrix products scale badly across
+intra-op threads, so cache-sized chunks on separate cores beat one large forward pass on all cores."""
 
 from __future__ import annotations
 
@@ -102,9 +99,8 @@ class ChunkedCpuBatches:
         chunks = list(zip(*(column.tensor_split(parts) for column in columns)))
         predicted = []
         if not self._settled:
-            # The first chunk runs alone: it compiles and checks the noise kernel, and makes the
-            # runtime's first inference, whose one-time set-up is not thread-safe (two first calls
-            # at once have deadlocked OpenVINO's Python binding, each thread holding what the other waits for).
+            # The first chunk runs alone: it compiles and checks the noise kernel, and makes the runtime's first
+            # inference, whose one-time set-up is not thread-safe (two at once have deadlocked OpenVINO's binding).
             predicted.append(self._pool.submit(self._classify_chunk, chunks.pop(0)).result())
             self._settled = True
         predicted += self._pool.map(self._classify_chunk, chunks)

@@ -1,16 +1,12 @@
 """A fast body is used only once it has run and agreed with the plain body: the fallback chain.
 
-A :class:`BodyChain` builds the candidate bodies, fastest first, and runs each on a trial batch of
-``TRIAL_ROWS`` rows, each a different random image in a slot of its own, beside the plain body (the
-reference, with the torch-op noise, itself used unchecked). A body is kept when it builds, runs and its
-classes agree with the reference's on at least ``AGREEMENT[precision]`` of the rows: enough to detect a
-broken body (a wrong kernel, layout or weights disagree on most rows), not rounding (fp16 on cast weights
-flips ~1% of a random ViT's votes). Otherwise one line says what failed and the next simpler body is
-tried (docs/performance.md). A body built from model-cache entries that fails is built once more from
-scratch, the entries dropped; a body that fails mid-run is replaced the same way
-(:meth:`BodyChain.replace`). User errors and interrupts are raised, not fallen back from. Every notice,
-the compiled noise's included, is printed and kept in :attr:`BodyChain.notices` (``body_fallbacks``).
-"""
+A :class:`BodyChain` builds the candidate bodies, fastest first, and runs each on a trial batch of ``TRIAL_ROWS``
+random images beside the plain body (the reference, with the torch-op noise, itself used unchecked). A body is kept
+when it builds, runs and agrees with the reference on at least ``AGREEMENT[precision]`` of the rows: enough to
+detect a broken body, not rounding. Otherwise one line says what failed and the next simpler body is tried; a body
+built from model-cache entries is first rebuilt from scratch, the entries dropped, and a body that fails mid-run is
+replaced the same way (:meth:`BodyChain.replace`). User errors and interrupts are raised, not fallen back from.
+Every notice is printed and kept in :attr:`BodyChain.notices` (``body_fallbacks``)."""
 
 from __future__ import annotations
 
@@ -58,9 +54,8 @@ def trial_classes(body: BatchBody, engine: Engine, rows: int) -> torch.Tensor:
 
 
 class BodyChain:
-    """The bodies a run may use, fastest first, then ``last`` (the plain body, built unchecked). ``body`` is
-    the one in use; ``notices`` lists what was passed over and why. Each body handed out carries ``chain``
-    (this) and ``fallbacks`` (the notices)."""
+    """The bodies a run may use, fastest first, then ``last`` (the plain body, built unchecked). ``body`` is the one
+    in use; ``notices`` what was passed over and why. A body handed out carries ``chain`` and ``fallbacks``."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -76,14 +71,12 @@ class BodyChain:
 
     def choose(self, candidates: list[Candidate], last: Callable[[], BatchBody],
                reference: BatchBody | None) -> BatchBody:
-        """The first of ``candidates`` that builds, runs and agrees with ``reference`` on a trial batch, else
-        ``last()``."""
+        """The first of ``candidates`` that builds, runs and agrees with ``reference`` on a trial batch, or last()."""
         self.candidates, self._last, self._reference_body = candidates, last, reference
         return self._first_working(0)
 
     def replace(self, error: Exception) -> BatchBody:
-        """The body after :attr:`body`, which failed mid-run with ``error``, said in one line;
-        :class:`UserError` when it was the last."""
+        """The body after :attr:`body`, which failed mid-run with ``error`` (said in one line); UserError if last."""
         failed = self._name(self.position)
         if self.position == len(self.candidates):
             raise UserError(f"{failed} failed mid-run ({one_line(error, typed=True)}); no simpler body to continue on")

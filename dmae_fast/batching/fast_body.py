@@ -1,17 +1,12 @@
 """The fast batch body (:class:`FastBatches`): fused front end, compiled body, CUDA graphs.
 
-* front end: with ``fused``, a Triton kernel turns rows straight into ViT tokens from each image's
-  clean patch embedding (computed once, at load), the noise made in-kernel
-  (:mod:`dmae_fast.kernels.fused_frontend`); otherwise the noisy images, as in the plain body.
-* body: the transformer -> argmax, eager or ``torch.compile``-d, on weights cast to fp16/bf16 (or
-  under autocast); or an exported token engine (``dmae-export --input tokens``) fed float32 tokens.
-* counting: ``counts[slot, phase, class] += 1`` with one ``index_add_`` on the device.
-* CUDA graphs: the three stages are captured once per run and replayed for every batch, each padded
+* front end: with ``fused``, a Triton kernel turns rows straight into ViT tokens from each image's clean patch
+  embedding (computed once, at load), the noise made in-kernel; otherwise the noisy images, as in the plain body.
+* body: the transformer -> argmax, eager or ``torch.compile``-d, on weights cast to fp16/bf16 (or under autocast);
+  or an exported token engine (``dmae-export --input tokens``) fed float32 tokens.
+* CUDA graphs: front end, body and counting are captured once per run and replayed for every batch, each padded
   to the full batch size with rows that point at a spare slot whose counts nobody reads.
-
-Both phases' full counts are kept on the device, so the schedule is fixed in advance and the host
-never waits for the device before issuing the next batch.
-"""
+Counts stay on the device (one ``index_add_``), so the host never waits for it before issuing the next batch."""
 
 from __future__ import annotations
 
@@ -38,8 +33,7 @@ class FastPath:
 
     fused: bool = False  # Triton front end (noise + patch embedding in one kernel)
     compile: bool = False  # torch.compile the body
-    # 'default': max-autotune-no-cudagraphs measured no faster on an H200 (ViT-B fp16, 11,340 vs
-    # 11,315 samples/s) and autotunes every matrix product at each start
+    # 'default': max-autotune-no-cudagraphs is no faster and autotunes every matrix product at each start
     compile_mode: str = "default"
     cuda_graphs: bool = False  # capture front end + body + counting, replay per batch
     # fp16/bf16 torch bodies: False runs weights cast to the precision (as exported engines: no per-batch
@@ -53,8 +47,7 @@ class FastPath:
 
 
 def _front_and_body(engine: Engine) -> tuple[SmoothingClassifier, TokenBody | None]:
-    """(the classifier whose front end makes the tokens, the token engine that runs the body or
-    None when the classifier's own torch body does)."""
+    """(the classifier whose front end makes the tokens, the token engine that runs the body or None: its own)."""
     if engine.model is not None:
         return engine.model, None
     token_body = engine.token_body()
@@ -65,8 +58,7 @@ def _front_and_body(engine: Engine) -> tuple[SmoothingClassifier, TokenBody | No
 
 
 class FastBatches:
-    """A batch body (:class:`~dmae_fast.batching.scheduler.BatchBody`) for PyTorch classifiers and
-    exported token engines."""
+    """A batch body (:class:`~dmae_fast.batching.scheduler.BatchBody`) for PyTorch classifiers and token engines."""
 
     def __init__(self, engine: Engine, sigma: float, seed: int, batch_size: int, options: FastPath = FastPath(),
                  timer: StageTimer | None = None, noise: NoiseSource | None = None) -> None:
@@ -127,8 +119,6 @@ class FastBatches:
             print_notice(f"torch.compile off ({self.token_body.file.name} is compiled already)")
             options = dataclasses.replace(options, compile=False)
         if options.compile and self.precision == "fp8" and options.compile_mode.startswith("max-autotune"):
-            # on an H200, autotuning the float8 products of even the tiny demo model had not
-            # finished after 85 s; the default mode compiles it in seconds
             print_notice(f"fp8: torch.compile mode 'default' instead of {options.compile_mode!r} (autotuning the "
                          "fp8 matrix products takes minutes)")
             options = dataclasses.replace(options, compile_mode="default")
@@ -153,9 +143,8 @@ class FastBatches:
         return self.timer(name) if self.timer is not None else nullcontext()
 
     def allocate(self, num_slots: int, phase_ids: torch.Tensor) -> torch.Tensor:
-        """Buffers for a run, plus one spare slot that padded rows point at. A run with the
-        layout of the previous one keeps its buffers and its captured graph (counts zeroed):
-        capturing again costs a few batches (~0.4 s for a ViT-B on an H200)."""
+        """Buffers for a run, plus one spare slot that padded rows point at. A run with the layout of the
+        previous one keeps its buffers and its captured graph (counts zeroed): capturing costs a few batches."""
         if self._graph is not None and self._spare == num_slots and torch.equal(self._phase_ids, phase_ids):
             self._counts.zero_()
             return self._counts[:num_slots]

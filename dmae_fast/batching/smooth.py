@@ -1,7 +1,6 @@
 """The smoothed classifier g(x) = argmax_c P(f(x + sigma * eta) = c), eta ~ N(0, I), one image at a
 time: :class:`Smooth` (Cohen et al.'s reference loop), and the device counts that every counting loop
-keeps. The decisions from the counts are pure and live in :mod:`dmae_fast.stats.decisions`.
-"""
+keeps. The decisions from the counts are pure and live in :mod:`dmae_fast.stats.decisions`."""
 
 from __future__ import annotations
 
@@ -15,8 +14,7 @@ from dmae_fast.stats.plan import Phase
 
 
 def zero_counts(num_slots: int, num_phases: int, num_classes: int, device: torch.device) -> torch.Tensor:
-    """Counts [slots, phases, num_classes + 1]: the last column counts samples whose logits
-    were not finite (engines classify them as ``num_classes``)."""
+    """Counts [slots, phases, num_classes + 1]: the last column counts samples with non-finite logits."""
     return torch.zeros((num_slots, num_phases, num_classes + 1), dtype=torch.int64, device=device)
 
 

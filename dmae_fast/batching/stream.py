@@ -99,16 +99,16 @@ def count(counts: torch.Tensor, slot: torch.Tensor, position: torch.Tensor, pred
 class StreamingCertifier:
     """Counts the classes of noisy samples for a stream of images, in full batches.
 
-    ``body`` runs the batches (default :class:`ImageBatches`). With ``sound`` (the body's noise on the
-    same grid) images off its grid are refused. With ``split`` (``--shard samples``) this process
-    counts its share of every batch of ``split.world * batch_size`` rows, and all processes yield the
-    same counts. ``samples``: the noisy samples this process counted so far.
+    ``body`` runs the batches (default :class:`ImageBatches` at ``sigma`` and ``seed``, which are read for
+    nothing else). With ``sound`` (the body's noise on the same grid) images off its grid are refused.
+    With ``split`` (``--shard samples``) this process counts its share of every batch of
+    ``split.world * batch_size`` rows, and all processes yield the same counts. ``samples``: the noisy
+    samples this process counted so far.
     """
 
     def __init__(self, engine: Engine, plan: SamplingPlan, sigma: float, seed: int, batch_size: int,
                  body: BatchBody | None = None, sound: Sound | None = None, split: RowSplit | None = None) -> None:
         self.engine, self.plan, self.sound, self.split = engine, plan, sound, split
-        self.sigma, self.seed, self.batch_size = sigma, seed, batch_size
         self.body = body or ImageBatches(engine, sigma, seed, batch_size)
         self.device, self.shape = engine.device, engine.spec.input_shape
         self.samples = 0

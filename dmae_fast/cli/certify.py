@@ -21,9 +21,9 @@ from dmae_fast.cli.body_args import add_body_arguments, body_options
 
 # Only light modules here: --help and option errors answer without importing torch.
 from dmae_fast.demo_files import DEMO, DEMO_CHECKPOINT
+from dmae_fast.distributed.launch import LaunchedRun, in_launched_rank, launch_local, leave_to_launcher
+from dmae_fast.distributed.torchrun_env import world_size
 from dmae_fast.run.config import PROG
-from dmae_fast.run.launch import in_launched_rank, launch_local, leave_to_launcher
-from dmae_fast.run.torchrun_env import world_size
 from dmae_fast.stats.settings import FUTILITY_MODES, SEQUENTIAL_TESTS
 
 if TYPE_CHECKING:
@@ -181,7 +181,10 @@ def _run(argv: list[str]) -> int:
 
                 check_out_before_loading(config)  # before torch: an --out this run must not write is refused at once
         if args.nproc_per_node is not None and world_size() == 1 and not in_launched_rank():
-            return launch_local(argv, config, args.nproc_per_node, args.max_restarts)
+            from dmae_fast.run.output import record_path
+
+            launched = LaunchedRun(PROG, config.output.out, record_path(config), config.output.overwrite)
+            return launch_local(argv, launched, args.nproc_per_node, args.max_restarts)
         with starting(prog):  # torch, the engines: seconds of imports before anything is written
             from dmae_fast.run.driver import Run
         result = Run(config).certify()
@@ -198,4 +201,3 @@ if __name__ == "__main__":  # python -m (torchrun's ranks): as the console scrip
     from dmae_fast.cli import entry
 
     sys.exit(entry.certify())
-

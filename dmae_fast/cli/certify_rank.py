@@ -1,5 +1,5 @@
 """One rank of ``dmae-certify --nproc-per-node K``: the launcher
-(:func:`dmae_fast.run.launch.launch_local`) starts ``python -m dmae_fast.cli.certify_rank
+(:func:`dmae_fast.distributed.launch.launch_local`) starts ``python -m dmae_fast.cli.certify_rank
 argv`` K times; each runs ``dmae-certify argv`` as one rank, tied to the launcher's life."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dmae_fast.base.errors import exit_on_signals
 exit_on_signals(None)  # before the imports below: a signal now ends this rank silently (the launcher says it)
 
 from dmae_fast.cli.entry import start  # noqa: E402
-from dmae_fast.run.launch import die_with_launcher  # noqa: E402
+from dmae_fast.distributed.launch import die_with_launcher  # noqa: E402
 
 
 def rank_main() -> int:

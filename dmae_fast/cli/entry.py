@@ -1,8 +1,6 @@
-"""Console-script entry points. A command says itself how a signal ended it once it handles
-SIGINT/SIGTERM (its ``run_reporting_errors``); before that it has written nothing, and after its
-``main`` returns it has said how it ended: there a signal ends it at once (in one line while it
-starts, silently while Python shuts down; :func:`dmae_fast.base.errors.exit_on_signals`), never with a
-traceback, however far its imports or Python's exit handlers got."""
+"""Console-script entry points. Once a command handles SIGINT/SIGTERM (``run_reporting_errors``) it says itself how
+a signal ended it; before that, and after its ``main`` returns, a signal ends it at once (in one line while it starts,
+silently while Python shuts down: :func:`dmae_fast.base.errors.exit_on_signals`), never with a traceback."""
 
 from __future__ import annotations
 
@@ -15,8 +13,7 @@ from dmae_fast.base.errors import Interrupted, exit_on_signals
 
 
 def start(prog: str | None, module: str) -> int:
-    """Run ``module.main()`` (its arguments from ``sys.argv``) as the command ``prog`` (None: a rank whose
-    launcher speaks for it); the exit status."""
+    """Run ``module.main()`` as the command ``prog`` (None: a rank whose launcher speaks for it); the exit status."""
     exit_on_signals(prog)
     try:
         status = importlib.import_module(module).main()

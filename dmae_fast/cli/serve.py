@@ -81,13 +81,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace) -> ServeConfig:
-    engine = args.engine or args.ckpt
-    engine = str(DEMO_CHECKPOINT) if engine == DEMO else engine
+    engine_path = args.engine or args.ckpt
+    engine_path = str(DEMO_CHECKPOINT) if engine_path == DEMO else engine_path
     if args.token_file == "":
         raise UserError("--token-file must name a file")
     limits = Limits(**{f.name: getattr(args, f.name) for f in fields(Limits) if getattr(args, f.name) is not None})
     return ServeConfig(
-        engine=engine, host=args.host, port=args.port, batch=args.batch, max_wait_ms=args.max_wait_ms,
+        engine_path=engine_path, host=args.host, port=args.port, batch=args.batch, max_wait_ms=args.max_wait_ms,
         max_queue=args.max_queue, slots=args.slots, token_file=args.token_file, seed=args.seed,
         first_index=args.first_index, sigma=args.sigma, device=args.device, precision=args.precision,
         input_size=args.input_size, normalize=args.normalize, body=_with_sound(body_options(args, os.environ), args),

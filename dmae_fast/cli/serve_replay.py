@@ -48,7 +48,7 @@ def replay(args: argparse.Namespace) -> int:
     options = body_options(args, os.environ, default="plain")
     options.validate()
     import_torch_while_starting(PROG)
-    from dmae_fast.batching.smoother import open_smoother
+    from dmae_fast.batching.classifier import open_classifier
     from dmae_fast.serve.payloads import PayloadError, decode_image
     from dmae_fast.serve.receipt import read_answer, replay_answer, settings
 
@@ -60,8 +60,7 @@ def replay(args: argparse.Namespace) -> int:
     answer = read_answer(document)
     engine_path = args.engine or args.ckpt
     engine_path = str(DEMO_CHECKPOINT) if engine_path == DEMO else engine_path
-    engine = open_smoother(engine_path, answer.receipt.spec.sigma, options, args.device, args.precision,
-                           args.input_size, args.normalize).engine
+    engine = open_classifier(engine_path, options, args.device, args.precision, args.input_size, args.normalize)
     shape = tuple(engine.spec.input_shape)
     images = []
     for path in args.images:

@@ -1,19 +1,10 @@
 """Datasets for certification and training.
 
-Every dataset yields ``(image, label)``: ``image`` is a float32 tensor ``[C, H, W]`` in
-pixel space with values in ``[0, 1]`` -- no normalization, which belongs to the
-classifier, after the noise -- and ``label`` is an ``int``.  Every dataset object also
-carries ``num_classes``, ``class_names`` (``None`` when unknown) and ``image_shape``
-(``(C, H, W)``).  Problems with the user's data raise :class:`~dmae_fast.base.errors.UserError`
-with a one-line message naming the path.
-
-* :mod:`.sources`: :func:`open_dataset` and its sources: the built-in demo set (scikit-learn's
-  8x8 digits), ImageNet-style class folders and image lists;
-* :mod:`.cifar`: CIFAR-10 python batches;
-* :mod:`.datasets`: the dataset classes, :func:`subset_indices` and :func:`check_finite`;
-* :mod:`.decode`: image files to tensors (the server's request images too), the evaluation transform;
-* :mod:`.labels`: label files; :mod:`.checks`: the path and split checks the sources share.
-"""
+Every dataset yields ``(image, label)``: ``image`` is a float32 tensor ``[C, H, W]`` in pixel space with values
+in ``[0, 1]`` (no normalization: that belongs to the classifier, after the noise) and ``label`` an ``int``. Every
+dataset also carries ``num_classes``, ``class_names`` (``None`` when unknown) and ``image_shape``. Problems with
+the user's data raise :class:`~dmae_fast.base.errors.UserError` with a one-line message naming the path.
+:func:`open_dataset` (:mod:`.sources`) picks the source for a name or path."""
 
 from dmae_fast.data.cifar import CIFAR_SUBDIR, CIFAR_TRAIN_BATCHES, cifar10
 from dmae_fast.data.datasets import TensorImageDataset, check_finite, subset_indices

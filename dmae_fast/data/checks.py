@@ -19,8 +19,7 @@ def check_split(split: str) -> None:
 
 
 def ensure_readable(path: Path) -> bool:
-    """Raise UserError unless ``path`` exists and can be read (and listed, for a directory); returns
-    whether ``path`` is a directory."""
+    """Whether ``path`` is a directory; UserError unless it exists and can be read (and listed, for a directory)."""
     try:
         is_dir = stat.S_ISDIR(os.stat(path).st_mode)
     except (FileNotFoundError, NotADirectoryError):
@@ -48,5 +47,3 @@ def file_problem(path: str | os.PathLike) -> str | None:
     if not stat.S_ISREG(mode):
         return "not a regular file"
     return None
-
-

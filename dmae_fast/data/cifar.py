@@ -29,9 +29,8 @@ CIFAR_IMAGE_SHAPE = (3, 32, 32)
 
 
 def cifar10(root: str | os.PathLike, split: str = "test") -> TensorImageDataset:
-    """CIFAR-10 from its python batches in ``root`` (or ``root/cifar-10-batches-py``): ``data_batch_1``
-    .. ``data_batch_5`` for ``split="train"``, ``test_batch`` for ``"test"``; label names from
-    ``batches.meta`` when present."""
+    """CIFAR-10 from its python batches in ``root`` (or ``root/cifar-10-batches-py``): ``data_batch_1`` .. ``_5`` for
+    ``split="train"``, ``test_batch`` for ``"test"``; label names from ``batches.meta`` when present."""
     check_split(split)
     ensure_readable(Path(root))
     directory = cifar_dir(Path(root))

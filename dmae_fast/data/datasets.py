@@ -90,7 +90,6 @@ def subset_indices(length: int, skip: int, max_images: int | None) -> list[int]:
 
 
 def check_finite(image: torch.Tensor, index: int) -> None:
-    """Refuse an image with NaN or infinite pixels."""
     if not bool(torch.isfinite(image).all()):
         raise UserError(f"image {index} contains NaN or infinite pixel values")
 

@@ -1,9 +1,7 @@
 """Reading image files as float32 tensors ``[C, H, W]`` in [0, 1], exactly or not at all.
 
-:func:`load_rgb` decodes a file by the rules of bit depths and modes it documents,
-:func:`decoded_image_tensor` applies the same rules to an image the server decoded, and
-:func:`eval_transform` is the evaluation resize and center crop.
-"""
+:func:`load_rgb` decodes a file by the rules of bit depths and modes it documents, :func:`decoded_image_tensor`
+applies them to an image the server decoded, and :func:`eval_transform` is the evaluation resize and center crop."""
 
 from __future__ import annotations
 
@@ -27,8 +25,7 @@ CROP_FRACTION = 0.875
 
 
 def check_image_size(image_size: Any) -> int:
-    """``image_size`` as an int, or UserError unless it is a whole number >= 1 whose resized
-    images stay within PIL's decompression-bomb limit."""
+    """``image_size`` as an int; UserError unless a whole number >= 1 whose resized images stay within PIL's limit."""
     if isinstance(image_size, bool) or not isinstance(image_size, (int, np.integer)):
         raise UserError(f"image size must be a whole number of pixels, got {image_size!r}")
     if image_size < 1:
@@ -46,9 +43,8 @@ def _resized_short_side(image_size: int) -> int:
 
 
 def eval_transform(image_size: int) -> Callable[[Image.Image | torch.Tensor], torch.Tensor]:
-    """Resize the short side to ``round(image_size / 0.875)``, center-crop, to tensor. PIL images
-    (8 bits per channel) are resized by PIL; high-depth images arrive as float32 tensors and are resized
-    by torchvision's tensor path."""
+    """Resize the short side to ``round(image_size / 0.875)``, center-crop, to tensor: PIL images (8 bits per
+    channel) by PIL, high-depth images (float32 tensors) by torchvision's tensor path."""
     image_size = check_image_size(image_size)
     resize = transforms.Resize(_resized_short_side(image_size), interpolation=transforms.InterpolationMode.BILINEAR)
     return transforms.Compose([resize, transforms.CenterCrop(image_size), to_tensor])
@@ -82,19 +78,13 @@ def _check_resizable(image: Image.Image | torch.Tensor, path: str | os.PathLike,
 def load_rgb(path: str | os.PathLike) -> Image.Image | torch.Tensor:
     """Decode an image file to RGB in [0, 1], naming the file if that cannot be done exactly.
 
-    * 8-bit images come back as PIL RGB images: grey, palette, CMYK, LAB, 1-bit and 2/4-bit
-      images converted by PIL; the alpha channel of RGBA/LA/PA images is dropped (the colour
-      values are kept as stored, not blended with a background), as torchvision's loader does.
-    * 16-bit grey images (PIL modes ``I;16*``, and ``I`` read from a 16-bit PNG/TIFF/PGM) come
-      back at full precision as float32 tensors [3, H, W], the grey value / 65535 replicated to
-      three channels; 12-bit TIFFs / 4095.
-    * Float images (PIL mode ``F``: single-channel float TIFF, PFM) come back as float32
-      tensors with their values as they are; NaN/inf pixels or values outside [0, 1] are refused.
-    * PIL decodes 16-bit colour and grey+alpha images (PNG, TIFF, PPM, SGI) to 8 bits per
-      channel only, so those are refused rather than silently quantized; so are 32-bit and
-      signed integer images (no defined [0, 1] scale).
-    * Only the first frame of an animated or multi-page file is used.
-    """
+    * 8-bit images: PIL RGB images (grey, palette, CMYK, LAB, 1/2/4-bit converted by PIL); an alpha channel
+      is dropped, the colours kept as stored (not blended), as torchvision's loader does.
+    * 16-bit grey (PIL ``I;16*``, or ``I`` from a 16-bit PNG/TIFF/PGM): float32 [3, H, W], the grey value
+      / 65535 in each channel (12-bit TIFFs / 4095). Float images (mode ``F``): their values as they are.
+    * Refused: NaN/inf or values outside [0, 1]; 16-bit colour and grey+alpha (PIL decodes them to 8 bits);
+      32-bit and signed integers (no defined [0, 1] scale).
+    * Only the first frame of an animated or multi-page file is used."""
     problem = file_problem(path)
     if problem is not None:
         raise UserError(f"cannot read image file {path}: {problem}")
@@ -105,8 +95,7 @@ def load_rgb(path: str | os.PathLike) -> Image.Image | torch.Tensor:
             return _to_rgb(image, tiles, path)
     except UserError:
         raise
-    except Exception as exc:  # PIL fails on corrupt files in many ways: OSError, ValueError,
-        # SyntaxError, NotImplementedError, DecompressionBombError, MemoryError, ...
+    except Exception as exc:  # PIL fails on corrupt files in many ways (OSError, SyntaxError, MemoryError, ...)
         raise UserError(f"cannot decode image file {path}: {one_line(exc)}") from None
 
 
@@ -127,8 +116,7 @@ def _rawmode(tile: Any) -> str:
 def _to_rgb(image: Image.Image, tiles: list[Any], path: str | os.PathLike) -> Image.Image | torch.Tensor:
     """A decoded PIL image as in :func:`load_rgb`; ``tiles`` is its tile list before loading."""
     rawmodes = [_rawmode(tile) for tile in tiles]
-    # PIL's PPM decoder rescales samples above 8 bits to the mode: 65535 for grey (mode I),
-    # 255 for colour (quantized).
+    # PIL's PPM decoder rescales samples above 8 bits to the mode: 65535 for grey (mode I), 255 for colour (quantized).
     ppm_maxval = max((tile[3][-1] for tile in tiles if tile[0] in ("ppm", "ppm_plain")
                       and isinstance(tile[3], tuple) and isinstance(tile[3][-1], int)), default=0)
     if image.mode == "F":
@@ -153,9 +141,8 @@ def _to_rgb(image: Image.Image, tiles: list[Any], path: str | os.PathLike) -> Im
 
 
 def decoded_image_tensor(image: Image.Image, tiles: list[Any], where: str | os.PathLike) -> torch.Tensor:
-    """A loaded PIL image as float32 [C, H, W] in [0, 1] under the rules image files follow
-    (bit depths, modes, grey to RGB; UserError naming ``where`` otherwise); ``tiles`` is its
-    tile list before loading. The server decodes request images with it."""
+    """A loaded PIL image (``tiles``: its tile list before loading) as float32 [C, H, W] in [0, 1] under the rules
+    image files follow (UserError naming ``where`` otherwise). The server decodes request images with it."""
     return to_tensor(_to_rgb(image, tiles, where))
 
 
@@ -170,8 +157,7 @@ def _grey_tensor(values: np.ndarray, path: str | os.PathLike, kind: str) -> torc
 
 
 def to_tensor(image: Image.Image | torch.Tensor) -> torch.Tensor:
-    """PIL images to float32 [C, H, W] in [0, 1]; tensors (high-depth images) pass through,
-    clamped to [0, 1] against rounding in the resize."""
+    """PIL images to float32 [C, H, W] in [0, 1]; tensors (high-depth images) pass through, clamped to [0, 1]."""
     if isinstance(image, torch.Tensor):
         return image.clamp(0, 1)
     return transforms.functional.to_tensor(image)

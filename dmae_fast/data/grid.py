@@ -1,10 +1,8 @@
 """Images on a known grid, which ``--sound`` needs: pixel values X / L with X an integer in [0, L]
 (L = 255 for 8-bit images, 16 for the demo's digits).
 
-A pixel c is on the grid when it is k / L as float32 stores it: float32(c) == float32(k / L) for
-k = round(c * L). So it differs from the grid point that is certified by float32's own rounding of k / L
-(less than 2**-24 per pixel, one float32 step below 1; in grid steps 2**-24 * L: 1.5e-5 on the 1/255 grid),
-never by more."""
+A pixel c is on the grid when it is k / L as float32 stores it: float32(c) == float32(k / L) for k = round(c * L),
+so it differs from the certified grid point by float32's own rounding of k / L only (less than 2**-24)."""
 
 from __future__ import annotations
 

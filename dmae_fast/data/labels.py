@@ -15,7 +15,8 @@ MAX_LABEL = 2**31 - 1
 
 
 def read_label_file(list_path: Path, base_dir: Path) -> list[tuple[Path, int]]:
-    """``(image path, label)`` pairs from a file of ``image label`` lines."""
+    """``(image path, label)`` pairs from a file of ``image label`` lines: blank and ``#`` lines skipped, fields
+    separated by whitespace or a comma, labels ASCII digits (at most ``MAX_LABEL``)."""
     try:
         lines = list_path.read_text(encoding="utf-8-sig").splitlines()  # -sig: a BOM is not part of a name
     except (OSError, UnicodeDecodeError) as exc:

@@ -41,24 +41,16 @@ def demo_digits(split: str) -> TensorImageDataset:
 
 
 def image_folder(root: str | os.PathLike, image_size: int | None) -> ImageFolderDataset:
-    """ImageNet layout: class subfolders of images, resized and center-cropped to ``image_size`` (required).
-
-    Classes and images are found as by :class:`torchvision.datasets.ImageFolder` (symbolic
-    links followed); a tree that reaches one directory twice (a symlink loop) is refused.
-    """
+    """ImageNet layout: class subfolders of images, resized and center-cropped to ``image_size`` (required),
+    found as by :class:`torchvision.datasets.ImageFolder`; a symlink loop is refused."""
     return ImageFolderDataset(root, image_size)
 
 
 def image_list(path: str | os.PathLike, image_size: int | None,
                labels: str | os.PathLike | None = None) -> ImageListDataset:
-    """Images named by a list file, or a flat directory of images plus a labels file.
-
-    ``path`` is either a ``.txt``/``.tsv``/``.csv`` file of ``image label`` lines (image paths relative
-    to the list file's directory), or a directory of images, in which case ``labels`` names a file of
-    ``filename label`` lines relative to that directory. Blank lines and lines starting with ``#`` are
-    ignored; fields are separated by whitespace or a comma; labels are ASCII digits (at most
-    ``MAX_LABEL``). With ``image_size`` the images are resized and center-cropped as in
-    :func:`image_folder`; without it they must all have the same size."""
+    """Images named by a list file (``.txt``/``.tsv``/``.csv``, ``image label`` lines, paths relative to it), or a
+    directory of images whose ``labels`` file has ``filename label`` lines. With ``image_size`` the images are
+    resized and center-cropped as in :func:`image_folder`; without it they must all have the same size."""
     if image_size is not None:
         image_size = check_image_size(image_size)
     if str(path) == "":
@@ -88,16 +80,9 @@ def image_list(path: str | os.PathLike, image_size: int | None,
 
 def open_dataset(spec: str, *, split: str = "test", image_size: int | None = None,
                  labels: str | None = None) -> Dataset:
-    """Open the dataset named by ``spec``.
-
-    * ``"demo"``: :func:`demo_digits` (``split``);
-    * a directory with CIFAR-10 python batches: :func:`cifar10` (``split``);
-    * a directory together with ``labels``: :func:`image_list`;
-    * a directory of class subfolders: :func:`image_folder` (``image_size`` required);
-    * a file: :func:`image_list`.
-
-    ``image_size`` (used by image files only) must be at least 1 whatever the source.
-    """
+    """Open the dataset named by ``spec``: ``"demo"`` (:func:`demo_digits`), a directory of CIFAR-10 python batches
+    (:func:`cifar10`), a directory with ``labels`` or a file (:func:`image_list`), or a directory of class
+    subfolders (:func:`image_folder`). ``image_size`` (for image files) must be at least 1 whatever the source."""
     if image_size is not None:
         image_size = check_image_size(image_size)
     if spec == DEMO:

@@ -1,10 +1,8 @@
 """Engines: base classifiers behind one interface (:class:`Engine`), opened by file type.
 
-``.onnx`` (ONNX Runtime), ``.engine``/``.plan`` (TensorRT) and ``.pt2`` (AOTInductor) are engine files
-written by ``dmae-export``, each with a JSON sidecar; anything else is a checkpoint, run eagerly in PyTorch.
-The names are loaded on first use, so that importing :mod:`dmae_fast.engines.sidecar` (needed by
-``dmae-export``'s parser) does not import torch.
-"""
+``.onnx`` (ONNX Runtime), ``.engine``/``.plan`` (TensorRT) and ``.pt2`` (AOTInductor) are engine files written by
+``dmae-export``, each with a JSON sidecar; anything else is a checkpoint, run eagerly in PyTorch. The names load on
+first use, so that importing :mod:`dmae_fast.engines.sidecar` does not import torch."""
 
 from __future__ import annotations
 

@@ -18,9 +18,8 @@ BATCH_BYTES = 1 << 28  # float32 images per verification batch: 256 MiB (a ViT-B
 
 def noisy_batches(model: SmoothingClassifier, samples: int, seed: int, batch: int,
                   sigma: float | None = None) -> Iterator[torch.Tensor]:
-    """``samples`` clean images (the demo digits when the shapes match, else uniform noise)
-    + sigma * N(0, I) (``sigma``, else the checkpoint's, else 0.25), drawn ``batch`` at a time
-    from one generator: memory stays one batch whatever --parity-samples says."""
+    """``samples`` clean images (the demo digits when the shapes match, else uniform noise) + sigma * N(0, I)
+    (``sigma``, else the checkpoint's, else 0.25), drawn ``batch`` at a time from one generator."""
     spec = model.spec
     generator = torch.Generator().manual_seed(seed)
     demo = demo_digits("test").images
@@ -41,9 +40,8 @@ def compare_logits(reference: SmoothingClassifier, logits: Callable[[torch.Tenso
                    seed: int, batch: int = 256, sigma: float | None = None,
                    inputs: Callable[[torch.Tensor], torch.Tensor] | None = None,
                    device: torch.device = torch.device("cpu")) -> tuple[float, float]:
-    """(max |logit difference|, top-1 agreement) of ``logits(inputs(x))`` against ``reference(x)``
-    (fp32, eager, on ``device``) over ``samples`` noisy images x of :func:`noisy_batches`; NaN
-    stays NaN. Batches shrink for large inputs (at most BATCH_BYTES of images at a time)."""
+    """(max |logit difference|, top-1 agreement) of ``logits(inputs(x))`` against ``reference(x)`` (fp32, eager, on
+    ``device``) over ``samples`` noisy images x of :func:`noisy_batches` (at most BATCH_BYTES at a time); NaN stays."""
     reference = reference.eval().to(device)
     batch = max(1, min(batch, BATCH_BYTES // (4 * math.prod(reference.spec.input_shape))))
     differences, agree = [], 0

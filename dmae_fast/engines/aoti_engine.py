@@ -11,11 +11,8 @@ from dmae_fast.base.errors import UserError
 from dmae_fast.engines.exported import ExportedEngine
 from dmae_fast.engines.sidecar import EMBEDDED_KEY, EngineMeta, check_embedded
 
-# torch releases whose AOTInductor package loader is known to crash the process: on the GPU
-# machines' torch 2.11.0, ``aoti_load_package`` of a freshly compiled package died with a
-# segmentation fault (a CPU package on an H100, a CUDA token package on an H200); see
-# bench/results/2026-12-02-aoti-torch-2.11/. Older releases were never run with .pt2 engines.
-# Tested without a crash: 2.14.1 (CPU).
+# Below it, ``aoti_load_package`` of a freshly compiled package crashed the process (segmentation fault, torch
+# 2.11.0: bench/results/2026-12-02-aoti-torch-2.11/); older releases were never run with .pt2 engines.
 AOTI_MIN_TORCH = (2, 12)
 TRY_ANY = "DMAE_FAST_TRY_AOTI"  # set to 1: load on any torch (diagnosing the crash, e.g. under gdb)
 
@@ -27,8 +24,7 @@ def _release(version: str) -> tuple[int, int]:
 
 
 def aoti_torch_problem(version: str | None = None) -> str | None:
-    """Why this torch cannot write or load ``.pt2`` engines (one line), or None when it can
-    (``DMAE_FAST_TRY_AOTI=1``: any torch, to diagnose the crash)."""
+    """Why this torch cannot write or load ``.pt2`` engines (one line), or None (any torch: DMAE_FAST_TRY_AOTI=1)."""
     version = torch.__version__ if version is None else version
     if _release(version) >= AOTI_MIN_TORCH or os.environ.get(TRY_ANY) == "1":
         return None

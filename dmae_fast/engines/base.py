@@ -17,13 +17,10 @@ INPUT_KINDS = ("image", "tokens")
 class Engine:
     """A base classifier: noisy inputs -> class indices, on its device.
 
-    ``classify`` maps a float32 batch [B, *input_shape] on ``device`` to int64 class indices [B] there,
-    without a host sync; non-finite logits give ``num_classes`` (:func:`predicted_classes`), which the
-    certifier refuses. Image engines take images in [0, 1] (``spec.input_shape``); token engines take
-    ``SmoothingClassifier.tokens(images)`` [B, 1 + L, D], behind a fused noise + patch-embedding front end.
-    The optional members (None: not offered) spare bodies knowing the class: ``model`` (the checkpoint's
-    fp32 classifier, where it runs one), ``path`` and ``meta`` (the engine file and its sidecar).
-    """
+    ``classify`` maps a float32 batch [B, *input_shape] on ``device`` to int64 class indices [B] there, without a
+    host sync; non-finite logits give ``num_classes`` (:func:`predicted_classes`), which the certifier refuses.
+    Image engines take images in [0, 1]; token engines take ``SmoothingClassifier.tokens(images)`` [B, 1 + L, D].
+    Optional members (None: not offered): ``model`` (the checkpoint's fp32 classifier), ``path`` and ``meta``."""
 
     spec: ClassifierSpec
     device: torch.device

@@ -38,9 +38,8 @@ Chunks = TypeVar("Chunks", bound=GraphChunks)
 
 
 def onnx_bytes(model: SmoothingClassifier, layout: PatchLayout | None = None) -> bytes:
-    """The checkpoint's classifier as an in-memory fp32 ONNX graph: the exporter's image graph,
-    or with a ``layout`` its patch-input graph, with the last MLP layer after the pool where
-    that applies (:mod:`dmae_fast.engines.graphs`)."""
+    """The checkpoint's classifier as an in-memory fp32 ONNX graph: the exporter's image graph, or with a ``layout``
+    its patch-input graph, with the last MLP layer after the pool where that applies (:mod:`.graphs`)."""
     pooled_tail = pooled_tail_applies(model)
     graph = ImageGraph(model, "fp32", pooled_tail) if layout is None else PatchGraph(model, layout, pooled_tail)
     graph.eval()
@@ -69,10 +68,9 @@ def cached_onnx_bytes(model: SmoothingClassifier, layout: PatchLayout | None, ca
 
 def cached_check(build: Callable[[], Chunks], model: SmoothingClassifier, sigma: float, runtime: str,
                  cache: ModelCache, key: str, compiled: Path | None) -> Chunks:
-    """``build()``'s chunks, :func:`checked` unless the cache's entry ``key`` records that they passed
-    the check. OpenVINO's compiled models (folder ``compiled``) are trusted only as recorded there
-    (SHA-256 of each file); where one differs or is missing all are compiled and checked again, and
-    a file recorded nowhere (a model compiled after the check) is compiled again."""
+    """``build()``'s chunks, :func:`checked` unless the cache's entry ``key`` records that they passed the check.
+    OpenVINO's compiled models (folder ``compiled``) are trusted only as recorded there (SHA-256 of each file):
+    where one differs or is missing all are compiled and checked again; a file recorded nowhere is dropped."""
     entry = cache.read(key)
     recorded = None if entry is None else json.loads(entry)
     found = {} if compiled is None else files_sha256(compiled)
@@ -97,9 +95,8 @@ class ParityMismatch(RuntimeError):
 
 
 def checked(chunks: Chunks, model: SmoothingClassifier, sigma: float, runtime: str) -> Chunks:
-    """``chunks`` if its logits match the PyTorch model's on noisy inputs (the exporter's parity
-    measurement, :func:`dmae_fast.engines.agreement.compare_logits`), else :class:`ParityMismatch`;
-    ``runtime`` names the runtime in words."""
+    """``chunks`` if its logits match the PyTorch model's on noisy inputs (the exporter's parity measurement,
+    :func:`~dmae_fast.engines.agreement.compare_logits`), else :class:`ParityMismatch` naming ``runtime``."""
     inputs = None if chunks.layout is None else chunks.layout.inputs
     difference, _ = compare_logits(model, chunks.logits, samples=64, seed=1, batch=64, sigma=sigma, inputs=inputs)
     if not difference <= PARITY_TOLERANCE:

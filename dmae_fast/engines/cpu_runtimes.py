@@ -1,17 +1,11 @@
 """CPU runtimes for the CPU batch body: the classifier of one chunk of rows, on the calling core.
 
-The classifier (fp32) is the checkpoint exported to ONNX in memory and checked against PyTorch on noisy
-inputs (:mod:`dmae_fast.engines.cpu_graphs`), or an fp32 ``.onnx`` engine file, run by the first runtime
-installed of (``--cpu-runtime auto``): OpenVINO (one single-thread inference stream per worker, models
-compiled for a full batch's chunk sizes, no CPU pinning; on the demo 1.07-1.12x ONNX Runtime's rate),
-ONNX Runtime (one intra-op thread per call), PyTorch eager (one intra-op thread per worker).
-``--precision bf16`` runs PyTorch; an fp16/bf16 ``.onnx`` engine runs in ONNX Runtime. The exported graph,
-the check's verdict and OpenVINO's compiled models are kept in the model cache (:mod:`dmae_fast.engines.model_cache`).
-
-Where a checkpoint's front end is normalization and a plain patch convolution with a side a multiple of 4
-(no resize), the exported graph takes the normalized patch rows the noise kernel writes
-(:mod:`dmae_fast.noise.patch_layout`): its front end is then one matrix product.
-"""
+The classifier (fp32) is the checkpoint exported to ONNX in memory and checked against PyTorch on noisy inputs
+(:mod:`dmae_fast.engines.cpu_graphs`), or an fp32 ``.onnx`` engine file, run with one thread per worker by the first
+runtime installed of OpenVINO, ONNX Runtime and PyTorch eager (``--cpu-runtime auto``). ``--precision bf16`` runs
+PyTorch; an fp16/bf16 ``.onnx`` engine runs in ONNX Runtime. Where a checkpoint's front end allows, the exported graph
+takes the normalized patch rows the noise kernel writes (:mod:`dmae_fast.noise.patch_layout`). The model cache
+(:mod:`dmae_fast.engines.model_cache`) keeps the exported graph, the check's verdict and OpenVINO's compiled models."""
 
 from __future__ import annotations
 
@@ -71,10 +65,9 @@ class OrtChunks:
 
 class OpenVinoChunks:
     """OpenVINO's CPU runtime: ``workers`` inference streams of one thread; each worker thread has its own
-    infer requests, and ``infer`` frees the GIL. A model compiled for one batch size ran 13% faster than one
-    for any (demo, one thread), so the chunk sizes of a full batch (``static_rows``) get their own, compiled
-    here; other sizes share one compiled for any size, on first use. OpenVINO keeps them in ``cache_dir``.
-    """
+    infer requests, and ``infer`` frees the GIL. A model compiled for one batch size runs faster than one for
+    any, so the chunk sizes of a full batch (``static_rows``) get their own, compiled here; other sizes share
+    one compiled for any size, on first use. OpenVINO keeps them in ``cache_dir``."""
 
     def __init__(self, model: bytes | Path, label: str, workers: int, static_rows: Iterable[int] = (),
                  layout: PatchLayout | None = None, cache_dir: Path | None = None) -> None:
@@ -123,10 +116,9 @@ class OpenVinoChunks:
 
 @functools.cache
 def openvino_core():
-    """The process's one OpenVINO Core, kept for the process's life: loading the CPU plugin gives the calling
-    thread an alternate signal stack (where Python's signal handlers run) in memory unmapped when the last
-    Core and compiled model are freed, after which a Ctrl-C or SIGTERM crashed the process (SIGSEGV; OpenVINO
-    2026.4, bench/results/2026-11-25-cpu-fast/patch-input/README.md)."""
+    """The process's one OpenVINO Core, never freed: loading the CPU plugin gives the calling thread an alternate
+    signal stack in memory unmapped when the last Core and compiled model are freed, after which a Ctrl-C or
+    SIGTERM crashes the process (SIGSEGV; bench/results/2026-11-25-cpu-fast/patch-input/README.md)."""
     import openvino as ov
 
     return ov.Core()
@@ -199,10 +191,9 @@ def _exported(model: SmoothingClassifier, layout: PatchLayout | None, sigma: flo
 def cpu_classifier(engine: Engine, precision: str, sigma: float, notice, workers: int, runtime: str,
                    static_rows: Iterable[int] = (), patch_input: bool = True,
                    cache_reads: list[Path] | None = None) -> ChunkClassifier:
-    """The fastest chunk classifier for an engine on a CPU (see the module doc); ``static_rows``:
-    the chunk sizes most chunks will have; ``patch_input``: a checkpoint's exported graph takes
-    patch rows where its front end allows (:mod:`dmae_fast.noise.patch_layout`); ``cache_reads``
-    collects the model-cache entries it was built from."""
+    """The fastest chunk classifier for an engine on a CPU (see the module doc); ``static_rows``: the chunk sizes most
+    chunks will have; ``patch_input``: a checkpoint's exported graph takes patch rows where its front end allows;
+    ``cache_reads`` collects the model-cache entries it was built from."""
     model = engine.model
     if model is not None:
         if precision != "fp32":

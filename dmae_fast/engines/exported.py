@@ -14,9 +14,8 @@ from dmae_fast.engines.sidecar import EngineMeta
 
 class ExportedEngine(Engine):
     """Base of the ONNX Runtime, AOTInductor and TensorRT engines: subclasses implement :meth:`_run` (one batch
-    inside the batch range -> float32 logits on ``device``); :meth:`logits` checks the input, splits batches
-    above ``batch.max`` and pads those below ``batch.min``. A token engine offers itself as a
-    :class:`TokenBody`, behind the front end stored beside its file."""
+    inside the batch range -> float32 logits on ``device``); :meth:`logits` checks the input, splits batches above
+    ``batch.max`` and pads those below ``batch.min``. A token engine is a :class:`TokenBody` behind its front end."""
 
     runtime = "?"  # e.g. "ONNX Runtime (CPUExecutionProvider)", set by subclasses
 

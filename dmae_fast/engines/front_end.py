@@ -1,10 +1,8 @@
 """The front end of a token engine, stored beside it: ``<engine>.frontend.safetensors``.
 
-A token engine (``dmae-export --input tokens``) runs the transformer body only; its input
-``SmoothingClassifier.tokens(x)`` comes from the front end (normalization, resize, patch embedding, class
-token, position embeddings), whose weights (``FRONT_END_KEYS``) the exporter writes beside the engine so
-that the fused front end can feed it without the checkpoint. Normalization and shapes come from the sidecar.
-"""
+A token engine (``dmae-export --input tokens``) runs the transformer body only; the exporter writes the front end's
+weights (``FRONT_END_KEYS``) beside it, so that the fused front end can feed it ``SmoothingClassifier.tokens(x)``
+without the checkpoint. Normalization and shapes come from the sidecar."""
 
 from __future__ import annotations
 

@@ -6,12 +6,10 @@ classifier wrapped with a fixed input kind and precision; each takes float32 and
 * :class:`PatchGraph` (fp32, the CPU fast path): normalized patch rows (:mod:`dmae_fast.noise.patch_layout`)
   -> one matrix product -> transformer body -> logits.
 
-The CPU fast path exports with ``pooled_tail``: the last block's fc2 applied once to the average of the
-patch tokens' hidden activations instead of to every token before the average pool. Both maps are affine,
-so the logits agree up to float rounding; it saves that layer's work for all but one row (5% of the demo's
-time). The bicubic resize (e.g. 32 -> 224) is two matrix products with fixed interpolation matrices, the
-same linear map up to rounding, needing only MatMul (TensorRT's ONNX parser documents no cubic Resize).
-"""
+The CPU fast path exports with ``pooled_tail``: the last block's fc2 applied once to the average of the patch
+tokens' hidden activations instead of to every token before the average pool (both maps are affine, so the logits
+agree up to float rounding). The bicubic resize is two matrix products with fixed interpolation matrices, needing
+only MatMul (TensorRT's ONNX parser documents no cubic Resize)."""
 
 from __future__ import annotations
 
@@ -72,9 +70,8 @@ class ImageGraph(_Graph):
 
 
 class PatchGraph(_Graph):
-    """Normalized patch rows [B, L, C*p*p] float32 in a :class:`~dmae_fast.noise.patch_layout.PatchLayout`
-    -> logits [B, num_classes] float32 (fp32): the CPU fast path's graph, whose front end is one
-    matrix product with the patch convolution's weight arranged like the rows."""
+    """Normalized patch rows [B, L, C*p*p] float32 in a :class:`~dmae_fast.noise.patch_layout.PatchLayout` -> logits
+    (fp32): the CPU fast path's graph, whose front end is one matrix product with the arranged patch weight."""
 
     def __init__(self, model: SmoothingClassifier, layout: PatchLayout, pooled_tail: bool = False) -> None:
         super().__init__(model, "fp32", pooled_tail)

@@ -1,15 +1,11 @@
 """An on-disk cache of what every ``--fast`` start on a CPU rebuilds: the exported graph, the
 verdict of its parity check against PyTorch, and OpenVINO's compiled models.
 
-The folder is ``$DMAE_FAST_CACHE``, else ``$XDG_CACHE_HOME/dmae-fast``, else ``~/.cache/dmae-fast``;
-``DMAE_FAST_CACHE=off`` disables it, and a folder that cannot be written runs uncached. An entry is
-named by :func:`cache_key` and holds the SHA-256 of its payload (hex), a newline, then the payload;
-it is written to a temporary file renamed into place, so that no reader sees half an entry. One that
-cannot be read, is not a regular file, is too large or does not match its digest is a miss, rebuilt
-and replaced. One whose digest holds can still be wrong (edited, digest recomputed): a build lists
-the entries it read (``reads``), so that a body built from them that fails is named, dropped
-(:func:`drop_entries`) and rebuilt (:mod:`dmae_fast.batching.fallback`).
-"""
+The folder is ``$DMAE_FAST_CACHE``, else ``$XDG_CACHE_HOME/dmae-fast``, else ``~/.cache/dmae-fast``
+(``DMAE_FAST_CACHE=off``: none; an unwritable folder runs uncached). An entry, named by :func:`cache_key`,
+holds the hex SHA-256 of its payload, a newline, then the payload, and is renamed into place whole; one that
+cannot be read or does not match its digest is a miss, rebuilt. A build lists the entries it read (``reads``),
+so that a body built from a wrong one that fails is dropped (:func:`drop_entries`) and rebuilt."""
 
 from __future__ import annotations
 
@@ -57,8 +53,7 @@ def package_sha256() -> str:
 
 
 def cache_key(**parts) -> str:
-    """The SHA-256 of ``parts`` (JSON values), the library versions, this package's sources and the
-    format version."""
+    """The SHA-256 of ``parts`` (JSON values), the library versions, this package's sources and the format version."""
     text = json.dumps({"format": FORMAT_VERSION, "libraries": library_versions(), "code": package_sha256(), **parts},
                       sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()
@@ -111,8 +106,7 @@ class ModelCache:
         return self.folder / f"{key}.entry"
 
     def read(self, key: str) -> bytes | None:
-        """The payload stored under ``key``, or None: absent, unreadable, not a regular file, too
-        large, or not matching its digest."""
+        """The payload stored under ``key``, or None (absent, unreadable, too large, or not matching its digest)."""
         if self.folder is None:
             return None
         path = self._path(key)

@@ -2,8 +2,7 @@
 ``dmae-export``: what a runtime needs to feed the engine and a reader needs to trust it (input kind and
 shape, the classifier's :class:`ClassifierSpec`, precision, batch range, parity figures against PyTorch,
 tool versions, device). Every engine class reads it through :func:`read_sidecar`, which turns any problem
-into a one-line :class:`UserError`.
-"""
+into a one-line :class:`UserError`."""
 
 from __future__ import annotations
 
@@ -13,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dmae_fast.base.errors import UserError
+from dmae_fast.base.errors import UserError, raise_first
 from dmae_fast.base.integrity import is_sha256
 from dmae_fast.model import ClassifierSpec
 
@@ -153,7 +152,7 @@ class EngineMeta:
             (self.precision in PRECISIONS, f"precision {self.precision!r} is not one of {list(PRECISIONS)}"),
             (self.sha256 is None or is_sha256(self.sha256), f"sha256 {self.sha256!r} is not a SHA-256 hex digest"),
         ]
-        _raise_first(checks, where)
+        raise_first(checks, prefix=f"{where}: ")
         sigma = data["sigma"]
         checks = [
             (data["input_name"] == self.input_name, f"input_name {data['input_name']!r} should be {self.input_name!r}"),
@@ -169,18 +168,12 @@ class EngineMeta:
                                           and math.isclose(sigma, self.spec.sigma)),
              f"sigma {sigma} differs from the classifier's {self.spec.sigma}"),
         ]
-        _raise_first(checks, where)
+        raise_first(checks, prefix=f"{where}: ")
 
 
 _REQUIRED = ("kind", "file", "input", "input_name", "input_shape", "input_dtype", "output_name", "precision",
              "batch", "classifier", "num_classes", "sigma", "patch_size", "parity", "versions", "device",
              "source_checkpoint", "created")
-
-
-def _raise_first(checks: list[tuple[bool, str]], where: str) -> None:
-    for ok, message in checks:
-        if not ok:
-            raise UserError(f"{where}: {message}")
 
 
 def sidecar_path(engine: Path) -> Path:

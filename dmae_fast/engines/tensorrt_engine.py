@@ -1,9 +1,7 @@
 """TensorRT engines (``.engine``/``.plan``) run by the TensorRT runtime on torch's CUDA tensors.
 
-TensorRT is imported lazily: it cannot be installed everywhere (its wheels come from
-NVIDIA's package index and need a CUDA GPU). This path was written from the TensorRT 10
-Python API documentation and has not been run on our machines (no TensorRT there).
-"""
+TensorRT is imported lazily: its wheels come from NVIDIA's package index and need a CUDA GPU. This path was written
+from the TensorRT 10 Python API documentation and has not been run on our machines (no TensorRT there)."""
 
 from __future__ import annotations
 

@@ -27,10 +27,9 @@ def precision_model(model: SmoothingClassifier, precision: str) -> SmoothingClas
 
 
 def ieee_fp32_convolutions() -> None:
-    """Make cuDNN's float32 convolutions (the patch embedding; TF32 by default) IEEE float32 for this process,
-    so that fp32 on a GPU means what it means on the CPU. Through ``allow_tf32``, which every torch reads: the
-    per-operator ``cudnn.conv.fp32_precision`` splits conv and RNN flags, which torch.export refuses
-    ("different TF32 flags"; an H100, torch 2.11, AOTInductor exporting after it)."""
+    """Make cuDNN's float32 convolutions (TF32 by default) IEEE float32 for this process, so that fp32 on a GPU
+    means what it means on the CPU; through ``allow_tf32``, since the per-operator ``cudnn.conv.fp32_precision``
+    splits conv and RNN flags, which torch.export refuses ("different TF32 flags")."""
     torch.backends.cudnn.allow_tf32 = False
 
 

@@ -1,8 +1,5 @@
-"""Networks: the DMAE pre-training model and the smoothing base classifier.
-
-The names are loaded on first use, so that importing ``dmae_fast.model.config`` (plain
-dataclasses, needed by every command's parser) does not import torch and timm.
-"""
+"""Networks: the DMAE pre-training model and the smoothing base classifier. The names load on first use, so that
+importing ``dmae_fast.model.config`` (needed by every command's parser) does not import torch and timm."""
 
 from __future__ import annotations
 

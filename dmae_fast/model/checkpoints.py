@@ -8,8 +8,7 @@ unwrapping ``{'model': ...}`` training files and DDP ``module.`` prefixes):
 * the project's own format: one ``.safetensors`` file whose metadata holds the
   :class:`ClassifierSpec` as JSON under the key ``dmae_fast``.
 
-Pickled files are only ever read with ``torch.load(weights_only=True)``.
-"""
+Pickled files are only ever read with ``torch.load(weights_only=True)``."""
 
 from __future__ import annotations
 
@@ -162,9 +161,8 @@ def _heads_from_args(raw: RawCheckpoint) -> int | None:
 
 
 def infer_encoder(raw: RawCheckpoint, num_heads: int | None = None) -> EncoderConfig:
-    """The encoder's shape from the tensors: width, depth, patch and image size. The number of attention
-    heads, not visible in the weights, comes from the argument, the training args, or the standard ViT
-    widths (head width 64)."""
+    """The encoder's shape from the tensors: width, depth, patch and image size. The attention heads, not visible in
+    the weights, come from the argument, the training args, or the standard ViT widths (head width 64)."""
     width, in_chans, patch, _ = _shape(raw, "patch_embed.proj.weight", 4)
     tokens = _shape(raw, "pos_embed", 3)[1]
     grid = math.isqrt(max(tokens - 1, 0))
@@ -183,9 +181,8 @@ def infer_encoder(raw: RawCheckpoint, num_heads: int | None = None) -> EncoderCo
 
 def classifier_spec(raw: RawCheckpoint, *, input_size: int | None = None, mean: tuple[float, ...] | None = None,
                     std: tuple[float, ...] | None = None, num_heads: int | None = None) -> ClassifierSpec:
-    """The spec of a fine-tuned classifier: stored metadata, else inferred from the keys. ``input_size``,
-    ``mean`` and ``std`` override what the file says (foreign files say nothing: the default is ImageNet
-    normalization and noise at the encoder's size)."""
+    """The spec of a fine-tuned classifier: stored metadata, else inferred from the keys (ImageNet normalization,
+    noise at the encoder's size). ``input_size``, ``mean`` and ``std`` override what the file says."""
     if raw.layout is Layout.PRETRAIN:
         raise UserError(f"{raw.path} is a {Layout.PRETRAIN.value} checkpoint without a classification head: "
                         "fine-tune it into a classifier first")
@@ -257,7 +254,6 @@ def load_pretrain(path: str | Path, num_heads: int | None = None) -> DMAEPretrai
     if raw.layout is not Layout.PRETRAIN:
         raise UserError(f"{raw.path} is a {raw.layout.value} checkpoint, not a pre-training one")
     encoder = infer_encoder(raw, num_heads)
-    # MAE/DMAE decoders use 16 heads
     decoder = DecoderConfig(_shape(raw, "decoder_embed.weight", 2)[0], _count_blocks(raw, "decoder_blocks"))
     # Every official recipe pre-trains with norm_pix_loss; a bare release file records nothing.
     model = DMAEPretrain(encoder, decoder, norm_pix_loss=bool(raw.args.get("norm_pix_loss", True)))

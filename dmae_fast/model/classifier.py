@@ -1,12 +1,8 @@
 """The base classifier that randomized smoothing wraps.
 
-normalize -> (resize to the encoder's size) -> ViT encoder -> pool -> fc_norm -> head.
-
-It *is* a timm ``VisionTransformer`` (state dict in timm's layout: ``global_pool='avg'``
-gives cls_token, pos_embed, patch_embed.*, blocks.*, fc_norm.*, head.*), with the input
-normalization as its first operation so that noise is added in [0, 1] pixel space. The
-mean/std are non-persistent buffers (they live in the checkpoint's metadata instead).
-"""
+normalize -> (resize to the encoder's size) -> ViT encoder -> pool -> fc_norm -> head. It *is* a timm
+``VisionTransformer`` (state dict in timm's layout), with the input normalization as its first operation so that
+noise is added in [0, 1] pixel space; mean/std are non-persistent buffers (the checkpoint's metadata holds them)."""
 
 from __future__ import annotations
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from dmae_fast.base.errors import UserError
+from dmae_fast.base.errors import UserError, raise_first
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -16,8 +17,7 @@ CIFAR10_STD = (0.2471, 0.2435, 0.2616)
 NORMALIZATIONS = {"imagenet": (IMAGENET_MEAN, IMAGENET_STD), "cifar10": (CIFAR10_MEAN, CIFAR10_STD)}
 
 
-# Noise levels are in [0, 1] pixel units; far above 1 the noise drowns any image, and
-# radii (sigma * Phi^-1(pA)) stay far from overflowing.
+# Noise levels are in [0, 1] pixel units: far above 1 the noise drowns any image (and radii stay far from overflow).
 MAX_SIGMA = 100.0
 
 
@@ -34,10 +34,7 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _require(checks: list[tuple[bool, str]]) -> None:
-    for ok, message in checks:
-        if not ok:
-            raise ValueError(message)
+_require = functools.partial(raise_first, error=ValueError)  # the specs' checks (callers name the file)
 
 
 @dataclass(frozen=True)
@@ -94,12 +91,8 @@ class DecoderConfig:
 
 @dataclass(frozen=True)
 class ClassifierSpec:
-    """Everything needed to rebuild and feed a base classifier.
-
-    ``input_size`` is the side of the images the classifier receives, the resolution at
-    which noise is added and radii are measured; if it differs from the encoder's image
-    size, the classifier resizes (bicubic, antialias off) after normalizing.
-    """
+    """Everything needed to rebuild and feed a base classifier. ``input_size``: the side of the images it receives,
+    where noise is added and radii are measured (if not the encoder's, it resizes, bicubic, after normalizing)."""
 
     encoder: EncoderConfig
     num_classes: int

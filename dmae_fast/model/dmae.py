@@ -1,13 +1,9 @@
 """DMAE pre-training model: Gaussian noise + masking, reconstruct the clean image.
 
-clean x in [0, 1] -> x + sigma * eta (no clamp) -> normalize -> patchify/embed -> keep a
-random 25% of patches -> ViT encoder -> light decoder with mask tokens -> pixels per
-patch. The loss is the MSE against the CLEAN image over ALL patches (MAE: masked only),
-the target normalized exactly like the input (per-channel mean/std, as the official code
-does); ``norm_pix_loss`` then normalizes each target patch by its own mean and variance.
-
-Parameter names follow the official MAE/DMAE release, so its files load strictly.
-"""
+clean x in [0, 1] -> x + sigma * eta (no clamp) -> normalize -> patchify/embed -> keep a random 25% of patches ->
+ViT encoder -> light decoder with mask tokens -> pixels per patch. The loss is the MSE against the CLEAN image over
+ALL patches (MAE: masked only), the target normalized like the input (``norm_pix_loss``: each patch by its own mean
+and variance). Parameter names follow the official MAE/DMAE release, so its files load strictly."""
 
 from __future__ import annotations
 

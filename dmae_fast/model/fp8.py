@@ -3,8 +3,7 @@
 Each becomes an :class:`Fp8Linear` (e4m3 weight with per-output-channel scales, inputs quantized per row,
 ``torch._scaled_mm`` with a bfloat16 output); an exact-GELU MLP's GELU moves into its fc2's quantization
 (:mod:`dmae_fast.kernels.gelu_quantize` on CUDA). Everything else runs in bfloat16. The certificate is for
-this fp8 classifier, whose agreement with fp16 is measured and recorded, never assumed.
-"""
+this fp8 classifier, whose agreement with fp16 is measured and recorded, never assumed."""
 
 from __future__ import annotations
 
@@ -21,9 +20,8 @@ TINY = 1e-12  # floor of a scale: an all-zero row quantizes to zeros, not NaN
 
 
 def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rows of ``x`` [M, K] -> (e4m3 rows, float32 scales [M, 1]) with x ~= rows * scales.
-    Each row is multiplied by its scale's reciprocal (one IEEE division per row, as the GELU
-    kernel does it), then rounded half to even onto the e4m3 grid."""
+    """Rows of ``x`` [M, K] -> (e4m3 rows, float32 scales [M, 1]) with x ~= rows * scales: each row times its scale's
+    reciprocal (one IEEE division per row, as the GELU kernel does it), rounded half to even onto the e4m3 grid."""
     x = x.float()
     scale = x.abs().amax(dim=1, keepdim=True).clamp(min=TINY) / E4M3_MAX
     return (x * scale.reciprocal()).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3), scale
@@ -87,8 +85,7 @@ def _exact_gelu_mlp(mlp: nn.Module) -> bool:
 
 
 def to_fp8(model: nn.Module) -> nn.Module:
-    """A copy of ``model`` in bfloat16 whose encoder blocks' linear layers are :class:`Fp8Linear`
-    (an exact-GELU MLP's fc2 takes the GELU in)."""
+    """A bfloat16 copy of ``model`` whose blocks' linear layers are :class:`Fp8Linear` (exact-GELU fc2s take GELU)."""
     body = copy.deepcopy(model).to(ACTIVATIONS).eval()
     for block in body.blocks:
         fused = {id(block.mlp.fc2)} if _exact_gelu_mlp(getattr(block, "mlp", None)) else set()

@@ -13,11 +13,8 @@ def _sincos_1d(dim: int, positions: torch.Tensor) -> torch.Tensor:
 
 
 def sincos_2d(dim: int, grid_size: int, class_token: bool = True) -> torch.Tensor:
-    """Position embeddings [1, (1 +) grid_size**2, dim]; half the width per axis.
-
-    Patches are numbered row by row; the first half of each vector encodes the column,
-    the second half the row. The class token's row is all zeros.
-    """
+    """Position embeddings [1, (1 +) grid_size**2, dim] of patches numbered row by row: the first half of each
+    vector encodes the column, the second half the row; the class token's row is all zeros."""
     if dim % 4:
         raise ValueError(f"sin-cos position embeddings need a width divisible by 4, got {dim}")
     rows, cols = torch.meshgrid(torch.arange(grid_size), torch.arange(grid_size), indexing="ij")

@@ -1,8 +1,5 @@
-"""The noise: its contract and torch reference (:mod:`.contract`), the compiled noise and its checks
-(:mod:`.compiled`), ``--sound``'s rounded Gaussian (:mod:`.sound`) and the patch-row layout the CPU bodies
-feed (:mod:`.patch_layout`). Its Triton and C kernels live in ``kernels/`` (``dmae_fast.kernels``), each
-beside this reference; the exact thresholds of ``--sound`` in ``dmae_fast.stats.rounded_gaussian`` (no torch).
-The contract's functions are importable from here."""
+"""The noise: its contract and torch reference (:mod:`.contract`, whose functions are importable from here), the
+compiled noise, ``--sound``'s rounded Gaussian and the patch-row layout; the Triton and C kernels are in kernels/."""
 
 from dmae_fast.base.lazy import lazy_attributes
 

@@ -1,26 +1,16 @@
 """The noise contract at memory speed: the reference function compiled into one kernel.
 
-``torch.compile`` (Inductor) turns :func:`dmae_fast.noise.contract.gaussian_rows`, together with the gather of
-the clean images and ``x + sigma * eta``, into one kernel (vectorized C++ on a CPU, Triton on a GPU)
-instead of dozens of elementwise passes over int64 tensors. The Philox words are the same bit for
-bit; the Gaussians agree with the reference to float32 rounding (the compiled log/sin/cos may round
-differently in the last bit). With ``serial=True`` (the CPU fast path) the kernel runs on one thread
-and releases the GIL, so that several worker threads make their own rows' noise at once.
-:func:`noisy_patches` writes the same values in a :class:`~dmae_fast.noise.patch_layout.PatchLayout`, normalized.
+``torch.compile`` (Inductor) fuses :func:`dmae_fast.noise.contract.gaussian_rows` with the gather of the clean
+images and ``x + sigma * eta`` into one kernel (C++ on a CPU, Triton on a GPU). The Philox words are the same bit
+for bit; the Gaussians agree with the reference to float32 rounding. With ``serial=True`` (the CPU fast path) the
+kernel runs on one thread and releases the GIL, so that several worker threads make their own rows' noise at once.
 
-With a ``grid`` (``--sound``) the noise is :mod:`dmae_fast.noise.sound`'s exact rounded Gaussian and the
-inputs are the grid points ``(X + Z) / L`` (:func:`sound_images`, :func:`sound_patches`); on a GPU the
-Triton kernel :mod:`dmae_fast.kernels.sound_noise` draws them, on a CPU the C kernel
-:mod:`dmae_fast.kernels.sound_noise_cpu` (faster than the default's compiled noise, where the compiled sound ops
-run at half its speed: their table lookup costs as much as a Philox word). Every implementation draws the same
-integers.
+With a ``grid`` (``--sound``) the inputs are the grid points ``(X + Z) / L`` of :mod:`dmae_fast.noise.sound`'s exact
+rounded Gaussian, drawn by the Triton kernel :mod:`dmae_fast.kernels.sound_noise` on a GPU and by the C kernel
+:mod:`dmae_fast.kernels.sound_noise_cpu` on a CPU. Every implementation draws the same integers.
 
-Where compiling is impossible (no C++ compiler, no Triton) or the compiled kernel does not
-reproduce the reference on a check batch, :class:`NoiseSource` says so in one line (to its
-``notice``, which the batch bodies also keep in the run record) and runs the reference instead. A C kernel
-that was built but does not load or reproduce the reference (:mod:`dmae_fast.kernels.sound_noise_cpu` checks it
-before it is named) is said likewise, and the compiled torch ops run: the name is settled before the first batch.
-"""
+Where compiling is impossible or a kernel does not reproduce the reference on a check batch, :class:`NoiseSource`
+says so in one line (to its ``notice``) and runs the reference (or, for a C kernel, the compiled torch ops) instead."""
 
 from __future__ import annotations
 
@@ -52,8 +42,7 @@ def noisy_rows(clean: torch.Tensor, slot: torch.Tensor, sigma: torch.Tensor, key
     """``clean[slot] + sigma * eta`` [B, *shape]: the noisy inputs of B rows.
 
     ``clean`` [S, *shape] holds the clean images by slot; ``key`` [2] the Philox key words and
-    ``sigma`` a 0-d tensor, so that a new seed or sigma reuses the compiled kernel.
-    """
+    ``sigma`` a 0-d tensor, so that a new seed or sigma reuses the compiled kernel."""
     shape = clean.shape[1:]
     eta = gaussian_rows((key[0], key[1]), image, phase, sample, math.prod(shape))
     return clean[slot] + sigma * eta.view(-1, *shape)
@@ -74,9 +63,8 @@ def noisy_patches(clean: torch.Tensor, slot: torch.Tensor, sigma: torch.Tensor, 
 def sound_images(clean: torch.Tensor, slot: torch.Tensor, table: tuple[torch.Tensor, torch.Tensor],
                  key: torch.Tensor, image: torch.Tensor, phase: torch.Tensor, sample: torch.Tensor, *, grid: int,
                  fused: bool = True) -> torch.Tensor:
-    """``(X + Z) / L`` [B, *shape]: :func:`~dmae_fast.noise.sound.sound_rows` for ``table``, the thresholds
-    (2K of them, which give K) and their guide, as :class:`NoiseSource` compiles it (``fused``: the guide's
-    lookup, for a compiler)."""
+    """``(X + Z) / L`` [B, *shape]: :func:`~dmae_fast.noise.sound.sound_rows` for ``table`` (the 2K thresholds and
+    their guide), as :class:`NoiseSource` compiles it (``fused``: the guide's lookup, for a compiler)."""
     thresholds, guide = table
     return sound_rows(clean, slot, grid, thresholds, thresholds.shape[0] // 2, key, image, phase, sample,
                       guide if fused else None)
@@ -143,8 +131,6 @@ def _sound_kernel(device: torch.device, layout: tuple[torch.Tensor, ...], serial
     return None
 
 
-
-
 @contextmanager
 def _quiet_compiler():
     """Inductor logs a CUDA_HOME warning on CPU-only machines; it is not the user's concern."""
@@ -158,17 +144,14 @@ def _quiet_compiler():
 
 
 class NoiseSource:
-    """Builds the noisy inputs of a batch of rows, compiled when possible (see the module doc);
-    ``implementation`` says which runs.
+    """Builds the noisy inputs of a batch of rows, compiled when possible; ``implementation`` says which runs.
 
-    ``serial``: a one-thread kernel that releases the GIL, for calls from several threads at once after
-    the first call (which compiles and checks it). Dynamo guards on the calling thread's torch thread
-    count and grad mode, so the first call must be made in the state of the later ones (as
-    :class:`ChunkedCpuBatches` does), or each thread recompiles an unchecked kernel, concurrently.
-    ``layout``: make a :class:`~dmae_fast.noise.patch_layout.PatchLayout`'s normalized patch rows from clean
-    images stored arranged. ``notice``: where the one-line fallback notice goes (default: stderr).
-    ``grid``: ``--sound``'s inputs on the 1/``grid`` grid (None: the Gaussian noise contract).
-    """
+    ``serial``: a one-thread kernel that releases the GIL, for calls from several threads at once after the first
+    (which compiles and checks it). Dynamo guards on the calling thread's torch thread count and grad mode, so the
+    first call must be made in the state of the later ones, or each thread recompiles an unchecked kernel.
+    ``layout``: make a :class:`~dmae_fast.noise.patch_layout.PatchLayout`'s normalized patch rows from clean images
+    stored arranged. ``notice``: where the one-line fallback notice goes (default: stderr). ``grid``: ``--sound``'s
+    inputs on the 1/``grid`` grid (None: the Gaussian noise contract)."""
 
     def __init__(self, device: torch.device, compiled: bool = True, serial: bool = False,
                  layout: PatchLayout | None = None, notice: Callable[[str], None] | None = None,

@@ -1,11 +1,7 @@
 """The noise contract: Gaussian noise as a pure function of its coordinates.
 
-Every noise value used in certification is determined by
-
-    (seed, image index, phase, sample index, element index)
-
-and nothing else, so results are reproducible whatever the batch size, the packing of
-samples into batches, the number of devices or the restart points.
+Every noise value is determined by (seed, image index, phase, sample index, element index) and
+nothing else, so results are the same whatever the batching, the number of devices or the restart points.
 
 Generator: Philox4x32-10 (Salmon et al., SC'11), the counter-based generator also behind
 ``triton.language.philox``, CUDA's curand and JAX.
@@ -21,8 +17,7 @@ r cos t and element 4k+1 gets r sin t; elements 4k+2 and 4k+3 do the same with (
 
 ``element`` indexes the flattened [C, H, W] image (channel-major, row-major) at the
 resolution where noise is added (the classifier's input size). A kernel can compute any
-element on its own: one Philox call per group of four elements.
-"""
+element on its own: one Philox call per group of four elements."""
 
 from __future__ import annotations
 
@@ -55,8 +50,7 @@ def philox4x32(counter: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Te
     """Philox4x32-10 on int64 tensors holding uint32 values (broadcast together).
 
     ``seed`` is the 64-bit seed, or its key words (k0, k1) as ints or int64 tensors (a compiled
-    caller passes tensors, so that a new seed is new data rather than a new program).
-    """
+    caller passes tensors, so that a new seed is new data rather than a new program)."""
     c0, c1, c2, c3 = counter
     k0, k1 = key_words(seed) if isinstance(seed, int) else seed
     for _ in range(ROUNDS):
@@ -99,10 +93,8 @@ def gaussian_rows(key: tuple[Any, Any], image: torch.Tensor, phase: torch.Tensor
                   numel: int) -> torch.Tensor:
     """Standard Gaussians [B, numel] (float32) for B (image, phase, sample) triples and the key words.
 
-    Box-Muller runs on the four word planes before they are interleaved: the same arithmetic
-    on the same values as the documented transform of :func:`uint32_stream`'s words, in the layout
-    a compiler fuses into one pass (:mod:`dmae_fast.noise.compiled` compiles this function).
-    """
+    Box-Muller runs on the four word planes before they are interleaved (same values, in the layout a
+    compiler fuses into one pass: :mod:`dmae_fast.noise.compiled` compiles this function)."""
     planes = box_muller(philox4x32(_counters(image, phase, sample, numel), key))
     return torch.stack(torch.broadcast_tensors(*planes), dim=-1).flatten(1)[:, :numel]
 
@@ -119,9 +111,7 @@ def gaussian_noise(seed: int, image: torch.Tensor, phase: torch.Tensor | int, sa
                    shape: tuple[int, ...]) -> torch.Tensor:
     """Standard Gaussian noise [B, *shape] (float32) for B (image, phase, sample) triples.
 
-    ``image``, ``sample`` (and ``phase``, unless an int) are 1-D integer tensors of length B
-    on the device where the noise is wanted. This is the reference written as torch ops;
-    :class:`dmae_fast.noise.compiled.NoiseSource` runs the same function compiled.
-    """
+    ``image``, ``sample`` (and ``phase``, unless an int) are 1-D integer tensors of length B on the noise's
+    device. The torch reference; :class:`dmae_fast.noise.compiled.NoiseSource` runs it compiled."""
     check_seed(seed)
     return gaussian_rows(key_words(seed), image, phase, sample, math.prod(shape)).reshape(-1, *shape)

@@ -1,18 +1,13 @@
 """Patch-major classifier inputs: images cut into the rows their patch embedding multiplies.
 
-A ViT's patch embedding is one matrix product over the image's L patches of C*p*p values each.
-The CPU fast path (``dmae-certify --fast`` on a CPU) feeds its exported classifier those rows,
-normalized, instead of images: the compiled noise kernel writes them
-(:func:`dmae_fast.noise.compiled.noisy_patches`) and the graph starts with one matrix product
-(:class:`dmae_fast.engines.graphs.PatchGraph`), saving a normalization pass, a reorder and a
-convolution: a fifth of the time of ``dmae-bench cpu``'s small 224x224 ViT in OpenVINO
-(bench/results/2026-11-25-cpu-fast/patch-input/).
+A ViT's patch embedding is one matrix product over the image's L patches of C*p*p values each. The CPU fast
+path feeds its exported classifier those rows, normalized, instead of images: the compiled noise kernel writes
+them (:func:`dmae_fast.noise.compiled.noisy_patches`) and the graph starts with one matrix product
+(:class:`dmae_fast.engines.graphs.PatchGraph`), saving a normalization pass, a reorder and a convolution.
 
-A patch's values are in the convolution weight's order (channel, row, column). The patch side
-being a multiple of 4, the four pixels that share a Philox counter (:mod:`dmae_fast.noise.contract`) stay
-side by side. The noise values are the contract's, element for element; only where they are stored
-differs.
-"""
+A patch's values are in the convolution weight's order (channel, row, column); with a patch side a multiple of 4,
+the four pixels that share a Philox counter stay side by side. The noise values are the contract's, element for
+element; only where they are stored differs."""
 
 from __future__ import annotations
 
@@ -38,9 +33,8 @@ class PatchLayout:
 
     @classmethod
     def of(cls, model) -> PatchLayout | None:
-        """The layout of a :class:`~dmae_fast.model.SmoothingClassifier`, or None where its
-        front end is more than normalization + a plain patch convolution (a resize, a patch
-        side that is not a multiple of 4, a normalized or non-convolution patch embedding)."""
+        """The layout of a :class:`~dmae_fast.model.SmoothingClassifier`, or None where its front end is more than
+        normalization + a plain patch convolution with a side a multiple of 4 (a resize, a normalized embedding)."""
         spec, embed = model.spec, model.patch_embed
         encoder, proj = spec.encoder, getattr(embed, "proj", None)
         p = encoder.patch_size

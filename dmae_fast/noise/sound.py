@@ -11,10 +11,8 @@ The contract (docs/sound.md), which the Triton kernel and the C++ library follow
   Z = -K + #{k : S_k <= V};
 * the classifier sees float32(X + Z) / float32(L): a function of the exact integer sum X + Z alone.
 
-The reference looks Z up with ``torch.searchsorted``; the compiled noise with :func:`guide_lookup`, a
-guide table over a float-like index of V (:func:`bucket`) that leaves at most one threshold to compare
-for every V (same integers, tested on every bucket's ends and every threshold).
-"""
+The reference looks Z up with ``torch.searchsorted``; the compiled noise with :func:`guide_lookup`, a guide table
+over a float-like index of V (:func:`bucket`) that leaves at most one threshold to compare for every V."""
 
 from __future__ import annotations
 
@@ -45,8 +43,7 @@ def bucket(values: torch.Tensor, bits: int) -> torch.Tensor:
     leaves d >> s in [2**bits, 2**(bits + 1)) and those bits, as (s << bits) + (d >> s). Buckets are one
     value wide at the ends and a 2**-bits fraction of d wide elsewhere, so the thresholds, which crowd together
     in V in the tails, spread over the buckets there as thinly as in the middle. Integer shifts and selects
-    only: exact, and vectorized by a compiler.
-    """
+    only: exact, and vectorized by a compiler."""
     distance = (values ^ ~(values >> 63)) & (2**63 - 1)
     mantissa, shift = distance, torch.zeros_like(distance)
     for step in (32, 16, 8, 4, 2, 1):  # the largest shift that keeps bits + 1 bits, in binary
@@ -87,8 +84,7 @@ def guide_table(table: SoundTable) -> np.ndarray:
     1/255 grids, with the fewest bits tried that reach 1) and start = min(c(lowest), n - m). Exact for every V in
     bucket b: S[i] <= lowest <= V for i < start (start <= c(lowest)), and S[i] > highest >= V for
     i >= start + m (start + m >= c(highest)); so c(V) = start + #{j < m : S[start + j] <= V}, which is
-    :func:`guide_lookup`'s one row gather and m comparisons.
-    """
+    :func:`guide_lookup`'s one row gather and m comparisons."""
     thresholds = table.thresholds
     for bits in GUIDE_BITS:
         lowest, highest = bucket_ends(bits)
@@ -115,10 +111,9 @@ def guide_lookup(guide: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
 def rounded_gaussian_rows(key: tuple[Any, Any], thresholds: torch.Tensor, K: int | torch.Tensor,
                           image: torch.Tensor, phase: torch.Tensor | int, sample: torch.Tensor,
                           numel: int, guide: torch.Tensor | None = None) -> torch.Tensor:
-    """The integer noise [B, numel] (int64) of B (image, phase, sample) triples, for the Philox key words
-    (ints or int64 tensors) and a table's ``thresholds`` (int64, on the device) and ``K``; with its
-    ``guide`` (:func:`guide_table`, on the device) looked up by :func:`guide_lookup` (for a compiler)
-    instead of ``torch.searchsorted``, in int32."""
+    """The integer noise [B, numel] (int64) of B (image, phase, sample) triples, for the Philox key words (ints or
+    int64 tensors) and a table's ``thresholds`` (int64, on the device) and ``K``; with its ``guide``
+    (:func:`guide_table`, on the device) looked up by :func:`guide_lookup` (for a compiler), in int32."""
     # Four words per counter, two per element: the counters of 2 * numel words.
     w0, w1, w2, w3 = philox4x32(_counters(image, phase, sample, 2 * numel), key)
     even, odd = signed_uniform(w0, w1), signed_uniform(w2, w3)
@@ -144,12 +139,8 @@ def rounded_gaussian_noise(seed: int, table: SoundTable, image: torch.Tensor, ph
 def sound_rows(clean: torch.Tensor, slot: torch.Tensor, grid: int | torch.Tensor, thresholds: torch.Tensor,
                K: int | torch.Tensor, key: torch.Tensor, image: torch.Tensor, phase: torch.Tensor,
                sample: torch.Tensor, guide: torch.Tensor | None = None) -> torch.Tensor:
-    """``(X + Z) / L`` [B, *shape] (float32): the noisy inputs of B rows under ``--sound``.
-
-    ``clean`` [S, *shape] holds the clean images (on the 1/``grid`` grid) by slot, X = round(clean * L);
-    ``key`` [2] the Philox key words, as :func:`dmae_fast.noise.compiled.noisy_rows` takes them; ``guide`` as
-    :func:`rounded_gaussian_rows` takes it.
-    """
+    """``(X + Z) / L`` [B, *shape] (float32): the noisy inputs of B rows under ``--sound``. ``clean`` [S, *shape]
+    holds the clean images (on the 1/``grid`` grid) by slot, X = round(clean * L); ``key`` [2] the Philox key words."""
     shape = clean.shape[1:]
     noise = rounded_gaussian_rows((key[0], key[1]), thresholds, K, image, phase, sample, math.prod(shape), guide)
     total = torch.round(clean[slot] * grid).to(torch.int64) + noise.view(-1, *shape)

@@ -1,11 +1,9 @@
-"""Checking the rows of a results file: before a run continues it (``--resume``), and before
-``dmae-certify analyze`` summarizes it.
+"""Checking the rows of a results file before a run continues it (``--resume``) or ``dmae-certify analyze``
+summarizes it.
 
-The kept rows must be rows this very run would have written: its images, each once, made with its settings,
-each consistent with its own counts (radius and pA_lower recomputed from nA, n, alpha and sigma; the PREDICT
-decision from its p-value); else one line refuses them. ``analyze`` applies :func:`row_problems` with the rules
-of the run record, or without one :meth:`RowRules.unknown`: only what holds at every alpha and sigma.
-"""
+The kept rows must be rows this very run would have written: its images, each once, made with its settings, each
+consistent with its own counts (radius and pA_lower recomputed from nA, n, alpha and sigma; the PREDICT decision
+from its p-value). ``analyze`` checks with the rules of the run record, or without one :meth:`RowRules.unknown`."""
 
 from __future__ import annotations
 

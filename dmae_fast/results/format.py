@@ -2,8 +2,7 @@
 
 The leading columns of ours are exactly those of Cohen et al.'s reference ``certify.py`` / ``predict.py``
 (same order), so tools written for the reference files read ours, and :func:`read_results` reads both.
-:mod:`dmae_fast.results.writer` writes them.
-"""
+:mod:`dmae_fast.results.writer` writes them."""
 
 from __future__ import annotations
 
@@ -35,7 +34,6 @@ PVALUE_DIGITS = 6
 
 
 def columns_of(kind: Kind) -> tuple[str, ...]:
-    """The columns a results file of ``kind`` has, in order."""
     return CERTIFY_COLUMNS if kind == "certify" else PREDICT_COLUMNS
 
 
@@ -56,14 +54,12 @@ class ResultsTable:
 
     @property
     def name(self) -> str:
-        """The file name without directory and extension."""
         return Path(self.path).stem
 
     def __len__(self) -> int:
         return len(self.idx)
 
     def duplicate_indices(self) -> list[int]:
-        """Image indices that appear in more than one row."""
         values, counts = np.unique(self.idx, return_counts=True)
         return values[counts > 1].tolist()
 
@@ -82,8 +78,7 @@ def _parse_time(text: str) -> float:
 
 
 def _ascii(convert: Callable[[str], Any], valid: Callable[[Any], bool] = lambda value: True) -> Callable[[str], Any]:
-    """``convert`` for ASCII text only (int() and float() also take other scripts' digits: '٣'), its result
-    checked by ``valid``."""
+    """``convert`` for ASCII text only (int() and float() also take other scripts' digits), checked by ``valid``."""
     def parse(text: str) -> Any:
         if not text.isascii():
             raise ValueError(text)
@@ -191,8 +186,7 @@ def read_kept_rows(path: PathLike) -> ResultsTable | None:
 
 
 def read_row_lines(path: PathLike, kind: Kind) -> list[str]:
-    """The complete data lines of a results file we wrote (no header; a torn last line dropped),
-    after checking its header is that of a ``kind`` file."""
+    """The complete data lines of a results file we wrote, after checking its header is a ``kind`` file's."""
     path = os.fspath(path)
     lines = _read_lines(path, drop_torn=True)
     header = "\t".join(columns_of(kind))

@@ -2,8 +2,7 @@
 a fresh name per process, so none appends to a torn file), merged by rank 0 into ``--out`` sorted by ``idx``.
 
 A merge is crash-safe: ``--out`` is replaced by a complete file before the parts go, so a crash in between
-leaves identical rows in both places, which merging again accepts; two *different* rows for one image are refused.
-"""
+leaves identical rows in both places, which merging again accepts; two *different* rows for one image are refused."""
 
 from __future__ import annotations
 
@@ -62,9 +61,8 @@ def clear_parts(out: str | os.PathLike[str]) -> None:
 
 
 def merge_parts(out: str | os.PathLike[str], kind: Kind, into: str | os.PathLike[str]) -> int:
-    """Write ``into`` (``out``, or ``out.partial`` for an --overwrite run) = its own rows + the rows of
-    every part of ``out``, sorted by idx; then remove the parts. Returns the number of rows.
-    Atomic: ``into`` is replaced only by a complete file."""
+    """Write ``into`` (``out``, or ``out.partial`` for an --overwrite run) = its own rows + the rows of every part of
+    ``out``, sorted by idx, replacing it only by a complete file; then remove the parts. Returns the number of rows."""
     into = os.fspath(into)
     folder = parts_dir(out)
     parts = sorted(folder.glob("rank*.tsv")) if folder.is_dir() else []

@@ -1,9 +1,8 @@
 """Writing results files (see :mod:`dmae_fast.results.format`) row by row.
 
-Numbers that carry a guarantee are never rounded in its favour: the radius is written rounded
-down to 6 decimals (Cohen's files round it to 3 significant digits, which can round it UP:
-0.79964 -> 0.8), ``pA_lower`` rounded down to 10 decimals, the PREDICT p-value rounded up.
-"""
+Numbers that carry a guarantee are never rounded in its favour: the radius is written rounded down to 6 decimals
+(Cohen's 3 significant digits can round it UP: 0.79964 -> 0.8), ``pA_lower`` rounded down to 10 decimals, the
+PREDICT p-value rounded up."""
 
 from __future__ import annotations
 
@@ -126,11 +125,8 @@ class ResultsWriter:
 
     ``mode="new"`` refuses an existing file; ``"append"`` continues a file whose header matches (creating it if
     missing, dropping a last line cut off by a crash); ``"overwrite"`` writes ``path + ".partial"`` and renames it
-    over ``path`` only when the ``with`` block ends without an exception.
-
-    Durability: each row reaches the operating system as it is written (a killed process loses nothing), the disk
-    within ``SYNC_SECONDS`` and on close (a power failure loses at most the last ``SYNC_SECONDS`` of rows).
-    """
+    over ``path`` only when the ``with`` block ends without an exception. Each row reaches the operating system as
+    it is written, the disk within ``SYNC_SECONDS`` and on close."""
 
     def __init__(self, path: PathLike, kind: Kind = "certify", mode: Mode = "new") -> None:
         if kind not in REQUIRED_COLUMNS:
@@ -194,8 +190,7 @@ class ResultsWriter:
 
 
 def _prepare_append(path: str, header: str, kind: Kind) -> bool:
-    """Check the header of an existing file and cut off an unterminated last line; whether the header still has
-    to be written (the file is missing or empty)."""
+    """Check an existing file's header and cut off an unterminated last line; whether the header must be written."""
     if not os.path.exists(path):
         return True
     data = read_regular_file(path, MAX_RESULTS_BYTES)

@@ -1,2 +1,2 @@
 """A certification run over a dataset: its config, the run driver (one process or a ``torchrun``
-rank: a world of one or many), image and sample shards, results files, resume and the run record."""
+rank, see :mod:`dmae_fast.distributed`), image and sample shards, resume and the run record."""

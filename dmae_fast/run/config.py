@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dmae_fast.base.errors import UserError
+from dmae_fast.base.errors import UserError, raise_first
 from dmae_fast.batching.body_options import BodyOptions, Sound, data_grid, how, is_how
 from dmae_fast.batching.choices import SHARD_CHOICES
 from dmae_fast.model.config import sigma_problem
@@ -22,28 +22,24 @@ if TYPE_CHECKING:
 PROG = "dmae-certify"  # the command a CertifyConfig is the command line of
 MAX_BATCH = 2**20  # noisy samples per forward pass; far beyond any device's memory at 224x224
 SETTING_OF_SPEC = {"test": "sequential_test"}  # a ProcedureSpec field -> the setting that gives it, where they differ
+SETTING_OF_FIELD = {"engine_path": "engine"}  # an options field -> its setting (the command's word), where they differ
 BODY_SETTINGS = {"fast": "fast", "body_reason": "reason", "fused": "fused", "compile": "compile",
                  "cuda_graphs": "cuda_graphs", "noise": "noise", "cpu_runtime": "cpu_runtime"}  # setting -> field
-
-
-def _check(checks: list[tuple[bool, str]]) -> None:
-    for ok, message in checks:
-        if not ok:
-            raise UserError(message)
 
 
 @dataclass(frozen=True)
 class ClassifierOptions:
     """The classifier: a checkpoint or engine file, and where and how it runs."""
 
-    engine: str
+    engine_path: str  # the setting ``engine`` (``--engine`` / ``--ckpt``)
     device: str = how("auto")  # the same classifier on any device; its precision must match
     precision: str = "auto"
     input_size: int | None = None  # None: the checkpoint's
     normalize: str | None = None  # None: the checkpoint's, else imagenet
 
     def validate(self) -> None:
-        _check([(self.input_size is None or self.input_size >= 1, f"--input-size must be >= 1, got {self.input_size}")])
+        input_size = self.input_size
+        raise_first([(input_size is None or input_size >= 1, f"--input-size must be >= 1, got {input_size}")])
 
 
 @dataclass(frozen=True)
@@ -59,7 +55,7 @@ class DataOptions:
     workers: int | None = how(None)  # DataLoader processes (None: by the data and the device)
 
     def validate(self) -> None:
-        _check([
+        raise_first([
             (self.image_size is None or self.image_size >= 1, f"--image-size must be >= 1, got {self.image_size}"),
             (self.skip >= 1, f"--skip must be >= 1, got {self.skip}"),
             (self.max_images is None or self.max_images >= 1, f"--max must be >= 1, got {self.max_images}"),
@@ -96,7 +92,7 @@ class ProcedureOptions:
                              self.procedure_name, sound)
 
     def validate(self) -> None:
-        _check([
+        raise_first([
             (self.sigma is None or sigma_problem(self.sigma) is None, f"--{sigma_problem(self.sigma)}"),
             (0 < self.alpha < 1, f"--alpha must be in (0, 1), got {self.alpha}"),
             (self.n0 >= 1, f"--n0 must be >= 1, got {self.n0}"),
@@ -131,13 +127,17 @@ class OutputOptions:
     profile: str | None = how(None)  # directory for a torch profiler trace + per-stage table
 
     def validate(self) -> None:
-        _check([(not (self.overwrite and self.resume), "--overwrite and --resume exclude each other")])
+        raise_first([(not (self.overwrite and self.resume), "--overwrite and --resume exclude each other")])
 
 
 _BODY_FIELDS = {f.name: f for f in dataclasses.fields(BodyOptions)}
 PARTS = {"classifier": ClassifierOptions, "data": DataOptions, "procedure": ProcedureOptions, "output": OutputOptions}
 # the flat settings beside the body's (BODY_SETTINGS): the parts' fields, the run's and --sound's
-SETTINGS = frozenset({f.name for part in PARTS.values() for f in dataclasses.fields(part)}
+def _setting(field: dataclasses.Field) -> str:
+    return SETTING_OF_FIELD.get(field.name, field.name)
+
+
+SETTINGS = frozenset({_setting(f) for part in PARTS.values() for f in dataclasses.fields(part)}
                      | {"batch", "shard", "sound", "quantize"})
 
 
@@ -165,7 +165,8 @@ class CertifyConfig:
             raise UserError(f"unknown certification settings: {', '.join(unknown)}")
         if settings.get("quantize") and not settings.get("sound"):
             raise UserError("--quantize applies to --sound; add --sound")
-        parts = {name: part(**{f.name: settings[f.name] for f in dataclasses.fields(part) if f.name in settings})
+        parts = {name: part(**{f.name: settings[_setting(f)] for f in dataclasses.fields(part)
+                               if _setting(f) in settings})
                  for name, part in PARTS.items()}
         if body is None:
             body = BodyOptions(**{field: settings[key] for key, field in BODY_SETTINGS.items()
@@ -177,7 +178,8 @@ class CertifyConfig:
 
     def recorded(self) -> dict:
         """The settings as the run record writes them, flat (``procedure_name`` only when one is named)."""
-        settings = {key: value for name in PARTS for key, value in dataclasses.asdict(getattr(self, name)).items()}
+        settings = {_setting(f): getattr(getattr(self, name), f.name) for name, part in PARTS.items()
+                    for f in dataclasses.fields(part)}
         settings.update({key: getattr(self.body, field) for key, field in BODY_SETTINGS.items()})
         sound = self.body.sound
         settings.update(batch=self.batch, shard=self.shard, sound=sound is not None,
@@ -200,7 +202,7 @@ class CertifyConfig:
         :func:`~dmae_fast.batching.body_options.how` (so the noise, the classifier's input and every decision),
         and those its procedure reads; not the seed when none is given (the run takes the recorded one)."""
         parts = (*PARTS.values(), CertifyConfig)
-        how_settings = {f.name for part in parts for f in dataclasses.fields(part) if is_how(f)}
+        how_settings = {_setting(f) for part in parts for f in dataclasses.fields(part) if is_how(f)}
         how_settings |= {key for key, name in BODY_SETTINGS.items() if is_how(_BODY_FIELDS[name])}
         read = set(self.procedure_settings())
         settings = [key for key in sorted(SETTINGS | set(BODY_SETTINGS)) if key not in how_settings or key in read]
@@ -215,7 +217,7 @@ class CertifyConfig:
     def validate(self) -> None:
         for name in PARTS:
             getattr(self, name).validate()
-        _check([
+        raise_first([
             (1 <= self.batch <= MAX_BATCH, f"--batch must be in [1, {MAX_BATCH:,}], got {self.batch}"),
             (self.shard in SHARD_CHOICES, f"--shard must be one of {', '.join(SHARD_CHOICES)}, got {self.shard!r}"),
             (self.body.profile == (self.output.profile is not None),

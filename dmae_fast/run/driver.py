@@ -8,8 +8,7 @@
 One driver, :class:`Run`, for a single process (a world of one) or one rank under ``torchrun`` (see
 docs/distributed.md): rank 0 takes the output (lock, resume, merging parts), hands out the images still to do
 and writes the run record; the noise is keyed by (seed, image, phase, sample), so ``--out`` is the same for
-any number of ranks. Parts by job: :mod:`.ranks`, :mod:`.opened`, :mod:`.output`, :mod:`.record`, :mod:`.shards`.
-"""
+any number of ranks. Parts by job: :mod:`.ranks`, :mod:`.opened`, :mod:`.output`, :mod:`.record`, :mod:`.shards`."""
 
 from __future__ import annotations
 
@@ -27,6 +26,7 @@ from dmae_fast.base.integrity import file_sha256
 from dmae_fast.base.locking import OutputLock
 from dmae_fast.base.messages import one_line
 from dmae_fast.batching.stage_timer import StageTimer
+from dmae_fast.distributed.ranks import join
 from dmae_fast.results.format import Mode
 from dmae_fast.results.parts import has_parts, start_parts
 from dmae_fast.results.writer import Row
@@ -40,7 +40,6 @@ from dmae_fast.run.output import (
     output_mode,
     run_seed,
 )
-from dmae_fast.run.ranks import join
 from dmae_fast.run.record import RunRecord, RunResult
 from dmae_fast.run.shards import ImageShards, SampleShards
 
@@ -52,8 +51,7 @@ def certify_dataset(config: CertifyConfig, on_row: Callable[[Row], None] | None 
     A body that fails mid-run is replaced by the next simpler one (the record's ``body_fallbacks``); with none
     left, or on bad input, :class:`UserError` is raised once the record says ``failed``; SIGINT/SIGTERM (with
     :func:`interrupt_on_signals`) raise :class:`Interrupted`, its ``kept`` saying what is on disk. Under
-    ``torchrun`` this is one rank, and ``on_row`` sees the rows this process certified.
-    """
+    ``torchrun`` this is one rank, and ``on_row`` sees the rows this process certified."""
     config.validate()
     return Run(config, on_row).certify()
 
@@ -95,7 +93,7 @@ class Run:
         if mode == "append" and config.output.resume and not Path(out).exists() and not has_parts(out):
             print(f"{PROG}: --resume: {out} does not exist yet; starting the run", file=sys.stderr)
         parts = self.ranks.world > 1 and config.shard == "images"
-        model_sha256 = file_sha256(config.classifier.engine)
+        model_sha256 = file_sha256(config.classifier.engine_path)
         check_continued_classifier(config, mode, model_sha256)
         seed = run_seed(config, mode, parts)
         indices = images_to_do(opened, mode, parts=parts)

@@ -12,9 +12,9 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from dmae_fast.base.errors import UserError
-from dmae_fast.batching.bodies import ResolvedBody
+from dmae_fast.batching.bodies import ResolvedBody, resolve_body
+from dmae_fast.batching.classifier import open_classifier, smoothing_sigma
 from dmae_fast.batching.scheduler import BatchBody, RowSplit
-from dmae_fast.batching.smoother import Smoother, open_smoother
 from dmae_fast.batching.stage_timer import StageTimer
 from dmae_fast.batching.stream import StreamingCertifier
 from dmae_fast.data import TensorImageDataset, open_dataset, subset_indices
@@ -60,18 +60,14 @@ def _check_compatible(engine: Engine, dataset: Dataset, data: str) -> None:
 
 @dataclass(frozen=True)
 class OpenedRun:
-    """What every process of a run opens: the classifier (smoothed), the data, the images, the procedure."""
+    """What every process of a run opens: the classifier, the data, the images, the procedure."""
 
-    config: CertifyConfig  # sigma and precision resolved
-    smoother: Smoother
+    config: CertifyConfig  # every setting final (sigma and precision resolved): what everything below receives
+    engine: Engine
     dataset: Dataset
     indices: list[int]  # every image of the run
     procedure: Procedure
     workers: int  # DataLoader processes
-
-    @property
-    def engine(self) -> Engine:
-        return self.smoother.engine
 
     @property
     def kind(self) -> str:
@@ -93,30 +89,32 @@ class OpenedRun:
         return dataclasses.replace(self, config=dataclasses.replace(self.config, procedure=procedure))
 
     def body(self, timer: StageTimer | None = None) -> ResolvedBody:
-        return self.smoother.body(self.config.procedure.seed, self.config.batch, timer)
+        c = self.config
+        return resolve_body(self.engine, c.procedure.sigma, c.procedure.seed, c.batch, c.body, timer)
 
     def streamer(self, body: BatchBody, split: RowSplit | None = None) -> StreamingCertifier:
         c = self.config
-        return StreamingCertifier(self.engine, self.procedure.plan, self.smoother.sigma, c.procedure.seed, c.batch,
+        return StreamingCertifier(self.engine, self.procedure.plan, c.procedure.sigma, c.procedure.seed, c.batch,
                                   body, c.body.sound, split)
 
     def announce(self, images: int, body: ResolvedBody, ranks: str = "") -> None:
         """The start line: what runs, on which body and why."""
         c, plan = self.config, self.procedure.plan
         print(f"{PROG}: {images} images, {'up to ' if plan.looks else ''}{plan.total:,} samples each, "
-              f"{self.procedure.name}, sigma {self.smoother.sigma}, {body.body.description} ({body}), "
+              f"{self.procedure.name}, sigma {c.procedure.sigma}, {body.body.description} ({body}), "
               f"seed {c.procedure.seed}, batch {c.batch}{ranks} -> {c.output.out}", file=sys.stderr)
 
 def open_run(config: CertifyConfig, device: str | None = None) -> OpenedRun:
-    """Open the classifier (on ``device``, default the config's) and the data, and check they fit."""
+    """Open the classifier (on ``device``, default the config's) and the data, and check they fit. The one
+    place a run's settings are resolved: the sigma the classifier records where none is given, the precision
+    it runs in; the config returned is the only source of both from here on."""
     classifier, data = config.classifier, config.data
-    smoother = open_smoother(classifier.engine, config.procedure.sigma, config.body, device or classifier.device,
-                             classifier.precision, classifier.input_size, classifier.normalize)
-    engine = smoother.engine
-    config = config.resolved(smoother.sigma, engine.precision)
+    engine = open_classifier(classifier.engine_path, config.body, device or classifier.device, classifier.precision,
+                             classifier.input_size, classifier.normalize)
+    config = config.resolved(smoothing_sigma(config.procedure.sigma, engine), engine.precision)
     image_size = data.image_size if data.image_size is not None else engine.spec.input_size
     dataset = open_dataset(data.data, split=data.split, labels=data.labels, image_size=image_size)
     _check_compatible(engine, dataset, data.data)
     indices = subset_indices(len(dataset), data.skip, data.max_images)
     workers = data.workers if data.workers is not None else _loader_workers(dataset, engine.device)
-    return OpenedRun(config, smoother, dataset, indices, Procedure(config.procedure_spec()), workers)
+    return OpenedRun(config, engine, dataset, indices, Procedure(config.procedure_spec()), workers)

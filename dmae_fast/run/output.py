@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dmae_fast.base.errors import UserError
+from dmae_fast.distributed.torchrun_env import restart_count
 from dmae_fast.results.checks import check_kept_rows, dataset_labels
 from dmae_fast.results.format import Mode, read_kept_rows
 from dmae_fast.results.parts import clear_parts, has_parts, merge_parts, parts_dir, replaces_out, replacing_seed
 
 # Light modules only (no torch): the command checks --out before its slow imports.
 from dmae_fast.run.config import CertifyConfig
-from dmae_fast.run.torchrun_env import restart_count
 
 if TYPE_CHECKING:
     from dmae_fast.run.opened import OpenedRun
@@ -93,7 +93,7 @@ def check_continued_classifier(config: CertifyConfig, mode: Mode, model_sha256: 
         return
     recorded = _record(config).get("model_sha256")
     if recorded != model_sha256:
-        raise UserError(f"--resume: {config.classifier.engine} is not the classifier file the rows of {out} were "
+        raise UserError(f"--resume: {config.classifier.engine_path} is not the classifier file the rows of {out} were "
                         f"made with (SHA-256 {str(model_sha256)[:12]}..., the record says {str(recorded)[:12]}...)")
 
 def _record(config: CertifyConfig) -> dict:

@@ -1,11 +1,9 @@
 """How the processes of a run share its images and write its rows (:mod:`dmae_fast.run.driver` drives them).
 
 ``--shard images`` (:class:`ImageShards`, also a world of one): each process claims the next image whenever its
-stream has room (faster ranks take more) and writes its rows: a world of one to ``--out``, a rank to its own part
-file (:mod:`dmae_fast.results.parts`), merged by rank 0 at the end. ``--shard samples`` (:class:`SampleShards`): rank 0
-reads the images, every rank counts its share of each batch's rows of the same schedule, the counts summed at each
-stage end (:class:`~dmae_fast.batching.scheduler.RowSplit`); rank 0 writes the rows.
-"""
+stream has room and writes its rows (a world of one to ``--out``, a rank to its own part file, merged by rank 0 at
+the end). ``--shard samples`` (:class:`SampleShards`): rank 0 reads the images, every rank counts its share of each
+batch's rows of the same schedule (:class:`~dmae_fast.batching.scheduler.RowSplit`); rank 0 writes the rows."""
 
 from __future__ import annotations
 
@@ -17,12 +15,12 @@ from pathlib import Path
 
 from dmae_fast.batching.scheduler import BatchBody, RowSplit
 from dmae_fast.batching.stream import ImageCounts
+from dmae_fast.distributed.ranks import Ranks, World
 from dmae_fast.results.format import Mode
 from dmae_fast.results.parts import clear_parts, merge_parts, part_path
 from dmae_fast.results.writer import ResultsWriter, Row
 from dmae_fast.run.opened import OpenedRun
 from dmae_fast.run.output import kept_after_interrupt, rows_file
-from dmae_fast.run.ranks import Ranks, World
 from dmae_fast.run.record import RowWriter, progress_bar, show_progress
 
 

@@ -1,8 +1,7 @@
 """The HTTP API (Starlette): /v1/predict, /v1/certify, /v1/model, /healthz, /metrics.
 
 Every error is a JSON ``{"error": "...", "status": N}`` (the status codes: docs/serving.md, "Limits and errors");
-a failure of the classifier or a bug is a 500, logged, and the server keeps serving.
-"""
+a failure of the classifier or a bug is a 500, logged, and the server keeps serving."""
 
 from __future__ import annotations
 
@@ -36,8 +35,7 @@ def error(status: int, message: str, headers: dict[str, str] | None = None) -> J
 
 
 async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
-    """The request body, refused with 413 as soon as it is known to exceed ``limit`` bytes, and with
-    408 if it has not all arrived within ``timeout_s``."""
+    """The request body; 413 once it is known to exceed ``limit`` bytes, 408 if not all in within ``timeout_s``."""
     declared = request.headers.get("content-length")
     if declared is not None:
         if not declared.isdigit():
@@ -65,9 +63,8 @@ class ClientGone(Exception):
 
 
 async def until_disconnected(request: Request, work: Awaitable[dict]) -> dict:
-    """``work``'s result, or :class:`ClientGone` (``work`` cancelled) if the client disconnects first.
-
-    Once the body is read, the server's next ASGI message for this request is the disconnect."""
+    """``work``'s result, or :class:`ClientGone` (``work`` cancelled) if the client disconnects first (once the body
+    is read, the server's next ASGI message for this request is the disconnect)."""
 
     async def disconnected() -> None:
         while (await request.receive())["type"] != "http.disconnect":
@@ -143,7 +140,7 @@ def build_app(service: Service) -> Starlette:
             body = await read_body(request, limits.max_body_bytes, service.config.read_timeout_s)
             parsed = await run_in_threadpool(parse_request, kind, request.headers.get("content-type"), body,
                                              list(request.query_params.multi_items()), service.shape, limits,
-                                             service.config.defaults, service.sigma, service.config.body.sound)
+                                             service.config.defaults, service.config.sigma, service.config.body.sound)
             return JSONResponse(await until_disconnected(request, service.answer(parsed)))
 
         return handler

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from dmae_fast.base.errors import UserError
+from dmae_fast.base.errors import UserError, raise_first
 from dmae_fast.batching.body_options import BodyOptions
 from dmae_fast.model.config import sigma_problem
 from dmae_fast.run.config import MAX_BATCH
@@ -31,7 +31,7 @@ class Limits:
     timeout_s: float = 60.0  # from admission to the answer (504 after, the request's rows are dropped)
 
     def validate(self) -> None:
-        _check([
+        raise_first([
             (self.max_body_bytes >= 1024, f"--max-body-bytes must be >= 1024, got {self.max_body_bytes}"),
             (self.max_image_pixels >= 1, f"--max-image-pixels must be >= 1, got {self.max_image_pixels}"),
             (self.max_images >= 1, f"--max-images must be >= 1, got {self.max_images}"),
@@ -61,7 +61,7 @@ class Defaults:
 class ServeConfig:
     """One server (the command line, resolved)."""
 
-    engine: str  # checkpoint or engine file (``dmae-certify --ckpt/--engine``)
+    engine_path: str  # checkpoint or engine file (``--ckpt/--engine``)
     host: str = "127.0.0.1"
     port: int = 8000  # 0: any free port (the start line names it)
     batch: int = 1000  # noisy samples per forward pass
@@ -86,7 +86,7 @@ class ServeConfig:
 
     def validate(self) -> None:
         self.limits.validate()
-        _check([
+        raise_first([
             (0 <= self.port <= 65535, f"--port must be in [0, 65535], got {self.port}"),
             (1 <= self.batch <= MAX_BATCH, f"--batch must be in [1, {MAX_BATCH:,}], got {self.batch}"),
             (math.isfinite(self.max_wait_ms) and 0 <= self.max_wait_ms <= 60_000,
@@ -115,9 +115,3 @@ class ServeConfig:
             problem = table_problem(self.sigma, self.body.sound.grid)
             if problem is not None:
                 raise UserError(problem)
-
-
-def _check(checks: list[tuple[bool, str]]) -> None:
-    for ok, message in checks:
-        if not ok:
-            raise UserError(message)

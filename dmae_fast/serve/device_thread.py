@@ -1,11 +1,8 @@
-"""Continuous batching: the server's device thread is a loop over the steps of an
-:class:`~dmae_fast.batching.engine_loop.EngineLoop`, which packs the rows of every in-flight image into full
-batches. Around it, this thread adds admission (a bounded queue; an image index, the noise key, per image), a clock
-(a partial batch runs once its oldest row is ``max_wait_s`` old), cancellation (a timed-out request's images free
-their slots at once) and failure (a failed batch fails the images on the device; the server keeps serving).
-The noise is a pure function of (seed, image index, phase, sample): an image's counts are the offline streamer's
-for the same seed and index, whatever else shared its batches (tested).
-"""
+"""Continuous batching: the server's device thread steps an :class:`~dmae_fast.batching.engine_loop.EngineLoop`,
+which packs the rows of every in-flight image into full batches, and adds admission (a bounded queue; an image
+index, the noise key, per image), a clock (a partial batch runs once its oldest row is ``max_wait_s`` old),
+cancellation and failure (a failed batch fails the images on the device; the server keeps serving). An image's
+counts are the offline streamer's for the same seed and index, whatever else shared its batches."""
 
 from __future__ import annotations
 
@@ -148,9 +145,8 @@ class DeviceThread:
             self.body.finish()
 
     def _step(self, loop: EngineLoop) -> bool:
-        """Hand over the admitted and the cancelled, take one step of the loop loop (the clock held
-        by ``max_wait_s`` until closing), answer; then wait while there is nothing to run now (no rows,
-        or a partial batch before its time). False when the loop should end."""
+        """Hand over the admitted and the cancelled, take one step of the loop (the clock held by ``max_wait_s``
+        until closing), answer; then wait while there is nothing to run now. False when the loop should end."""
         with self._cond:
             inbox, self._inbox = self._inbox, []
             cancels, self._cancels = self._cancels, []

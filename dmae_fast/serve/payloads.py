@@ -4,8 +4,7 @@ Two shapes of request (docs/serving.md): a JSON object (images as base64 PNG, JP
 ``{"array": ...}``; parameters in the object), or a raw PNG, JPEG or ``.npy`` body (parameters in the query string).
 Nothing from a payload is executed: ``.npy`` headers are parsed and the data read with ``np.frombuffer`` (no
 pickles), pictures are decoded by PIL's PNG and JPEG decoders only, after their pixel count is checked against the
-limit, and turned into [0, 1] tensors exactly as ``dmae-certify`` reads image files. The server does not resize.
-"""
+limit, and turned into [0, 1] tensors exactly as ``dmae-certify`` reads image files. The server does not resize."""
 
 from __future__ import annotations
 
@@ -101,9 +100,8 @@ def parse_request(kind: str, content_type: str | None, body: bytes, query: list[
 
 
 def served_image(image: torch.Tensor, number: int, sound: Sound | None) -> torch.Tensor:
-    """The float32 image a server with ``sound`` smooths for the decoded ``image`` (float32 or float64, as
-    sent): with ``--sound`` checked on the grid in its own dtype and refused (422) off it, or rounded onto
-    it with ``--quantize``."""
+    """The float32 image a server with ``sound`` smooths for the decoded ``image`` (float32 or float64, as sent):
+    with ``--sound`` checked on the grid in its own dtype (422 off it), or with ``--quantize`` rounded onto it."""
     if sound is not None and sound.quantize:
         return quantize(image, sound.grid)
     if sound is not None:
@@ -323,5 +321,3 @@ def _checked(image: torch.Tensor, where: str, shape: tuple[int, ...]) -> torch.T
 
 def _brief(text: str) -> str:
     return text if len(text) <= 40 else text[:40] + "..."
-
-

@@ -1,11 +1,9 @@
 """Replay a server's answer offline from its receipt: the receipt's proof (``dmae-serve replay``, docs/serving.md).
 
 :func:`replay_answer` rebuilds the procedure from the receipt's settings and checks that it is the one recorded,
-re-runs every image with the offline :class:`~dmae_fast.batching.stream.StreamingCertifier` (the noise is a pure
-function of (seed, index, phase, sample), so the batch size does not matter), recomputes every decision field from
-the served counts (and a ``--sound`` answer's guarantee from its settings), and names each field that differs.
-A missing, mistyped or out-of-range field is a UserError.
-"""
+re-runs every image with the offline :class:`~dmae_fast.batching.stream.StreamingCertifier` (at any batch size),
+recomputes every decision field from the served counts (and a ``--sound`` answer's guarantee from its settings),
+and names each field that differs. A missing, mistyped or out-of-range field is a UserError."""
 
 from __future__ import annotations
 
@@ -264,9 +262,8 @@ def _rerun(procedure: Procedure, seed: int, items: Iterable[tuple[int, torch.Ten
 
 def replay_answer(answer: Answer | dict, images: list[torch.Tensor], engine: Engine, batch: int = 1000,
                   options: BodyOptions = BodyOptions(), model_file: str | Path | None = None) -> Replay:
-    """Re-run and check every result of a server answer (``images`` in the order of its results) on the
-    body ``options`` ask for; ``model_file``: the file ``engine`` was opened from, whose SHA-256 must be
-    the receipt's (None: not compared)."""
+    """Re-run and check every result of a server answer (``images`` in its results' order) on the body ``options``
+    ask for; ``model_file``: the file ``engine`` was opened from, whose SHA-256 must be the receipt's (None: any)."""
     answer = answer if isinstance(answer, Answer) else read_answer(answer)
     receipt, results = answer.receipt, answer.results
     if len(images) != len(results):

@@ -2,8 +2,7 @@
 
 Connections that do not send a request in time are closed (:class:`ReadDeadline`), so slow clients cannot hold
 the connection slots. On a signal, new requests get 503 and uvicorn waits for those in flight, which the scheduler
-finishes (each within the per-request timeout): every admitted request is answered, with its result or an error.
-"""
+finishes (each within the per-request timeout): every admitted request is answered, with its result or an error."""
 
 from __future__ import annotations
 
@@ -26,9 +25,8 @@ from dmae_fast.serve.config import PROG, ServeConfig
 from dmae_fast.serve.service import Service
 
 BACKLOG = 2048
-# ReadDeadline extends uvicorn's httptools protocol (its callbacks, ``cycle`` and the cycle's ``disconnected`` /
-# ``message_event`` / ``response_complete``): internals with no public equivalent, identical in every release of
-# this range (read, and the deadline tests run, on 0.29.0 and 0.54.0). pyproject bounds uvicorn to it.
+# ReadDeadline extends uvicorn's httptools protocol (its callbacks, ``cycle`` and the cycle's fields): internals
+# with no public equivalent, identical in every release of this range. pyproject bounds uvicorn to it.
 UVICORN_VERIFIED = ((0, 29), (0, 55))  # [first, end): the minor releases ReadDeadline was verified on
 
 
@@ -42,10 +40,9 @@ def check_uvicorn(version: str = uvicorn.__version__) -> None:
 
 
 class _Server(uvicorn.Server):
-    """uvicorn's server, draining the service on the first signal and not re-raising it afterwards
-    (the command ends with one line and status 0 after a graceful stop). ``serve`` captures the signals
-    before the listening line, so one arriving before uvicorn's loop runs stops it as gracefully; uvicorn's
-    own capture inside it nests (it puts back the same handler)."""
+    """uvicorn's server, draining the service on the first signal and not re-raising it afterwards (a graceful
+    stop ends with status 0). ``serve`` captures the signals before the listening line, so one arriving before
+    uvicorn's loop runs stops it as gracefully; uvicorn's own capture inside it nests."""
 
     def __init__(self, config: uvicorn.Config, service: Service) -> None:
         super().__init__(config)
@@ -74,10 +71,9 @@ class ReadDeadline(HttpToolsProtocol):
     """uvicorn's HTTP protocol with a deadline on receiving a request, and every unanswered request told
     when its client leaves (uvicorn itself times only idle keep-alive connections).
 
-    A request's line and headers must arrive within ``read_timeout_s`` of connecting (on a keep-alive
-    connection: of the request's first byte), else 408 and the connection is closed. Its body is then
-    the application's to time (:func:`dmae_fast.serve.app.read_body`); a body it answered without
-    reading must still arrive by the deadline, else the connection is closed."""
+    A request's line and headers must arrive within ``read_timeout_s`` of connecting (keep-alive: of its first
+    byte), else 408 and the connection is closed. Its body is the application's to time
+    (:func:`dmae_fast.serve.app.read_body`); one answered without reading must still arrive by the deadline."""
 
     def __init__(self, *args, read_timeout_s: float, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -169,8 +165,9 @@ def serve(config: ServeConfig) -> ServeResult:
         indices = "" if config.first_index is None else \
             f" (consecutive image indices from {config.first_index}: clients can predict their noise)"
         with server.capture_signals():  # from the listening line on, a signal is a graceful stop
-            print(f"{PROG}: {service.body.description} ({service.resolved}), sigma {service.sigma}, seed "
-                  f"{service.seed}{indices}, batch {config.batch}, max wait {config.max_wait_ms:g} ms; listening on "
+            resolved = service.config
+            print(f"{PROG}: {service.body.description} ({service.resolved}), sigma {resolved.sigma}, seed "
+                  f"{resolved.seed}{indices}, batch {config.batch}, max wait {config.max_wait_ms:g} ms; listening on "
                   f"{address}", file=sys.stderr, flush=True)
             server.run(sockets=[sock])
     finally:

@@ -12,7 +12,7 @@ import hashlib
 import math
 import platform
 import secrets
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -21,9 +21,10 @@ import torch
 from dmae_fast import __version__
 from dmae_fast.base.errors import UserError
 from dmae_fast.base.integrity import file_sha256
+from dmae_fast.batching.bodies import resolve_body
 from dmae_fast.batching.body_options import Sound
+from dmae_fast.batching.classifier import open_classifier, smoothing_sigma
 from dmae_fast.batching.scheduler import Job
-from dmae_fast.batching.smoother import open_smoother
 from dmae_fast.run.host import device_name
 from dmae_fast.serve.config import ServeConfig
 from dmae_fast.serve.device_thread import DeviceThread, default_slots
@@ -78,16 +79,18 @@ class Service:
 
     def __init__(self, config: ServeConfig) -> None:
         config.validate()
-        self.config = config
         self.token = read_token(config.token_file) if config.token_file else None
-        smoother = open_smoother(config.engine, config.sigma, config.body, config.device, config.precision,
-                                 config.input_size, config.normalize)
-        self.engine, self.sigma = smoother.engine, smoother.sigma
-        self.model_sha256 = file_sha256(config.engine) if Path(config.engine).is_file() else None
-        # drawn only now, with the classifier opened and hashed: one made knowing the seed could forge answers
-        self.seed = config.seed if config.seed is not None else secrets.randbits(64)
+        self.engine = open_classifier(config.engine_path, config.body, config.device, config.precision,
+                                      config.input_size, config.normalize)
+        self.model_sha256 = file_sha256(config.engine_path) if Path(config.engine_path).is_file() else None
+        # the one place the server's settings are resolved: the classifier's sigma where none is given, its
+        # precision, and the seed (drawn only now, with the classifier opened and hashed: one made knowing
+        # the seed could forge answers)
+        self.config = config = replace(
+            config, sigma=smoothing_sigma(config.sigma, self.engine), precision=self.engine.precision,
+            seed=config.seed if config.seed is not None else secrets.randbits(64))
         self.shape = tuple(self.engine.spec.input_shape)
-        self.resolved = smoother.body(self.seed, config.batch)  # the body built and why
+        self.resolved = resolve_body(self.engine, config.sigma, config.seed, config.batch, config.body)
         self.body = self.resolved.body
         slots = config.slots or default_slots(config.batch, math.prod(self.shape))
         self.device_thread = DeviceThread(
@@ -110,16 +113,16 @@ class Service:
         return {
             "engine": self.body.description,
             "body": self.resolved.record(),
-            "model": Path(config.engine).name,
+            "model": Path(config.engine_path).name,
             "model_sha256": self.model_sha256,
             "precision": self.engine.precision,
             "device": device_name(self.engine.device),
-            "sigma": self.sigma,
+            "sigma": config.sigma,
             "sound": None if config.body.sound is None else config.body.sound.record(),
             "input_shape": list(self.shape),
             "num_classes": spec.num_classes,
             "class_names": list(spec.class_names) if spec.class_names else None,
-            "seed": self.seed,
+            "seed": config.seed,
             "image_indices": "random" if config.first_index is None else f"consecutive from {config.first_index}",
             "batch": config.batch,
             "max_wait_ms": config.max_wait_ms,
@@ -153,7 +156,7 @@ class Service:
                     **stated, **({} if changed is None else {"rounded": changed})}
                    for job, c, changed in zip(jobs, counts, rounded)]
         self.metrics.images.labels(procedure.kind).inc(len(results))
-        receipt = {"seed": self.seed, "engine": self.body.description, "model_sha256": self.model_sha256,
+        receipt = {"seed": self.config.seed, "engine": self.body.description, "model_sha256": self.model_sha256,
                    "precision": self.engine.precision, "dmae_fast": __version__,
                    **({} if sound is None else sound_receipt(procedure, sound, math.prod(self.shape))),
                    **procedure.receipt(), "indices": [job.index for job in jobs]}

@@ -1,6 +1,5 @@
-"""The exact calibration of group-sequential CERTIFY (item 1 of :mod:`.group_sequential`'s proof):
-a dynamic program over the binomial paths of the failure counts, and the search over it for each
-level's failure bounds."""
+"""The exact calibration of group-sequential CERTIFY (item 1 of :mod:`.group_sequential`'s proof): a dynamic
+program over the binomial paths of the failure counts, and the search over it for each level's failure bounds."""
 
 from __future__ import annotations
 
@@ -22,9 +21,9 @@ PRECISE_TAIL = 1e-9  # the precise DP's truncated mass per window edge and step,
 def _increment(m: int, q: float, tail: float | None) -> tuple[int, np.ndarray, float]:
     """Failures among m new samples at failure probability q: (first value, pmf window, mass outside).
 
-    The window spans 40 standard deviations (+ 40) each side, or with ``tail`` (precise DP) as much as
-    leaves out at most ``tail`` each side by Bernstein's inequality, that bound being the mass outside
-    (SciPy's binomial tails underflow near 1e-250; its pmf holds to 1e-11 relative down to 1e-300)."""
+    The window spans 40 standard deviations (+ 40) each side, or with ``tail`` (precise DP) as much as leaves out
+    at most ``tail`` each side by Bernstein's inequality, that bound being the mass outside (SciPy's binomial
+    tails underflow near 1e-250; its pmf holds to 1e-11 relative down to 1e-300)."""
     from scipy.stats import binom  # on first use: the tables are built once per setting and cached
 
     if tail is None:
@@ -46,9 +45,8 @@ def _dp(looks: tuple[int, ...], q: float, bounds: np.ndarray | None = None, targ
     truncated mass, stays within ``targets`` (cumulative through each look). Returns (bounds, rejection
     probability at each look, truncated mass).
 
-    With ``tail`` (precise, for tiny alpha) it convolves directly, never by FFT (sums of non-negative terms
-    keep their relative precision: no mass of 1e-300 lost to an FFT's rounding of 1e-17), and truncates at
-    most ``tail`` per window edge and step, counting what it truncates as rejected."""
+    With ``tail`` (precise, for tiny alpha) it convolves directly, never by FFT (whose rounding, 1e-17, would swamp
+    a mass of 1e-300), and truncates at most ``tail`` per window edge and step, counting it as rejected."""
     from scipy.signal import fftconvolve
     from scipy.stats import binom
 
@@ -109,11 +107,10 @@ def fixed_n_failures(n: int, alpha: float, z: float) -> int:
 @functools.lru_cache(maxsize=64)
 def boundary_table(looks: tuple[int, ...], z: tuple[float, ...], alpha: float, caps: tuple[int, ...],
                    spending: tuple[float, ...], final_shift: float) -> tuple[np.ndarray, np.ndarray]:
-    """Failure bounds d[j, k] of every level j (threshold Phi(z[j]), z increasing; caps[j] its last
-    look; -1 where it cannot be rejected), calibrated by the exact DP at alpha, and each level's
-    spending exponent rho: the first of ``spending`` whose last bound is at least fixed-n
-    Clopper-Pearson's at threshold Phi(z[j] + final_shift) (the last one if none is), with
-    alpha * (L_k / cap) ** rho spent by look k. Cached per configuration."""
+    """Failure bounds d[j, k] of every level j (threshold Phi(z[j]), z increasing; caps[j] its last look; -1 where
+    it cannot be rejected), calibrated by the exact DP at alpha, and each level's spending exponent rho: the first
+    of ``spending`` whose last bound is at least fixed-n Clopper-Pearson's at threshold Phi(z[j] + final_shift)
+    (the last one if none is), with alpha * (L_k / cap) ** rho spent by look k. Cached per configuration."""
     looks_array = np.array(looks)
     table = np.full((len(z), len(looks)), -1, dtype=np.int64)
     rhos = np.full(len(z), np.nan)

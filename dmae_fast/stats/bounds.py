@@ -1,12 +1,9 @@
 """The statistics of Cohen et al.'s CERTIFY and PREDICT, over SciPy.
 
-The quantiles come from ``scipy.special``, which imports in a third of the time of ``scipy.stats``:
-``betaincinv`` and ``ndtri`` are the routines behind ``beta.ppf`` and ``norm.ppf`` (bit for bit the same values
-on 55,744 quantiles with SciPy 1.17; the tests compare to 1e-12 relative). PREDICT's binomial tails import
-``scipy.stats`` on first use. Below alpha = 1e-100 the bound is solved in log space instead, where
-``betaincinv`` underflows (docs/certify.md); measured, it holds to 1e-8 relative down to 1e-240 on every
-count of n <= 30,000 and on samples up to n = 10^7.
-"""
+The quantiles come from ``scipy.special`` (a third of ``scipy.stats``'s import time): ``betaincinv`` and
+``ndtri`` are the routines behind ``beta.ppf`` and ``norm.ppf``. PREDICT's binomial tails import ``scipy.stats`` on
+first use. Below alpha = 1e-100, where ``betaincinv`` underflows, the bound is solved in log space instead
+(docs/certify.md)."""
 
 from __future__ import annotations
 
@@ -48,9 +45,8 @@ def _log_space_bound(n_a: int, n: int, alpha: float) -> float:
 
 
 def _tail_at_most(k: int, n: int, x: float, log_alpha: float) -> bool:
-    """Whether P(X >= k) <= exp(log_alpha), X ~ Binomial(n, x), 0 < x < k / n ("no" where unsure). The
-    terms from k on decrease at least geometrically (ratio r): those after the kept ones sum to at
-    most the first of them / (1 - r)."""
+    """Whether P(X >= k) <= exp(log_alpha), X ~ Binomial(n, x), 0 < x < k / n ("no" where unsure). The terms from k
+    on decrease at least geometrically (ratio r): those after the kept ones sum to at most the first / (1 - r)."""
     log_x, log_y = math.log(x), math.log1p(-x)
 
     def log_terms(i: np.ndarray) -> np.ndarray:
@@ -79,11 +75,8 @@ def max_radius(n: int, alpha: float, sigma: float) -> float:
 
 
 def top_two_pvalue(count1: int, count2: int) -> float:
-    """Two-sided binomial test of count1 out of n = count1 + count2 at p = 1/2.
-
-    The outcomes no likelier than count1 are the two tails beyond m = min(count1, count2), so the p-value
-    is P(X <= m) + P(X >= n - m): scipy.stats.binomtest's value (tested), without its search for the
-    other tail (0.35 ms a call, a quarter of a served request's CPU)."""
+    """Two-sided binomial test of count1 out of n = count1 + count2 at p = 1/2: the outcomes no likelier than count1
+    are the tails beyond m = min(count1, count2), so the p-value is P(X <= m) + P(X >= n - m), as binomtest's."""
     from scipy.stats import binom
 
     n, m = count1 + count2, min(count1, count2)

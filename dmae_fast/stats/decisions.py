@@ -1,16 +1,13 @@
 """CERTIFY and PREDICT with exactly Cohen, Rosenfeld & Kolter's (2019) semantics.
 
-The smoothed classifier g(x) = argmax_c P(f(x + sigma * eta) = c), eta ~ N(0, I).
+The smoothed classifier g(x) = argmax_c P(f(x + sigma * eta) = c), eta ~ N(0, I). The decisions are pure functions
+of class counts, shared by every machinery that produces counts.
 
-* CERTIFY(x, n0, n, alpha): guess the top class cA from n0 noisy samples; count it in n
-  FRESH samples (nA); pA_lower = one-sided Clopper-Pearson bound at level 1 - alpha; if
-  pA_lower < 1/2 abstain, else certify cA within radius sigma * Phi^-1(pA_lower). With
-  probability at least 1 - alpha, g(x) = cA and g is constant on that L2 ball.
-* PREDICT(x, n, alpha): the top two classes of n samples; abstain unless the two-sided
-  binomial test of count1 vs count1 + count2 at p = 1/2 has p-value <= alpha.
-
-The decisions are pure functions of class counts, shared by every machinery that produces counts.
-"""
+* CERTIFY(x, n0, n, alpha): guess the top class cA from n0 noisy samples; count it in n FRESH samples (nA);
+  pA_lower = one-sided Clopper-Pearson bound at level 1 - alpha; if pA_lower < 1/2 abstain, else certify cA within
+  radius sigma * Phi^-1(pA_lower). With probability at least 1 - alpha, g(x) = cA and g is constant on that L2 ball.
+* PREDICT(x, n, alpha): the top two classes of n samples; abstain unless the two-sided binomial test of count1 vs
+  count1 + count2 at p = 1/2 has p-value <= alpha."""
 
 from __future__ import annotations
 
@@ -65,8 +62,7 @@ def predict_from_counts(counts: np.ndarray, alpha: float) -> Prediction:
 
 
 def finite_counts(index: int, counts: np.ndarray) -> np.ndarray:
-    """An image's class counts [..., num_classes] without the non-finite column, or a
-    UserError if any sample's logits were NaN or infinite: nothing is certified for it."""
+    """An image's class counts without the non-finite column; UserError if any sample's logits were NaN or infinite."""
     bad = int(counts[..., -1].sum())
     if bad:
         raise UserError(f"the classifier returned NaN or infinite logits for image {index} ({bad:,} of "

@@ -1,6 +1,5 @@
-"""Cohen et al.'s CERTIFY with a fixed number of samples: ``n0`` selection samples guess the class,
-``n`` fresh estimation samples bound its probability at ``alpha``
-(:func:`~dmae_fast.stats.decisions.certify_from_counts`)."""
+"""Cohen et al.'s CERTIFY with a fixed number of samples: ``n0`` selection samples guess the class, ``n`` fresh
+estimation samples bound its probability at ``alpha`` (:func:`~dmae_fast.stats.decisions.certify_from_counts`)."""
 
 from __future__ import annotations
 

@@ -1,53 +1,40 @@
 """Group-sequential CERTIFY on a grid of radii, calibrated exactly by dynamic programming.
 
-After n0 selection samples pick the guess cA, estimation samples are drawn up to the cap n and
-the procedure may stop at pre-planned looks L_1 < ... < L_K = n (cumulative estimation counts,
-fixed before any sample is seen). It certifies *grid* radii only: levels j = 0 ("certified at
-all", threshold t_0 = 1/2) and each radius r_j of the grid (t_j = Phi(r_j / sigma)), with the
-hypotheses H_j: p <= t_j, where p = P(f(x + eta) = cA). Level j is rejected at look k when the
-number of failures (votes for another class) F_k = L_k - nA_k is at most d[j, k] (equivalently
-nA_k >= L_k - d[j, k]); the certificate is the largest grid radius r_J whose level and every level
-below it are rejected at the look where the image stops.
+After n0 selection samples pick the guess cA, estimation samples are drawn up to the cap n and the procedure may
+stop at pre-planned looks L_1 < ... < L_K = n (cumulative estimation counts, fixed before any sample is seen). It
+certifies *grid* radii only: levels j = 0 ("certified at all", threshold t_0 = 1/2) and each radius r_j of the grid
+(t_j = Phi(r_j / sigma)), with the hypotheses H_j: p <= t_j, where p = P(f(x + eta) = cA). Level j is rejected at
+look k when the failures (votes for another class) F_k = L_k - nA_k are at most d[j, k]; the certificate is the
+largest grid radius r_J whose level and every level below it are rejected at the look where the image stops.
 
 What is proven. Condition on the selection draw (independent of the estimation samples), so cA and
 p are fixed and F_1 <= F_2 <= ... are the failure counts of one Bernoulli(1 - p) sequence.
 
-1. Exact calibration. For each level j, d[j, :] is chosen look by look by dynamic programming over
-   the binomial paths: the distribution of F_k at t_j restricted to the paths not rejected before
-   look k, so that P_{t_j}(F_k <= d[j, k] for some k) <= alpha, exactly (up to floating-point
-   rounding, kept below a relative 1e-6 margin; the tail mass the DP truncates is counted as
-   rejected). Below alpha = 1e-6 the DP convolves directly, without FFT (whose rounding, 1e-17 of
-   the largest probability, would swamp these), down to alpha = 1e-300; smaller alphas are refused.
-   A power alpha-spending function decides how much goes to early looks: the cumulative rejection
-   probability through look k is at most alpha * (L_k / cap) ** rho; integer boundaries
-   spend at most what is planned, the rest carries forward, and the last look gets all of alpha.
-   Each level takes the most aggressive rho of a fixed ladder whose last boundary still rejects
-   every failure count whose fixed-n Clopper-Pearson bound at alpha reaches Phi(r_j / sigma +
-   final_shift) (the least aggressive if none does), so that early looks do not cost a discrete
-   step at the cap (e.g. 3 failures in 10,000 at 3 sigma). The boundaries depend on the
-   configuration only, never on data; :mod:`.boundary_dp` computes them.
-2. Monotonicity in p. Coupling the sequences at p' < p (a failure at p is a failure at p'), F_k at
-   p' is at least F_k at p, so every path that crosses at p' crosses at p: P_p'(reject H_j) <=
-   P_{t_j}(reject H_j) <= alpha for every p' <= t_j, and the DP bound at t_j is the worst case.
-3. Fixed-sequence testing over nested hypotheses. H_0 ⊂ H_1 ⊂ ... (t_j increases), so if p <= t_J
-   the first true hypothesis j* = min{j: p <= t_j} is <= J. Claiming radius r_J requires rejecting
-   every level up to J at the stopping look tau, hence H_j*, hence (whatever tau is: targets,
-   futility, the cap) F_k <= d[j*, k] for some k, which has probability <= alpha by 1-2. Each level
-   is tested at the full alpha; no Bonferroni over radii or looks. Boundaries are made monotone
-   (d[j, k] <= d[j - 1, k]), so the rejected levels at a look are always 0 .. J.
-4. Claim. With probability >= 1 - alpha, p > t_J: then g(x) = cA and g is constant within
-   sigma * Phi^-1(p) > r_J (Cohen et al.). The certificate reports radius r_J exactly and
-   pA_lower = t_J (1/2 for "certified at all"), a valid (1 - alpha) lower bound on p; abstentions
-   report pA_lower = 0 (nothing is proven).
-5. Futility costs no alpha: it only stops an image (it never rejects a level), and any stopping
-   rule is covered by 3. With ``lower_cap``, the levels below the top reachable one are tested up
-   to lower_cap only and an image continues past lower_cap only if they are all rejected there,
-   so a certificate past lower_cap (the top level or the one below) still rests on 1-3.
+1. Exact calibration. For each level j, :mod:`.boundary_dp` chooses d[j, :] look by look by dynamic programming
+   over the binomial paths not rejected before look k, so that P_{t_j}(F_k <= d[j, k] for some k) <= alpha,
+   exactly (up to floating-point rounding, kept below a relative 1e-6 margin; the tail mass the DP truncates
+   counts as rejected). Below alpha = 1e-6 it convolves directly, without FFT, down to 1e-300 (smaller: refused). The
+   cumulative rejection probability through look k is at most alpha * (L_k / cap) ** rho (power alpha-spending;
+   what integer boundaries leave unspent carries forward, the last look gets all of alpha), each level taking
+   the most aggressive rho of a fixed ladder whose last boundary still matches fixed-n Clopper-Pearson
+   (:func:`~.boundary_dp.boundary_table`). The boundaries depend on the configuration only, never on data.
+2. Monotonicity in p. Coupling the sequences at p' < p (a failure at p is a failure at p'), F_k at p' is at least
+   F_k at p, so every path that crosses at p' crosses at p: P_p'(reject H_j) <= P_{t_j}(reject H_j) <= alpha
+   for every p' <= t_j, and the DP bound at t_j is the worst case.
+3. Fixed-sequence testing over nested hypotheses. H_0 ⊂ H_1 ⊂ ... (t_j increases), so if p <= t_J the first
+   true hypothesis j* = min{j: p <= t_j} is <= J. Claiming radius r_J requires rejecting every level up to J at
+   the stopping look tau, hence H_j*, hence (whatever tau is: targets, futility, the cap) F_k <= d[j*, k] for
+   some k, which has probability <= alpha by 1-2. Each level is tested at the full alpha; no Bonferroni over
+   radii or looks. Boundaries are made monotone (d[j, k] <= d[j - 1, k]), so the rejected levels are 0 .. J.
+4. Claim. With probability >= 1 - alpha, p > t_J: then g(x) = cA and g is constant within sigma * Phi^-1(p) > r_J
+   (Cohen et al.). The certificate reports radius r_J exactly and pA_lower = t_J (1/2 for "certified at all"), a
+   valid (1 - alpha) lower bound on p; abstentions report pA_lower = 0 (nothing is proven).
+5. Futility costs no alpha: it only stops an image (it never rejects a level), and any stopping rule is covered
+   by 3. With ``lower_cap``, the levels below the top reachable one are tested up to lower_cap only and an image
+   continues past lower_cap only if they are all rejected there, so a certificate past it still rests on 1-3.
 
-Why "Clopper-Pearson at alpha at every look" is not valid: each bound alone errs with probability
-alpha, but stopping at the first look whose bound certifies errs when ANY of the K bounds overshoots
-p, with probability up to about K * alpha (tests/test_group_sequential.py measures it above alpha).
-"""
+"Clopper-Pearson at alpha at every look" is not valid: stopping at the first look whose bound certifies errs when
+ANY of the K bounds overshoots p, with probability up to about K * alpha (tests/test_group_sequential.py)."""
 
 from __future__ import annotations
 
@@ -84,15 +71,12 @@ def default_looks(n: int) -> tuple[int, ...]:
 class GroupSequentialConfig:
     """Parameters of group-sequential CERTIFY; ``looks=None`` means :meth:`resolved_looks`.
 
-    ``n`` is the cap. ``spending``: the exponents rho tried for each level, most aggressive first;
-    ``final_shift``: how far (radius / sigma) beyond fixed-n Clopper-Pearson a level's last boundary
-    may sit (see :func:`boundary_table`; ``spending=(3.0,)`` fixes rho). ``lower_cap`` (optional, a
-    look) caps every level below the top reachable one: images short of the level below the top stop
-    there. ``futility`` (it never certifies, so it costs no alpha): "none"; "deterministic" (stop when
-    even all remaining votes for cA cannot reach the next level's last boundary); "upper" (also stop
-    when the (1 - futility_alpha) Clopper-Pearson upper bound on p is below the rate of cA votes that
-    the next level's last boundary needs).
-    """
+    ``n`` is the cap. ``spending``: the exponents rho tried for each level, most aggressive first; ``final_shift``:
+    how far (radius / sigma) beyond fixed-n Clopper-Pearson a level's last boundary may sit (see
+    :func:`boundary_table`). ``lower_cap`` (optional, a look) caps every level below the top reachable one.
+    ``futility`` (it never certifies, so it costs no alpha): "none"; "deterministic" (stop when even all remaining
+    votes for cA cannot reach the next level's last boundary); "upper" (also stop when the (1 - futility_alpha)
+    Clopper-Pearson upper bound on p is below the rate of cA votes that boundary needs)."""
 
     n0: int
     n: int
@@ -143,11 +127,9 @@ class GroupSequentialConfig:
 class GroupSequentialCertifier(LookStopping):
     """Stopping decisions and certificates of group-sequential CERTIFY for one configuration.
 
-    ``failures[j, k]``: the most failures (votes for other classes) at look k that reject level j
-    (level 0: "certified at all", radius 0; level j: radius ``level_radii[j]``); -1 where none does.
-    ``target``: the top level certifiable at the cap; ``caps[j]``: level j's last look; ``rhos[j]``:
-    its spending exponent. Every decision is an integer comparison against precomputed tables.
-    """
+    ``failures[j, k]``: the most failures (votes for other classes) at look k that reject level j (level 0:
+    "certified at all"; level j: radius ``level_radii[j]``); -1 where none does. ``target``: the top level
+    certifiable at the cap; ``caps[j]``: level j's last look; ``rhos[j]``: its spending exponent."""
 
     def __init__(self, config: GroupSequentialConfig) -> None:
         self.config = config
@@ -181,8 +163,7 @@ class GroupSequentialCertifier(LookStopping):
         return f"{PROCEDURE}-K{len(self.looks)}-{digest}"
 
     def levels(self, look: int, n_a: np.ndarray | int) -> np.ndarray:
-        """How many levels (0 .. J) n_a votes for cA reject at look ``look`` (0-based): the certified
-        level is this minus 1 (-1: abstain)."""
+        """How many levels n_a votes for cA reject at look ``look`` (0-based); minus 1: the certified level."""
         failures = self.looks[look] - np.asarray(n_a)
         rejected: np.ndarray = (failures[..., None] <= self.failures[:, look]).sum(-1)
         return rejected

@@ -24,11 +24,8 @@ Decide = Callable[[int, np.ndarray, int], bool]
 
 @dataclass(frozen=True)
 class SamplingPlan:
-    """The noisy samples every image gets: ``sizes[i]`` samples of ``phases[i]``.
-
-    ``looks`` are row offsets inside the plan (0 < look < total) after which the host
-    consults a :data:`Decide` callback that may stop the image early (sequential mode).
-    """
+    """The noisy samples every image gets: ``sizes[i]`` samples of ``phases[i]``. ``looks``: row offsets inside the
+    plan (0 < look < total) after which a :data:`Decide` callback may stop the image early (sequential mode)."""
 
     phases: tuple[Phase, ...]
     sizes: tuple[int, ...]

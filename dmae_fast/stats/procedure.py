@@ -1,11 +1,8 @@
 """The procedures: ``Procedure(ProcedureSpec(...))`` is the registered procedure a spec asks for.
 
-Importing this module registers the built-in ones, each a module of its own:
-:mod:`.predict_procedure` (PREDICT), :mod:`.fixed_n_procedure` (Cohen et al.'s CERTIFY) and
-:mod:`.sequential_procedure` (sequential CERTIFY). A new procedure is one more module that
-subclasses :class:`~.procedure_base.Procedure` and registers it (:func:`~.procedure_base.register`);
-nothing else names it. See :mod:`.procedure_base` for what a procedure renders.
-"""
+Importing this module registers the built-in ones: :mod:`.predict_procedure`, :mod:`.fixed_n_procedure` and
+:mod:`.sequential_procedure`. A new procedure is one more module that subclasses :class:`~.procedure_base.Procedure`
+and registers it (:func:`~.procedure_base.register`); nothing else names it."""
 
 from __future__ import annotations
 

@@ -1,12 +1,9 @@
 """What a procedure is, and the registry that finds one by name.
 
-A :class:`Procedure` is what a run (``dmae-certify``), a request (``dmae-serve``) or a replay asks
-for: its sampling plan (the noisy samples of every image, and the looks where it may stop), its
-stopping rule (``decide``), its decision from class counts (``result``), and what only it knows
-about that decision: the fields of an answer, the rules its result rows satisfy, its receipt and
-how a receipt rebuilds it, the request field that asks for it, its summary radii. Drivers, the server
-and replay ask the procedure and name none; :mod:`dmae_fast.stats.procedure` registers the built-in ones.
-"""
+A :class:`Procedure` is what a run, a request or a replay asks for: its sampling plan, its stopping rule
+(``decide``), its decision from class counts (``result``) and what only it knows about that decision (answer
+fields, row rules, receipt, request flag, summary radii), so that drivers, the server and replay name none.
+:mod:`dmae_fast.stats.procedure` registers the built-in ones."""
 
 from __future__ import annotations
 
@@ -55,11 +52,9 @@ class ProcedureSpec:
 
 
 class Procedure:
-    """A :class:`ProcedureSpec` made concrete: ``Procedure(spec)`` is the registered procedure of
-    ``spec.key``. A subclass sets the class attributes and, in ``__init__``, ``name`` (the
-    ``procedure`` column and answer field; a ``--sound`` spec's ends with :data:`SOUND_SUFFIX`), ``level``
-    (the level of its bound: alpha, or alpha / K), ``plan`` and ``decide``; it implements ``result`` and
-    ``rules``."""
+    """A :class:`ProcedureSpec` made concrete: ``Procedure(spec)`` is the registered procedure of ``spec.key``. A
+    subclass sets the class attributes and, in ``__init__``, ``name`` (the ``procedure`` column and answer field),
+    ``level`` (of its bound: alpha, or alpha / K), ``plan`` and ``decide``; it implements ``result`` and ``rules``."""
 
     key: ClassVar[str]  # what ProcedureSpec.name names it by
     kind: ClassVar[str]  # PREDICT or CERTIFY

@@ -3,8 +3,7 @@
 On the 1/L grid the noise is Z = round(L * eps), eps ~ N(0, sigma^2); with s = L * sigma, a sampler draws a
 uniform 64-bit integer U and returns the k with T_{k-1} <= U < T_k, where T_k = floor(2**64 * Phi((k + 1/2) / s))
 for k = -K .. K-1 (T_{-K-1} = 0, T_K = 2**64). What the 64-bit thresholds and the cut tails change is bounded
-in total variation (:attr:`SoundTable.tv_per_element`), which a run adds to alpha. The contract is docs/sound.md.
-"""
+in total variation (:attr:`SoundTable.tv_per_element`), which a run adds to alpha. The contract is docs/sound.md."""
 
 from __future__ import annotations
 
@@ -29,9 +28,8 @@ MAX_K = 39_297  # K at s = MAX_STEPS: P(|Z| > K) <= 2**-70 needs (K + 1/2) / s >
 
 @dataclass(frozen=True, eq=False)
 class SoundTable:
-    """The sampler of the rounded Gaussian for one (sigma, grid): ``thresholds`` holds
-    S_k = T_k - 2**63 for k = -K .. K-1 (int64, ascending, read-only); ``tv_per_element`` is an upper
-    bound on the total variation between the sampled and the exact distribution of one element."""
+    """The sampler of the rounded Gaussian for one (sigma, grid): ``thresholds`` holds S_k = T_k - 2**63 for k = -K ..
+    K-1 (int64, ascending, read-only); ``tv_per_element`` bounds the total variation from the exact distribution."""
 
     grid: int
     sigma: float
@@ -41,13 +39,9 @@ class SoundTable:
 
 
 def table_problem(sigma: float, grid: int) -> str | None:
-    """Why no table is built for noise level ``sigma`` on the 1/``grid`` grid (None when one is).
-
-    The bound: s = grid * sigma in [MIN_STEPS, MAX_STEPS], so the table's half-length K is at most
-    MAX_K = 39,297 (s = 4096: sigma 1 on a 12-bit grid, sigma 16 on the 8-bit one); the time to build
-    it grows with K, to about 7 s at the bound (measured on 2 busy CPU cores; sigma 1 on the 1/255 grid,
-    K = 2,446, takes 0.5 s). Checked exactly, before any work, so a huge sigma or grid is refused at once.
-    """
+    """Why no table is built for noise level ``sigma`` on the 1/``grid`` grid (None when one is): s = grid * sigma
+    must be in [MIN_STEPS, MAX_STEPS], so that K <= MAX_K and a table builds in at most about 7 s. Checked exactly,
+    before any work, so a huge sigma or grid is refused at once."""
     if isinstance(grid, bool) or not isinstance(grid, numbers.Integral) or grid < 1:
         return f"the grid of --sound must be a whole number of levels >= 1, got {grid}"
     if isinstance(sigma, bool) or not isinstance(sigma, numbers.Real) or not (math.isfinite(sigma) and sigma > 0):
@@ -63,8 +57,7 @@ def table_problem(sigma: float, grid: int) -> str | None:
 
 
 def sound_table(sigma: float, grid: int) -> SoundTable:
-    """The checked table of noise level ``sigma`` (pixel units) on the 1/``grid`` grid (cached);
-    UserError when :func:`table_problem` refuses them."""
+    """The checked, cached table of noise level ``sigma`` (pixel units) on the 1/``grid`` grid; UserError if refused."""
     problem = table_problem(sigma, grid)
     if problem is not None:
         raise UserError(problem)

@@ -1,6 +1,5 @@
 """What the result rows of a procedure satisfy: :class:`RowRules`, which a procedure states
-(:meth:`~dmae_fast.stats.procedure.Procedure.rules`) and the checks of a resumed or analyzed
-results file apply."""
+(:meth:`~dmae_fast.stats.procedure.Procedure.rules`) and the checks of a resumed or analyzed results file apply."""
 
 from __future__ import annotations
 
@@ -12,9 +11,8 @@ from dmae_fast.stats.decisions import Certificate
 
 @dataclass(frozen=True)
 class RowRules:
-    """What every row of a run satisfies: the run's kind, sample counts, level and sigma. A field
-    that is None is unknown (rows read without their run record) and only what holds for every
-    value of it is checked."""
+    """What every row of a run satisfies: the run's kind, sample counts, level and sigma. A field that is None is
+    unknown (rows read without their run record): only what holds for every value of it is checked."""
 
     kind: str  # "certify" or "predict"
     n0: int | None

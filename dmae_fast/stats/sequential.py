@@ -1,21 +1,19 @@
 """Opt-in sequential (early-stopping) CERTIFY with the same 1 - alpha guarantee, by a Bonferroni correction.
 
-After n0 selection samples pick the guess cA, estimation samples are drawn in stages up to a cap n_max. At
-each of K pre-planned looks L_1 < ... < L_K = n_max (cumulative estimation counts, fixed before any sample
-is seen) the procedure may stop; it then certifies from the one-sided Clopper-Pearson lower bound B_k on
-the nA_k votes for cA among the first L_k samples at level alpha / K, exactly as fixed-n CERTIFY does at alpha.
+After n0 selection samples pick the guess cA, estimation samples are drawn in stages up to a cap n_max. At each of
+K pre-planned looks L_1 < ... < L_K = n_max (cumulative estimation counts, fixed before any sample is seen) the
+procedure may stop; it then certifies from the one-sided Clopper-Pearson lower bound B_k on the nA_k votes for cA
+among the first L_k samples at level alpha / K, exactly as fixed-n CERTIFY does at alpha.
 
 Why this is valid. Condition on the selection draw (independent of the estimation samples), so cA and
-p = P(f(x + eta) = cA) are fixed. Each L_k is a constant, so P(B_k > p) <= alpha / K (exact CP coverage),
-and by the union bound all K bounds are <= p together with probability >= 1 - alpha. On that event the
-bound at the stopping look tau is <= p however tau depends on the counts (target reached, futility, ...),
-so Cohen et al.'s argument applies unchanged: if B_tau >= 1/2 then g(x) = cA and g is constant within
-sigma * Phi^-1(B_tau). The looks must not depend on the data; a stopping rule may.
+p = P(f(x + eta) = cA) are fixed. Each L_k is a constant, so P(B_k > p) <= alpha / K (exact CP coverage), and by
+the union bound all K bounds are <= p together with probability >= 1 - alpha. On that event the bound at the
+stopping look tau is <= p however tau depends on the counts (target reached, futility, ...), so Cohen et al.'s
+argument applies unchanged: if B_tau >= 1/2 then g(x) = cA and g is constant within sigma * Phi^-1(B_tau). The
+looks must not depend on the data; a stopping rule may.
 
-Why "CP at alpha at every look" is not: stopping at the first look whose bound certifies errs when ANY of
-the K bounds overshoots p, with probability up to about K * alpha (tests/test_sequential.py measures it
-above alpha).
-"""
+"CP at alpha at every look" is not valid: stopping at the first look whose bound certifies errs when ANY of the K
+bounds overshoots p, with probability up to about K * alpha (tests/test_sequential.py measures it)."""
 
 from __future__ import annotations
 
@@ -32,15 +30,10 @@ from dmae_fast.stats.bounds import lower_confidence_bound, lower_confidence_boun
 from dmae_fast.stats.decisions import ABSTAIN, Certificate
 from dmae_fast.stats.settings import FUTILITY_MODES, PAPER_RADII
 
-# Default looks: n_max and EARLY_LOOKS halvings of LAST_EARLY * n_max (K = 6; n_max = 10,000 gives 407, 813,
-# 1625, 3250, 6500, 10000). From bench/sequential_savings.py (ImageNet-shaped, n0 100, n_max 10,000, alpha 0.001,
-# futility "upper"): pA ~ 1 images stop at the first look where all-cA votes reach the target radius, 378 samples
-# for 2 sigma and 6,441 for 3 sigma, just below 407 and 6,500 = 0.65 n_max (fixed/sequential samples at sigma
-# 0.25 / 0.5 / 1.0: 6.4x / 2.0x / 2.2x; doubling to n_max: 6.4x / 1.7x / 1.9x; K = 4: 5.4x / 2.0x / 2.1x).
-# K >= 7 costs 9.0 / 4.5 points at 3 sigma (at alpha/7, 2 failures in 10,000 no longer certify it); any K >= 2
-# loses the images with exactly 3 failures in 10,000 at 3 sigma (certified at alpha, not alpha/2: <= 3.5 points).
-# Caps above 123,076 halve further until the first look is at most FIRST_LOOK (n_max = 10^9: 19 looks from
-# 4,960, not 6 from 40.6 million): every image would otherwise draw 0.04 n_max samples.
+# Default looks: n_max and EARLY_LOOKS halvings of LAST_EARLY * n_max (n_max = 10,000: 407, 813, 1625, 3250, 6500,
+# 10000), chosen with bench/sequential_savings.py: pA ~ 1 images reach 2 and 3 sigma just below 407 and 6,500, and
+# K >= 7 costs points at 3 sigma (at alpha/7, 2 failures in 10,000 no longer certify it). Large caps halve further
+# until the first look is at most FIRST_LOOK, or every image would draw 0.04 n_max samples.
 LAST_EARLY, EARLY_LOOKS, FIRST_LOOK = 0.65, 5, 5_000
 BONFERRONI_NAME = "sequential-cp-bonferroni"  # the procedure column's prefix
 
@@ -107,8 +100,7 @@ def upper_bounds(n_a: np.ndarray, n: np.ndarray | int, alpha: float) -> np.ndarr
 
 def min_counts(bound: Callable[[np.ndarray, int, float], np.ndarray], n: int, alpha: float,
                thresholds: np.ndarray) -> np.ndarray:
-    """Smallest n_a in [0, n] with bound(n_a, n, alpha) >= each threshold, n + 1 if none (bisection: the
-    bound increases with n_a)."""
+    """Smallest n_a in [0, n] with bound(n_a, n, alpha) >= each threshold, n + 1 if none (bisection: it increases)."""
     lo, hi = np.full(thresholds.shape, -1), np.full(thresholds.shape, n + 1)
     while np.any(active := hi - lo > 1):
         mid = (lo + hi) // 2
@@ -118,10 +110,9 @@ def min_counts(bound: Callable[[np.ndarray, int, float], np.ndarray], n: int, al
 
 
 class LookStopping:
-    """What every stopping rule over pre-planned looks shares; subclasses give ``looks`` (cumulative
-    estimation counts, the last = the cap), ``level_radii`` (0.0 and the radii of interest, increasing),
-    ``target`` (the index of the top one certifiable at the cap) and ``stop(look, n_a)`` (vectorized
-    over counts of cA)."""
+    """What every stopping rule over pre-planned looks shares; subclasses give ``looks`` (cumulative estimation
+    counts, the last = the cap), ``level_radii`` (0.0 and the radii of interest, increasing), ``target`` (the index
+    of the top one certifiable at the cap) and ``stop(look, n_a)`` (vectorized over counts of cA)."""
 
     looks: tuple[int, ...]
     level_radii: np.ndarray
@@ -140,13 +131,11 @@ class LookStopping:
         return bool(self.stop(look, np.asarray(n_a)))
 
     def decide(self, index: int, counts: np.ndarray, look: int) -> bool:
-        """A :data:`~dmae_fast.stats.plan.Decide` callback for
-        ``SamplingPlan.sequential(n0, looks)``: counts[0] selection, counts[1] estimation."""
+        """A :data:`~dmae_fast.stats.plan.Decide` callback: counts[0] selection, counts[1] estimation."""
         return self.should_stop(look, int(counts[1, np.argmax(counts[0])]))
 
     def run(self, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Stop many images at once: counts[k, i] = votes for cA among image i's first looks[k].
-        Returns (the look index where each image stops, its n_a there)."""
+        """Stop many images at once (counts[k, i]: cA votes in image i's first looks[k]): (stopping look, n_a there)."""
         stopped = np.full(counts.shape[1], len(self.looks) - 1)
         active = np.ones(counts.shape[1], dtype=bool)
         for look in range(len(self.looks) - 1):
@@ -159,10 +148,8 @@ class LookStopping:
 class SequentialCertifier(LookStopping):
     """Stopping decisions and certificates of sequential CERTIFY for one configuration.
 
-    Levels of interest, in increasing order: "certified at all" (bound >= 1/2), then each
-    radius r in ``radii`` (bound >= Phi(r / sigma)). Every decision is an integer table
-    lookup: ``need[k, j]`` is the fewest votes for cA at look k that reach level j.
-    """
+    Levels of interest, in increasing order: "certified at all" (bound >= 1/2), then each radius r in ``radii``
+    (bound >= Phi(r / sigma)). ``need[k, j]``: the fewest votes for cA at look k that reach level j."""
 
     def __init__(self, config: SequentialConfig) -> None:
         self.config = config

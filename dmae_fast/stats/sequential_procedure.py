@@ -78,8 +78,7 @@ class SequentialCertify(Procedure):
         return {**super().fields(result), "level": self.level}
 
     def max_radius(self) -> float:
-        """Every sample of the cap voting for the top class: the top grid radius reachable (exact test),
-        or the bound's at its level."""
+        """All of the cap's samples for the top class: the top reachable grid radius (exact test), or the bound's."""
         if isinstance(self.certifier, GroupSequentialCertifier):
             return self.certifier.target_radius
         return max_radius(self.spec.n, self.level, self.spec.sigma)

@@ -4,18 +4,16 @@ The file is a NumPy ``.npy`` holding one 1-D int64 array:
 
     [TAG, L, K, sigma's float64 bits, tv_per_element's float64 bits, D_0, D_1, D_2, D_3, S_-K, ..., S_K-1]
 
-with ``TAG`` the bytes ``dmaesnd2`` read as a little-endian int64, L the grid, K the truncation, S_k the
-shifted thresholds of :class:`dmae_fast.stats.rounded_gaussian.SoundTable` and D_0..D_3 the SHA-256 digest
-(its 32 bytes read as four little-endian int64) of the little-endian bytes of every other word, in order
-(the five header words, then the thresholds). Files of the first format (tag ``dmaesnd1``, no digest) are
-refused: write them again with dmae-sound-table.
+with ``TAG`` the bytes ``dmaesnd2`` read as a little-endian int64, L the grid, K the truncation, S_k the shifted
+thresholds of :class:`dmae_fast.stats.rounded_gaussian.SoundTable` and D_0..D_3 the SHA-256 digest (its 32 bytes
+read as four little-endian int64) of the little-endian bytes of every other word, in order (the five header words,
+then the thresholds). Files of the first format (tag ``dmaesnd1``, no digest) are refused.
 
 A reader checks the tag, the digest, that sigma * L is within the bound of
-:func:`dmae_fast.stats.rounded_gaussian.table_problem`, the length 9 + 2K, and that the thresholds are
-those of the header's sigma and grid: :func:`read_sound_table` recomputes them exactly; the C++ reader
-checks ascent, symmetry (S_k + S_-k-1 is 0 or -1), the truncation K, each T_k / 2**64 against
-Phi((k + 1/2) / s) to 1e-12 and the total variation against the bounds the thresholds imply.
-"""
+:func:`~dmae_fast.stats.rounded_gaussian.table_problem`, the length 9 + 2K, and that the thresholds are those of
+the header's sigma and grid: :func:`read_sound_table` recomputes them exactly; the C++ reader checks ascent,
+symmetry (S_k + S_-k-1 is 0 or -1), the truncation K, each T_k / 2**64 against Phi((k + 1/2) / s) to 1e-12 and
+the total variation against the bounds the thresholds imply."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Where does an AOTInductor package crash on CUDA? (issue 38, target 4; a one-off device experiment)
 
-On an H200 (2026-11-26) a test (tests/test_fast_stream.py, the fused front end feeding a CUDA
+On an H200 (2026-11-26) a test (tests/test_fast_body.py, the fused front end feeding a CUDA
 ``.pt2`` token engine under a CUDA graph) died with a segmentation fault inside
 ``aoti_load_package`` while dmae-export verified a fp16 token package; a fp32 image package of
 the demo loaded and ran. Each step below runs in a child process with the fault handler on, so

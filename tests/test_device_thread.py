@@ -10,10 +10,11 @@ import time
 import numpy as np
 import pytest
 import torch
+from helpers import stream_counts
 
 from dmae_fast.batching.bodies import BodyOptions, batch_body
 from dmae_fast.batching.scheduler import Job
-from dmae_fast.batching.stream import SamplingPlan, StreamingCertifier
+from dmae_fast.batching.stream import SamplingPlan
 from dmae_fast.serve.device_thread import DeviceThread, IndicesExhausted, QueueFull
 from dmae_fast.stats.procedure import sequential_certifier
 
@@ -58,7 +59,7 @@ class Collector:
 
 def _offline(engine, plan, items, decide=None, batch=7):
     body = batch_body(engine, SIGMA, SEED, batch, BodyOptions(noise="reference"))
-    return {d.index: d.counts for d in StreamingCertifier(engine, plan, SIGMA, SEED, batch, body).run(items, decide)}
+    return stream_counts(engine, items, plan, SIGMA, SEED, batch, body, decide)
 
 
 def test_mixed_plans_share_batches_and_match_the_offline_streamer(engine, images):

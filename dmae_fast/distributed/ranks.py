@@ -22,8 +22,8 @@ import torch.distributed as dist
 
 from dmae_fast.base.errors import AlreadyReported, Interrupted, UserError
 from dmae_fast.base.messages import one_line
-from dmae_fast.run.launch import in_launched_rank
-from dmae_fast.run.torchrun_env import restart_count, world_size
+from dmae_fast.distributed.launch import in_launched_rank
+from dmae_fast.distributed.torchrun_env import restart_count, world_size
 
 T = TypeVar("T")
 START_TIMEOUT = timedelta(minutes=30)  # ranks must all reach start-up within this (loading a large engine)

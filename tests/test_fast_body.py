@@ -10,17 +10,16 @@ if not torch.cuda.is_available():  # the fused kernel runs in Triton's interpret
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
-from helpers import rows_without
+from helpers import random_images, rows_without, stream_counts, tiny_engine_of
 
 from dmae_fast.base.errors import UserError  # noqa: E402
 from dmae_fast.batching.fast_body import FastBatches, FastPath  # noqa: E402
 from dmae_fast.batching.stage_timer import STAGES, StageTimer  # noqa: E402
-from dmae_fast.batching.stream import SamplingPlan, StreamingCertifier  # noqa: E402
+from dmae_fast.batching.stream import SamplingPlan  # noqa: E402
 from dmae_fast.cli.certify import main  # noqa: E402
-from dmae_fast.engines import Engine, EngineOptions, TorchEngine, open_engine  # noqa: E402
+from dmae_fast.engines import Engine, EngineOptions, open_engine  # noqa: E402
 from dmae_fast.engines.front_end import front_end_path  # noqa: E402
 from dmae_fast.export import ExportConfig, export_engines  # noqa: E402
-from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier  # noqa: E402
 from dmae_fast.model.checkpoints import save_classifier  # noqa: E402
 
 CPU = torch.device("cpu")
@@ -31,20 +30,15 @@ CPU = torch.device("cpu")
 cpu_fused = pytest.mark.skipif(torch.cuda.is_available(), reason="fused on the CPU needs the interpreter (CI)")
 
 def _engine(input_size=16, device=CPU, precision="fp32"):
-    torch.manual_seed(0)
-    spec = ClassifierSpec(EncoderConfig(32, 2, 2, patch_size=4, img_size=16), num_classes=10,
-                          input_size=input_size, sigma=0.5)
-    return TorchEngine(SmoothingClassifier(spec), device, precision)
+    return tiny_engine_of(precision, device, input_size=input_size, sigma=0.5)
 
 
 def _images(size, count=5):
-    generator = torch.Generator().manual_seed(1)
-    return [(7 * i + 2, torch.rand((3, size, size), generator=generator), i % 10) for i in range(count)]
+    return random_images(count, size, step=7, first=2)
 
 
-def _counts(engine, images, plan, batch, body=None, decide=None, seed=11):
-    out = list(StreamingCertifier(engine, plan, 0.5, seed, batch, body).run(images, decide))
-    return {o.index: o.counts for o in out}
+def _counts(engine, images, plan, batch, body=None, decide=None):
+    return stream_counts(engine, images, plan, 0.5, 11, batch, body, decide)
 
 
 @pytest.mark.parametrize("fused", [False, pytest.param(True, marks=cpu_fused)])

@@ -17,13 +17,10 @@ import signal
 import sys
 import tempfile
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from dmae_fast.base.errors import UserError, starting
-
-if TYPE_CHECKING:
-    from dmae_fast.run.config import CertifyConfig
 
 LAUNCHER = "DMAE_CERTIFY_LAUNCHER"  # environment of the ranks: the launcher's pid
 KEPT = "DMAE_CERTIFY_KEPT"  # ... and the file where rank 0 leaves what an interrupted run kept
@@ -39,14 +36,23 @@ def _cause(exitcode: int) -> int:
     return KILLED if exitcode < 0 else FAILED
 
 
-def launch_local(argv: list[str], config: CertifyConfig, nproc: int, max_restarts: int) -> int:
-    """Run ``dmae-certify argv`` (which ``config`` describes) as ``nproc`` ranks, each seeing torchrun's
-    environment; the job's exit status. CPU ranks get an equal share of the cores (``OMP_NUM_THREADS``, unless set)."""
-    from dmae_fast.run.config import PROG
+@dataclass(frozen=True)
+class LaunchedRun:
+    """What the launcher knows of the run its ranks make: the command, its results file and run record."""
 
+    prog: str
+    out: str
+    record: Path
+    overwrite: bool  # --overwrite: an interrupted run leaves the results file as it was
+
+
+def launch_local(argv: list[str], run: LaunchedRun, nproc: int, max_restarts: int) -> int:
+    """Run ``run.prog argv`` as ``nproc`` ranks, each seeing torchrun's environment; the job's exit status.
+    CPU ranks get an equal share of the cores (``OMP_NUM_THREADS``, unless set)."""
+    prog = run.prog
     if nproc < 1 or max_restarts < 0:
         raise UserError(f"--nproc-per-node must be >= 1 and --max-restarts >= 0, got {nproc} and {max_restarts}")
-    with starting(PROG):  # torch's launcher: seconds of imports, before anything is written
+    with starting(prog):  # torch's launcher: seconds of imports, before anything is written
         from torch.distributed.elastic.multiprocessing.api import SignalException
         from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
         from torch.distributed.launcher.api import LaunchConfig, elastic_launch
@@ -63,10 +69,10 @@ def launch_local(argv: list[str], config: CertifyConfig, nproc: int, max_restart
         os.environ.update({LAUNCHER: str(os.getpid()), KEPT: str(kept_file)})
 
         def say(what: str) -> None:
-            default = ("the results file is unchanged: run it again with --overwrite" if config.output.overwrite else
+            default = ("the results file is unchanged: run it again with --overwrite" if run.overwrite else
                        "the rows written so far are kept: continue with the same command and --resume")
             kept = (kept_file.read_text() if kept_file.exists() else "") or default
-            print(f"{PROG}: {what}; {kept}", file=sys.stderr)
+            print(f"{prog}: {what}; {kept}", file=sys.stderr)
 
         try:
             elastic_launch(launch, entrypoint=sys.executable)("-m", "dmae_fast.cli.certify_rank", *argv)
@@ -80,12 +86,12 @@ def launch_local(argv: list[str], config: CertifyConfig, nproc: int, max_restart
             name = signal.Signals(signum).name
             what = (f"rank {rank} died (killed by signal {signum}, {name})" if cause == KILLED else
                     f"interrupted by {name} (sent to rank {rank})")
-            _end_for_rank_0(config, "failed" if cause == KILLED else "interrupted", what)
+            _end_for_rank_0(run, "failed" if cause == KILLED else "interrupted", what)
             say(f"error: {what}" if cause == KILLED else what)
             return 128 + signum
         except SignalException as stop:  # Ctrl-C or SIGTERM
             what = f"interrupted by {stop.sigval.name}"
-            _end_for_rank_0(config, "interrupted", what)
+            _end_for_rank_0(run, "interrupted", what)
             say(what)
             return 128 + int(stop.sigval)
         finally:
@@ -94,19 +100,17 @@ def launch_local(argv: list[str], config: CertifyConfig, nproc: int, max_restart
     return 0
 
 
-def _end_for_rank_0(config: CertifyConfig, status: str, why: str) -> None:
+def _end_for_rank_0(run: LaunchedRun, status: str, why: str) -> None:
     """What rank 0 does on its way out, for a rank 0 that could not (``kill -9``): a run record it left
     ``running`` says ``status`` and why, and its lock file goes. Under the lock, so that a run started
     on the same output since is left alone; an --overwrite run's record (the old run's) is not touched."""
     from dmae_fast.base.locking import OutputLock
-    from dmae_fast.run.output import record_path
 
     try:
-        with OutputLock(config.output.out, "results file"):
-            path = record_path(config)
-            record = json.loads(path.read_text())
+        with OutputLock(run.out, "results file"):
+            record = json.loads(run.record.read_text())
             if record.get("status") == "running":
-                path.write_text(json.dumps({**record, "status": status, "error": why}, indent=2) + "\n")
+                run.record.write_text(json.dumps({**record, "status": status, "error": why}, indent=2) + "\n")
     except (UserError, OSError, ValueError):
         pass  # another run holds the output, or rank 0 never wrote a record
 
