@@ -165,3 +165,41 @@ class ScalingConfig:
             raise UserError(f"--threads must be >= 1, got {self.threads}")
         if "--out" in self.certify or any(a.startswith("--out=") for a in self.certify):
             raise UserError("give no --out to dmae-certify: the benchmark names its own results files")
+
+
+@dataclass(frozen=True)
+class StallConfig:
+    """One ``dmae-bench stall`` run (:mod:`dmae_fast.bench.stall`): fixed-n against ``--sequential`` on an
+    emulated asynchronous device, over the simulated ImageNet-shaped population."""
+
+    out: str = "bench/results"
+    images: tuple[int, ...] = (16, 1000)
+    caps: tuple[int, ...] = (10_000, 100_000)  # n: fixed-n's estimation samples, --sequential's cap
+    n0: int = 100
+    sigma: float = 0.25
+    alpha: float = 0.001
+    batch: int = 1024
+    batch_ms: float = 20.0  # the emulated device's time per batch, whatever its rows
+    fixed_seconds: float = 15.0  # a fixed-n run stops after this long (its rate is steady)
+    rounds: int = 1  # interleaved; medians are kept
+    seed: int = 0
+
+    def validate(self) -> None:
+        checks = [
+            (bool(self.images) and min(self.images) >= 1, f"--images must be >= 1, got {list(self.images)}"),
+            (bool(self.caps) and min(self.caps) >= 1 and max(self.caps) <= MAX_SAMPLES,
+             f"--caps must be in [1, 2**32), got {list(self.caps)}"),
+            (1 <= self.n0 <= MAX_SAMPLES, f"--n0 must be in [1, 2**32), got {self.n0}"),
+            (math.isfinite(self.sigma) and 0 < self.sigma <= 1, f"--sigma must be in (0, 1], got {self.sigma}"),
+            (0 < self.alpha < 1, f"--alpha must be in (0, 1), got {self.alpha}"),
+            (1 <= self.batch <= MAX_BATCH, f"--batch must be in [1, {MAX_BATCH:,}], got {self.batch}"),
+            (math.isfinite(self.batch_ms) and self.batch_ms > 0, f"--batch-ms must be > 0, got {self.batch_ms}"),
+            (math.isfinite(self.fixed_seconds) and self.fixed_seconds > 0,
+             f"--fixed-seconds must be > 0, got {self.fixed_seconds}"),
+            (self.rounds >= 1, f"--rounds must be >= 1, got {self.rounds}"),
+            (0 <= self.seed < 2**64, f"--seed must be in [0, 2**64), got {self.seed}"),
+            (self.out != "", "--out must name a directory"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise UserError(message)

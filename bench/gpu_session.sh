@@ -14,8 +14,8 @@
 #                       two reference loops, as dmae-bench throughput measures them (body/throughput.json)
 #   certify       90 s  CERTIFY (n0 100, n 10,000, fp8) over 64 images of dmae-bench certify's population
 #                       (certify/certify.json)
-#   sequential    85 s  what --sequential runs over 1,000 images, drawn samples/s vs fixed-n on the same body
-#                       (sequential/sequential.json)
+#   sequential    85 s  what --sequential runs over 1,000 images, drawn samples/s vs fixed-n on the same body,
+#                       the device's idle time and the rows drawn but unused (sequential/sequential.json)
 #   sound         70 s  --sound against the default noise on the same ViT-B body (sound/sound-speed.json)
 #   vit-l         45 s  the ViT-L/16 body in fp8 (fp16 if time is left) (vit-l/throughput.json)
 #   serve         55 s  dmae-bench serve on CUDA: the server at saturation vs the offline streamer (serve/)

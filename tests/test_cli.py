@@ -786,6 +786,7 @@ QUICK_ANSWERS = [
     ("bench", ["cpu", "--help"]), ("bench", ["cpu", "--rounds", "x"]),
     ("bench", ["serve", "--help"]), ("bench", ["serve", "--n", "0"]),
     ("bench", ["scaling", "--help"]), ("bench", ["scaling", "--procs", "0"]),
+    ("bench", ["stall", "--help"]), ("bench", ["stall", "--batch-ms", "0"]),
     ("train", ["--help"]), ("train", ["pretrain", "--help"]), ("train", ["finetune", "--help"]),
     ("train", ["linprobe", "--help"]), ("train", ["visualize", "--help"]), ("train", ["presets"]),
     ("train", ["pretrain", "--epochs", "3"]), ("train", ["pretrian"]),

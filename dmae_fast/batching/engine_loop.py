@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
 
 import torch
 
-from dmae_fast.batching.scheduler import BatchBody, Job, RowSplit, SlotScheduler
+from dmae_fast.batching.scheduler import BatchBody, Job, LoopStats, RowSplit, SlotScheduler
 from dmae_fast.stats.plan import Phase
 
 Finished = tuple[Job, object]  # (job, its counts [plan phases, classes] | the exception that ended it)
@@ -27,12 +26,6 @@ class BatchFailed(Exception):
     def __init__(self, error: Exception) -> None:
         super().__init__(f"{type(error).__name__}: {error}")
         self.error = error
-
-
-@dataclass(frozen=True)
-class LoopStats:
-    queued: int  # added, not on the device yet
-    on_device: int  # holding a slot
 
 
 class EngineLoop:
@@ -102,8 +95,8 @@ class EngineLoop:
             torch.cuda.synchronize(self.device)
 
     def stats(self) -> LoopStats:
-        slots = self._slots
-        return LoopStats(len(slots._pending), slots.num_slots - len(slots._free))
+        """Jobs queued and on the device; batches, rows drawn and unused, time waited and stalled so far."""
+        return self._slots.stats()
 
     @property
     def busy(self) -> bool:

@@ -6,8 +6,18 @@ are laid end to end, oldest image first, and cut into batches of ``batch`` rows,
 empty while rows are waiting. A row is (slot, image index, phase, sample index): the slot holds the clean
 image, the noise is the contract's pure function of the rest, and the predicted class is added to
 ``counts[slot, phase, class]`` on the device. The host knows from the schedule alone when an image's
-stage ends; it then copies that image's counts back asynchronously, so nothing waits for the device per
-batch. An image that finishes, stops early or is cancelled frees its slot for the next.
+stage ends; it then copies that image's counts back asynchronously, in queue order
+(:mod:`~dmae_fast.batching.device_queue`), so nothing waits for the device per batch. An image that finishes,
+stops early or is cancelled frees its slot for the next.
+
+A decision needs the batch that ended its look to have run. So that an asynchronous device (a GPU) does not
+wait for it, a dataset's batch short of rows takes the decisions of the batches before the latest one (the
+device runs the latest meanwhile), then rows of the next stage of images whose decision is still on its way
+("ahead", never past the next look), and, in the batch of an image's look itself, rows past it counted in a
+spare slot, added to the image's own after the look's counts are copied. The copy for a decision is queued
+before any row past its look counts in the image's slot, so the decision reads exactly the counts at its
+look; rows drawn ahead for an image that then stops are dropped, counted as drawn and unused
+(:class:`LoopStats`). On a CPU every copy is on the host when the next batch is packed: no row runs ahead.
 
 The counts do not depend on the packing, so under a :class:`RowSplit` (``--shard samples``) each
 process runs the same schedule, counts its share of each batch's rows, and sums the counts at a stage
@@ -23,77 +33,34 @@ import time
 from collections import deque
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple
 
-import numpy as np
 import torch
 
-from dmae_fast.stats.decisions import finite_counts
-from dmae_fast.stats.plan import Decide, Phase, SamplingPlan
-
-PHASES = (Phase.SELECTION, Phase.ESTIMATION, Phase.PREDICTION)  # a phase's position in the counts = its value
-Segment = tuple[int, int, int, int, int]  # consecutive rows: (slot, image index, phase, first sample, count)
+from dmae_fast.batching.device_queue import Ready, device_queue
+from dmae_fast.batching.job import BatchBody, Job, Segment, batch_rows, phase_ids
 
 
-def phase_ids(device: torch.device) -> torch.Tensor:
-    """The phases of the counts buffer, in position order (a phase's position is its value)."""
-    return torch.tensor([int(phase) for phase in PHASES], device=device)
+@dataclass(frozen=True)
+class LoopStats:
+    """Where the scheduler stands (:meth:`SlotScheduler.stats`, the engine loop's ``stats``), since it started."""
+
+    queued: int  # added, not on the device yet
+    on_device: int  # holding a slot
+    batches: int = 0  # handed to the body (the whole schedule's, under a row split)
+    drawn: int = 0  # rows in those batches
+    unused: int = 0  # of which drawn past the look where their image then ended (in no decision nor result)
+    waited_s: float = 0.0  # host time blocked on counts on their way to the host
+    stalled_s: float = 0.0  # device idle that the host saw: from finding every queued batch done to the next batch
 
 
-class BatchBody(Protocol):
-    """What the scheduler needs to run batches (:class:`~.stream.ImageBatches` or a fast body)."""
+class Snapshot(NamedTuple):
+    """Counts of images at a stage end on their way to the host, after batch number ``batch``."""
 
-    description: str
-
-    def allocate(self, num_slots: int, phase_ids: torch.Tensor) -> torch.Tensor:
-        """Per-run buffers; returns the counts [slots, len(phase_ids), classes + 1] the scheduler reads
-        (``phase_ids[position]``: the phase counted at that position; :func:`phase_ids` for a run)."""
-
-    def load(self, slot: int, image: torch.Tensor) -> None: ...
-
-    def run(self, slot: torch.Tensor, index: torch.Tensor, position: torch.Tensor, sample: torch.Tensor) -> None:
-        """Noise, classify and count one batch of rows (device tensors), without synchronizing;
-        ``position``: each row's phase as its position in the counts buffer."""
-
-    def finish(self) -> None:
-        """Called when a run ends (completed or not): undo run-wide settings."""
-
-
-class Job:
-    """One image to sample: its plan and stopping rule, its progress and its slot."""
-
-    __slots__ = ("image", "plan", "decide", "index", "label", "row", "stage", "slot", "_starts", "_phases")
-
-    def __init__(self, image: torch.Tensor, plan: SamplingPlan, decide: Decide | None = None, index: int = -1,
-                 label: int = 0) -> None:
-        self.image, self.plan, self.decide = image, plan, decide
-        self.index, self.label = index, label
-        self.row = self.stage = 0
-        self.slot: int | None = None
-        self._starts = np.cumsum((0,) + plan.sizes)
-        self._phases = [int(phase) for phase in plan.phases]  # their rows in the counts buffer
-
-    @property
-    def stage_end(self) -> int:
-        return self.plan.stage_ends[self.stage]
-
-    @property
-    def final(self) -> bool:
-        return self.stage == len(self.plan.stage_ends) - 1
-
-    def segments(self, take: int) -> list[Segment]:
-        """Rows [row, row + take) of this image, split at its plan's phase boundaries."""
-        out = []
-        for phase, start, end in zip(self._phases, self._starts[:-1], self._starts[1:]):
-            lo, hi = max(self.row, start), min(self.row + take, end)
-            if lo < hi:
-                out.append((self.slot, self.index, phase, int(lo - start), int(hi - lo)))
-        return out
-
-    def counts(self, slot_counts: np.ndarray) -> np.ndarray:
-        """This image's rows of a slot's counts [3 phases, classes + 1], in plan order, the
-        non-finite column checked and removed (raises UserError when a logit was not finite)."""
-        return finite_counts(self.index, slot_counts[self._phases])
+    jobs: list[Job]
+    host: torch.Tensor
+    ready: Ready | None
+    batch: int
 
 
 @dataclass(frozen=True)
@@ -111,41 +78,6 @@ class RowSplit:
         return rows * self.rank // self.world, rows * (self.rank + 1) // self.world
 
 
-def to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """``host`` copied to ``device`` in stream order without waiting for the device (a plain copy
-    from pageable memory synchronizes the stream, and so drains the batches queued on the GPU)."""
-    if device.type == "cuda":
-        host = host.pin_memory()
-    return host.to(device, non_blocking=True)
-
-
-def batch_rows(segments: list[Segment], device: torch.device,
-               part: tuple[int, int] | None = None) -> tuple[torch.Tensor, ...]:
-    """Runs of rows (slot, image index, phase position, first sample, count) -> the four per-row
-    columns a batch body takes, on ``device`` (copied without blocking the host); only the rows
-    [lo, hi) of ``part`` where given."""
-    columns = torch.tensor([s[:4] for s in segments], dtype=torch.int64)
-    lengths = torch.tensor([s[4] for s in segments])
-    per_row = torch.repeat_interleave(columns, lengths, dim=0)
-    per_row[:, 3] += torch.arange(len(per_row)) - torch.repeat_interleave(torch.cumsum(lengths, 0) - lengths, lengths)
-    if part is not None:
-        per_row = per_row[part[0]:part[1]]
-    return to_device(per_row, device).unbind(1)
-
-
-def counts_to_host(counts: torch.Tensor, slots: list[int]) -> tuple[torch.Tensor, torch.cuda.Event | None]:
-    """A copy of ``counts[slots]`` taken in stream order, on its way to the host: on CUDA a pinned
-    tensor filled asynchronously and the event that marks it complete; on a CPU the copy itself."""
-    snapshot = counts[to_device(torch.tensor(slots), counts.device)]  # advanced indexing copies
-    if counts.device.type != "cuda":
-        return snapshot, None
-    host = torch.empty(snapshot.shape, dtype=snapshot.dtype, pin_memory=True)
-    host.copy_(snapshot, non_blocking=True)
-    event = torch.cuda.Event()
-    event.record()
-    return host, event
-
-
 class SlotScheduler:
     """Slots, packing, snapshots and decisions (see the module doc), driven only by the engine loop. Jobs
     come from :meth:`add`, then from ``source`` (called only when a slot is free and no image has rows
@@ -158,10 +90,18 @@ class SlotScheduler:
         self._free: deque[int] = deque(range(num_slots))
         self._pending: deque[Job] = deque()  # added, not on the device yet
         self._ready: deque[Job] = deque()  # on the device, with rows to issue in their current stage
+        self._ahead: deque[Job] = deque()  # at a look whose decision is on its way, with rows before the next look
         self._since: dict[Job, float] = {}  # pending and ready jobs: when their next rows became runnable
-        self._waiting: deque[tuple[list[Job], torch.Tensor, torch.cuda.Event | None]] = deque()
+        self._waiting: deque[Snapshot] = deque()
         self._cancelled: set[Job] = set()  # cancelled while a snapshot of theirs is on its way
+        self._dropped: set[Job] = set()  # ended while the snapshot of a later look of theirs is on its way
         self._finished: list[tuple[Job, object]] = []
+        self._queue = device_queue(body, device)
+        self._asynchronous = split is None and self._queue.mark() is not None  # batches run after run returns
+        self._last_batch: Ready | None = None  # marks the latest batch done
+        self._stall_start: float | None = None  # when the host saw the device run out of work, until the next batch
+        self._batches = self._drawn = self._unused = 0
+        self._waited_s = self._stalled_s = 0.0
         self._counts = body.allocate(num_slots, phase_ids(device))
 
     def add(self, job: Job, since: float) -> None:
@@ -194,57 +134,101 @@ class SlotScheduler:
         return rows, oldest
 
     def pack(self, block: bool) -> tuple[list[Segment], list[Job]]:
-        """The next batch's rows, oldest image first, and the images whose stage ends in it; the next job is
-        loaded when no image has rows left and a slot is free. With ``block``, a batch short of images
-        waits for the first pending snapshot (whose images may continue or free their slots)."""
+        """The next batch's rows and the images whose stage ends in it: the rows of the images on the device,
+        oldest first, then a new image while a slot is free. With ``block`` (a dataset), a batch short of rows
+        takes the decisions of the batches before the latest (the device has the latest to run meanwhile),
+        then rows beyond the looks whose decision is on its way, then rows beyond the looks in this batch (see
+        the module doc), and waits for the latest batch's decisions only when no row is left at all."""
         segments: list[Segment] = []
         reached: list[Job] = []
-        room = self.batch
+        room, ahead = self.batch, False
         while room:
-            if not self._ready:
-                job = self._next() if self._free else None
-                if job is not None:
-                    self._load(job)
-                elif block and self._waiting:
-                    self.resolve(wait=True, only_first=True)
-                else:
-                    break
+            if self._ready:
+                room -= self._take(self._ready, self._ready[0].stage_end, room, segments, reached)
                 continue
-            job = self._ready[0]
-            take = min(room, job.stage_end - job.row)
-            segments += job.segments(take)
-            job.row += take
-            room -= take
-            if job.row == job.stage_end:
-                reached.append(self._ready.popleft())
-                del self._since[job]
+            job = self._next() if self._free else None
+            if job is not None:
+                self._load(job)
+            elif block and not ahead and self._waiting and self._waiting[0].batch < self._batches - 1:
+                self.resolve(wait=True, only_first=True)
+            elif block and self._ahead:
+                room -= self._take(self._ahead, self._ahead[0].next_end, room, segments, reached)
+                ahead = True
+            elif block and self._free and (job := self._crossing(reached)) is not None:
+                room -= self._cross(job, room, segments)
+                ahead = True
+            elif block and not ahead and self._waiting:
+                self.resolve(wait=True, only_first=True)
+            else:
+                break
         return segments, reached
+
+    def _take(self, jobs: deque[Job], end: int, room: int, segments: list[Segment], reached: list[Job]) -> int:
+        """Up to ``room`` rows of ``jobs[0]`` up to row ``end``; it leaves ``jobs`` for ``reached`` at ``end``."""
+        job = jobs[0]
+        take = min(room, end - job.row)
+        segments += job.segments(take)
+        job.row += take
+        if job.row == end:
+            reached.append(jobs.popleft())
+            self._since.pop(job, None)
+        return take
+
+    def _crossing(self, reached: list[Job]) -> Job | None:
+        """An image at its look in this batch, its earlier looks decided: it may draw past it (asynchronous only)."""
+        crossing = (job for job in reached if job.spare is None and job.row == job.stage_end and not job.final)
+        return next(crossing, None) if self._asynchronous else None
+
+    def _cross(self, job: Job, room: int, segments: list[Segment]) -> int:
+        """Up to ``room`` rows of ``job``'s next stage in this batch, counted in a spare slot."""
+        job.spare = self._free.popleft()
+        self.body.load(job.spare, job.image)
+        take = min(room, job.next_end - job.row)
+        segments += job.segments(take, job.spare)
+        job.row += take
+        return take
 
     def issue(self, segments: list[Segment]) -> int:
         """Hand one batch's rows (this process's share) to the body, without synchronizing; the rows handed."""
         rows = sum(segment[4] for segment in segments)
+        self._batches += 1
+        self._drawn += rows
         part = None if self._split is None else self._split.share(rows)
         if part is not None and part[0] == part[1]:
             return 0
+        if self._stall_start is not None:
+            self._stalled_s += time.perf_counter() - self._stall_start
+            self._stall_start = None
         self.body.run(*batch_rows(segments, self.device, part))
+        self._last_batch = self._queue.mark()
         return rows if part is None else part[1] - part[0]
 
     def snapshot(self, reached: list[Job]) -> None:
-        """Copy the counts of images at a stage end off the device (asynchronously on CUDA); images
-        at their final stage free their slot at once (zeroed in stream order after the copy)."""
-        if reached:
-            slots = [job.slot for job in reached]
-            if self._split is None:
-                snapshot, event = counts_to_host(self._counts, slots)
-            else:  # every process's sum, before anything is decided
-                snapshot, event = self._split.summed(self._counts[to_device(torch.tensor(slots), self.device)]), None
-            self._release([job for job in reached if job.final])
-            self._waiting.append((reached, snapshot, event))
+        """Copy the counts of images at a stage end off the device, in queue order after the batch; then rows past it
+        in a spare slot join the image's own (and the next look's counts are copied where they reach it). Images
+        at their plan's end free their slot (zeroed after the copies), images short of their next look draw ahead."""
+        if not reached:
+            return
+        if self._split is None:
+            self._waiting.append(Snapshot(reached, *self._queue.to_host(self._counts, [job.slot for job in reached]),
+                                          self._batches - 1))
+        else:  # every process's sum, before anything is decided
+            summed = self._split.summed(self._queue.gather(self._counts, [job.slot for job in reached]))
+            self._waiting.append(Snapshot(reached, summed, None, self._batches - 1))
+        for job in (crossed := [job for job in reached if job.spare is not None]):
+            self._queue.fold(self._counts, job.spare, job.slot)
+            self._free.append(job.spare)
+            job.spare = None
+        if at_next := [job for job in crossed if job.row == job.next_end]:
+            self._waiting.append(Snapshot(at_next, *self._queue.to_host(self._counts, [job.slot for job in at_next]),
+                                          self._batches - 1))
+        self._release([job for job in reached if job.row == job.plan.total])
+        self._ahead.extend(job for job in reached if not job.final and job.stage_end <= job.row < job.next_end)
 
     def _release(self, jobs: list[Job]) -> None:
         slots = [job.slot for job in jobs if job.slot is not None]
         if slots:
-            self._counts[to_device(torch.tensor(slots), self.device)] = 0
+            self._queue.clear(self._counts, slots)
             self._free.extend(slots)
         for job in jobs:
             job.slot = None
@@ -253,12 +237,15 @@ class SlotScheduler:
         """Act on snapshots that reached the host (all of them with ``wait``): a job ends at its last
         stage, when its stopping rule says so, when cancelled, or on an error (non-finite logits);
         otherwise its next stage becomes runnable."""
-        while self._waiting and (wait or self._waiting[0][2] is None or self._waiting[0][2].query()):
-            reached, host, event = self._waiting.popleft()
-            if event is not None:
-                event.synchronize()
-            stopped = []
-            for job, slot_counts in zip(reached, host.numpy()):
+        while self._waiting and (wait or self._waiting[0].ready is None or self._waiting[0].ready.query()):
+            snapshot = self._waiting.popleft()
+            if snapshot.ready is not None:
+                self._wait(snapshot.ready)
+            ended = []
+            for job, slot_counts in zip(snapshot.jobs, snapshot.host.numpy()):
+                if job in self._dropped:  # it ended at an earlier look
+                    self._dropped.remove(job)
+                    continue
                 cancelled = job in self._cancelled
                 try:
                     counts = None if cancelled else job.counts(slot_counts)
@@ -266,19 +253,52 @@ class SlotScheduler:
                 except Exception as error:  # noqa: BLE001 (this image only; the driver decides what it means)
                     counts, done = error, True
                 if not done:
-                    job.stage += 1
-                    self._since[job] = time.monotonic()
-                    self._ready.append(job)
+                    self._advance(job)
                     continue
-                if not job.final:
-                    stopped.append(job)
+                ended.append(job)
                 if cancelled:
                     self._cancelled.remove(job)
                 else:
                     self._finished.append((job, counts))
-            self._release(stopped)
+            self._end(ended)
             if only_first:
                 return
+
+    def _advance(self, job: Job) -> None:
+        """Past a look: the rest of the next stage becomes runnable, or, where its rows were all drawn
+        ahead, the job is at that stage's look (whose snapshot is on its way)."""
+        job.stage += 1
+        if job in self._ahead:
+            self._ahead.remove(job)
+        if job.row < job.stage_end:
+            self._since[job] = time.monotonic()
+            self._ready.append(job)
+        elif not job.final:
+            self._ahead.append(job)
+
+    def _end(self, jobs: list[Job]) -> None:
+        """Jobs ended at a look: rows drawn past it are unused, a later snapshot of theirs is ignored."""
+        for job in jobs:
+            self._unused += job.row - job.stage_end
+            if job.past_next_look:
+                self._dropped.add(job)
+            if job in self._ahead:
+                self._ahead.remove(job)
+        self._release(jobs)
+
+    def _wait(self, ready: Ready) -> None:
+        """Wait for a snapshot; if every batch queued is done by then, the device is idle from now until
+        the next batch (a stall)."""
+        start = time.perf_counter()
+        ready.synchronize()
+        now = time.perf_counter()
+        self._waited_s += now - start
+        if self._stall_start is None and self._last_batch is not None and self._last_batch.query():
+            self._stall_start = now
+
+    def stats(self) -> LoopStats:
+        return LoopStats(len(self._pending), self.num_slots - len(self._free), self._batches, self._drawn,
+                         self._unused, self._waited_s, self._stalled_s)
 
     def drain(self) -> list[tuple[Job, object]]:
         """The jobs that ended since the last call: (job, counts | the exception that ended it)."""
@@ -294,15 +314,18 @@ class SlotScheduler:
         if dropped:
             self._ready = deque(job for job in self._ready if job not in gone)
             self._release(dropped)
-        self._cancelled.update(job for reached, _, _ in self._waiting for job in reached if job in gone)
+        self._ahead = deque(job for job in self._ahead if job not in gone)
+        self._cancelled.update(job for snapshot in self._waiting for job in snapshot.jobs
+                               if job in gone and job not in self._dropped)
         for job in gone:
             self._since.pop(job, None)
 
     def reset(self, pending: bool = False) -> list[Job]:
         """Forget every job on the device, and with ``pending`` the queued ones too (after a failed
         batch, or when the driver stops): counts zeroed, slots freed; returns them (cancelled ones aside)."""
-        jobs = list(self._ready) + [job for reached, _, _ in self._waiting for job in reached
-                                    if job not in self._cancelled]
+        on_the_way = (job for snapshot in self._waiting for job in snapshot.jobs
+                      if job not in self._cancelled and job not in self._dropped)
+        jobs = list(dict.fromkeys(itertools.chain(self._ready, on_the_way)))
         for job in self._ready:
             del self._since[job]
         if pending:
@@ -310,12 +333,14 @@ class SlotScheduler:
             self._pending.clear()
             self._since.clear()
         self._ready.clear()
+        self._ahead.clear()
         self._waiting.clear()
         self._cancelled.clear()
-        self._counts.zero_()
+        self._dropped.clear()
+        self._queue.clear(self._counts)
         self._free = deque(range(self.num_slots))
         for job in jobs:
-            job.slot = None
+            job.slot = job.spare = None
         return jobs
 
     @property

@@ -20,7 +20,7 @@ import torch
 from dmae_fast.base.errors import UserError, raise_if_interrupted
 from dmae_fast.batching.body_options import Sound
 from dmae_fast.batching.engine_loop import BatchFailed, EngineLoop
-from dmae_fast.batching.scheduler import BatchBody, Job, RowSplit
+from dmae_fast.batching.scheduler import BatchBody, Job, LoopStats, RowSplit
 from dmae_fast.batching.smooth import zero_counts
 from dmae_fast.data import check_finite
 from dmae_fast.data.grid import check_on_grid, quantize
@@ -103,8 +103,10 @@ class StreamingCertifier:
     nothing else). With ``sound`` (the body's noise on the same grid) images off its grid are refused.
     With ``split`` (``--shard samples``) this process counts its share of every batch of
     ``split.world * batch_size`` rows, and all processes yield the same counts. ``samples``: the noisy
-    samples this process counted so far.
+    samples this process counted so far; :meth:`stats`: the engine loop's.
     """
+
+    _loop: EngineLoop | None = None  # the current run's (after a body failed: the latest body's)
 
     def __init__(self, engine: Engine, plan: SamplingPlan, sigma: float, seed: int, batch_size: int,
                  body: BatchBody | None = None, sound: Sound | None = None, split: RowSplit | None = None) -> None:
@@ -162,8 +164,13 @@ class StreamingCertifier:
             self.body.finish()
 
     def _new_loop(self, next_job: Callable[[], Job | None]) -> EngineLoop:
-        return EngineLoop(self.body, self.device, self.schedule_batch, self.num_slots, source=next_job,
-                          on_batch=self._counted, split=self.split)
+        self._loop = EngineLoop(self.body, self.device, self.schedule_batch, self.num_slots, source=next_job,
+                                on_batch=self._counted, split=self.split)
+        return self._loop
+
+    def stats(self) -> LoopStats:
+        """The engine loop's statistics of the current or latest run (all zero before one)."""
+        return self._loop.stats() if self._loop is not None else LoopStats(0, 0)
 
     def _counted(self, rows: int, seconds: float) -> None:
         self.samples += rows

@@ -1,6 +1,6 @@
 """``dmae-bench``: throughput and end-to-end certification timings, reference loops vs ours; a parser over
 :func:`dmae_fast.bench.suite.run_bench`, which writes DIR/<date>-<device>[-throughput|-certify].json, .md and .png
-(docs/performance.md). Its subcommands cpu, serve and scaling live in bench_cpu.py, bench_serve.py and so on."""
+(docs/performance.md). Its subcommands cpu, serve, scaling and stall live in bench_cpu.py, bench_serve.py and so on."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from dmae_fast.bench.config import MODELS, PROG, VARIANT_KEYS, BenchConfig
 # Options only one stage reads: naming one for the other stage alone is an error, not ignored.
 THROUGHPUT_ONLY = ("models", "batches", "main_batch", "seconds", "engines", "export_models", "engine_dir", "variants")
 CERTIFY_ONLY = ("certify_model", "images", "n0", "n", "reference_budget_s")
-SUBCOMMANDS = ("cpu", "serve", "scaling")  # dmae-bench NAME: dmae_fast.cli.bench_NAME
+SUBCOMMANDS = ("cpu", "serve", "scaling", "stall")  # dmae-bench NAME: dmae_fast.cli.bench_NAME
 
 
 def build_parser() -> argparse.ArgumentParser:

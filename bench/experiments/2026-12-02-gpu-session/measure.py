@@ -16,8 +16,12 @@ seconds, compilation included. certify: CERTIFY
 random weights). sequential: what ``--sequential`` runs (the exact group-sequential procedure, n as the cap) over
 ``--images`` images of the same population, and the fixed-n samples/s of the same body (from ``--fixed``, the
 certify step's file, else measured here on ``--fixed-images``). Drawn samples/s: the samples the certifier drew
-(in-flight images included) over the timed seconds. Noise seed 0 everywhere. Writes OUT/<command>.json and .md.
-Only the package's public API.
+(in-flight images included) over the timed seconds. Every run also records the engine loop's statistics
+(``loop``: batches, rows drawn, rows drawn past the look where an image then stopped, host seconds waiting for
+counts, and ``stalled_s``, the device idle the host saw between its queued work and the next batch) and, on
+CUDA, ``device_idle_s``: the device's own idle time between batches, from timing events around each batch;
+the sequential headline states the idle time and the unused rows. Noise seed 0 everywhere. Writes OUT/<command>.json
+and .md. Only the package's public API.
 """
 
 from __future__ import annotations
@@ -126,6 +130,35 @@ def _population(shape: tuple[int, ...], count: int):
         yield index, torch.rand(shape, generator=generator), 0
 
 
+class TimedBatches:
+    """A body whose batches are bracketed by CUDA timing events: the device's idle time between batches."""
+
+    def __init__(self, body) -> None:
+        self.body, self.description = body, body.description
+        self._marks: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
+
+    def allocate(self, num_slots, phase_ids):
+        return self.body.allocate(num_slots, phase_ids)
+
+    def load(self, slot, image):
+        self.body.load(slot, image)
+
+    def run(self, *rows):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        self.body.run(*rows)
+        end.record()
+        self._marks.append((start, end))
+
+    def finish(self):
+        self.body.finish()
+
+    def idle_s(self) -> float:
+        torch.cuda.synchronize()
+        gaps = (before[1].elapsed_time(after[0]) for before, after in zip(self._marks, self._marks[1:]))
+        return sum(max(0.0, gap) for gap in gaps) / 1e3  # milliseconds
+
+
 def _run(args, engine: TorchEngine, body, plan: SamplingPlan, images: int, decide=None) -> dict:
     """One timed run over ``images`` images (after a one-image warm-up of the same plan: compiling and
     capturing happen there), stopping at the deadline; the drawn samples include in-flight images."""
@@ -133,7 +166,8 @@ def _run(args, engine: TorchEngine, body, plan: SamplingPlan, images: int, decid
     warm = StreamingCertifier(engine, plan, SIGMA, SEED, args.batch, body)
     list(warm.run(_population(engine.spec.input_shape, 1), decide))
     _sync(device)
-    certifier = StreamingCertifier(engine, plan, SIGMA, SEED, args.batch, body)
+    timed = TimedBatches(body) if device.type == "cuda" else None
+    certifier = StreamingCertifier(engine, plan, SIGMA, SEED, args.batch, timed or body)
     start, finished, stopped = time.perf_counter(), 0, False
     for _ in certifier.run(_population(engine.spec.input_shape, images), decide):
         finished += 1
@@ -142,10 +176,13 @@ def _run(args, engine: TorchEngine, body, plan: SamplingPlan, images: int, decid
             break
     _sync(device)
     seconds = time.perf_counter() - start
+    loop = dataclasses.asdict(certifier.stats())
     return {"images": images, "finished": finished, "stopped_at_deadline": stopped, "seconds": seconds,
             "drawn": certifier.samples, "drawn_per_s": certifier.samples / seconds,
             "drawn_per_image": certifier.samples / max(finished, 1), "s_per_image": seconds / max(finished, 1),
-            "minutes_per_1000_images": seconds / max(finished, 1) * 1000 / 60}
+            "minutes_per_1000_images": seconds / max(finished, 1) * 1000 / 60, "loop": loop,
+            "batch_fill": loop["drawn"] / max(loop["batches"] * args.batch, 1),
+            "device_idle_s": timed.idle_s() if timed is not None else None}
 
 
 def _engine(args):
@@ -166,6 +203,13 @@ def certify(args) -> int:
     return 0 if result["finished"] == args.images else 1
 
 
+def _idle(result: dict) -> str:
+    """The device's idle time (timing events; on a CPU: the stall the host saw) in seconds and of the run."""
+    idle = result["device_idle_s"]
+    idle, what = (result["loop"]["stalled_s"], " (host-seen stall)") if idle is None else (idle, "")
+    return f"{idle:.2f} s = {idle / result['seconds']:.1%} of the run{what}"
+
+
 def sequential(args) -> int:
     engine, body, precision = _engine(args)
     fixed, source = None, None
@@ -179,9 +223,12 @@ def sequential(args) -> int:
     procedure = Procedure(ProcedureSpec(CERTIFY, args.n, ALPHA, SIGMA, args.n0, sequential=True))
     result = _run(args, engine, body, procedure.plan, args.images, procedure.decide)
     ratio = result["drawn_per_s"] / fixed["drawn_per_s"]
+    loop = result["loop"]
+    used = loop["drawn"] - loop["unused"]
     headline = (f"{args.model} {precision} --sequential: {result['finished']}/{args.images} images, "
                 f"{result['drawn_per_s']:,.0f} drawn/s vs fixed-n {fixed['drawn_per_s']:,.0f} ({ratio:.2f}x), "
-                f"{result['drawn_per_image']:,.0f} samples/image")
+                f"{result['drawn_per_image']:,.0f} samples/image; device idle {_idle(result)}, drawn but unused "
+                f"{loop['unused'] / max(used, 1):.2%} of used, batches {result['batch_fill']:.1%} full")
     record = {**_meta(args, engine.device), "body": body.options.describe(), "precision": precision,
               "procedure": procedure.name, "headline": headline, "sequential": result, "fixed_n": fixed,
               "fixed_n_source": source, "drawn_ratio": ratio}

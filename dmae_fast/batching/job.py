@@ -1,0 +1,107 @@
+"""One image to sample (:class:`Job`), its rows as a batch body takes them (:func:`batch_rows`), and what a
+batch body is (:class:`BatchBody`)."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+import torch
+
+from dmae_fast.batching.device_queue import to_device
+from dmae_fast.stats.decisions import finite_counts
+from dmae_fast.stats.plan import Decide, Phase, SamplingPlan
+
+PHASES = (Phase.SELECTION, Phase.ESTIMATION, Phase.PREDICTION)  # a phase's position in the counts = its value
+Segment = tuple[int, int, int, int, int]  # consecutive rows: (slot, image index, phase, first sample, count)
+
+
+def phase_ids(device: torch.device) -> torch.Tensor:
+    """The phases of the counts buffer, in position order (a phase's position is its value)."""
+    return torch.tensor([int(phase) for phase in PHASES], device=device)
+
+
+class BatchBody(Protocol):
+    """What the scheduler needs to run batches (:class:`~.stream.ImageBatches` or a fast body)."""
+
+    description: str
+
+    def allocate(self, num_slots: int, phase_ids: torch.Tensor) -> torch.Tensor:
+        """Per-run buffers; returns the counts [slots, len(phase_ids), classes + 1] the scheduler reads
+        (``phase_ids[position]``: the phase counted at that position; :func:`phase_ids` for a run)."""
+
+    def load(self, slot: int, image: torch.Tensor) -> None: ...
+
+    def run(self, slot: torch.Tensor, index: torch.Tensor, position: torch.Tensor, sample: torch.Tensor) -> None:
+        """Noise, classify and count one batch of rows (device tensors), without synchronizing;
+        ``position``: each row's phase as its position in the counts buffer."""
+
+    def finish(self) -> None:
+        """Called when a run ends (completed or not): undo run-wide settings."""
+
+
+class Job:
+    """One image to sample: its plan and stopping rule, its progress and its slot. ``row``: the rows handed to
+    the device so far; ``stage``: the looks decided so far, so the stage whose end is decided next; ``spare``:
+    the slot that counts the rows past its look in the batch of the look (None: none)."""
+
+    __slots__ = ("image", "plan", "decide", "index", "label", "row", "stage", "slot", "spare", "_starts", "_phases")
+
+    def __init__(self, image: torch.Tensor, plan: SamplingPlan, decide: Decide | None = None, index: int = -1,
+                 label: int = 0) -> None:
+        self.image, self.plan, self.decide = image, plan, decide
+        self.index, self.label = index, label
+        self.row = self.stage = 0
+        self.slot: int | None = None
+        self.spare: int | None = None
+        self._starts = np.cumsum((0,) + plan.sizes)
+        self._phases = [int(phase) for phase in plan.phases]  # their rows in the counts buffer
+
+    @property
+    def stage_end(self) -> int:
+        return self.plan.stage_ends[self.stage]
+
+    @property
+    def next_end(self) -> int:
+        """The end of the stage after the current one (not at the last stage): as far as rows may run ahead
+        while the decision at ``stage_end`` is on its way."""
+        return self.plan.stage_ends[self.stage + 1]
+
+    @property
+    def final(self) -> bool:
+        return self.stage == len(self.plan.stage_ends) - 1
+
+    @property
+    def past_next_look(self) -> bool:
+        """Whether rows reached the look after the undecided one (whose counts are then on their way too)."""
+        return not self.final and self.row == self.next_end
+
+    def segments(self, take: int, slot: int | None = None) -> list[Segment]:
+        """Rows [row, row + take) of this image, split at its plan's phase boundaries, counted in ``slot``
+        (default: its own)."""
+        slot = self.slot if slot is None else slot
+        out = []
+        for phase, start, end in zip(self._phases, self._starts[:-1], self._starts[1:]):
+            lo, hi = max(self.row, start), min(self.row + take, end)
+            if lo < hi:
+                out.append((slot, self.index, phase, int(lo - start), int(hi - lo)))
+        return out
+
+    def counts(self, slot_counts: np.ndarray) -> np.ndarray:
+        """This image's rows of a slot's counts [3 phases, classes + 1], in plan order, the
+        non-finite column checked and removed (raises UserError when a logit was not finite)."""
+        return finite_counts(self.index, slot_counts[self._phases])
+
+
+def batch_rows(segments: list[Segment], device: torch.device,
+               part: tuple[int, int] | None = None) -> tuple[torch.Tensor, ...]:
+    """Runs of rows (slot, image index, phase position, first sample, count) -> the four per-row
+    columns a batch body takes, on ``device`` (copied without blocking the host); only the rows
+    [lo, hi) of ``part`` where given."""
+    columns = torch.tensor([s[:4] for s in segments], dtype=torch.int64)
+    lengths = torch.tensor([s[4] for s in segments])
+    per_row = torch.repeat_interleave(columns, lengths, dim=0)
+    per_row[:, 3] += torch.arange(len(per_row)) - torch.repeat_interleave(torch.cumsum(lengths, 0) - lengths, lengths)
+    if part is not None:
+        per_row = per_row[part[0]:part[1]]
+    return to_device(per_row, device).unbind(1)
