@@ -30,14 +30,9 @@ MAX_RECORD_BYTES = 16 * 2**20  # a run record is a few KiB
 Style = Literal["text", "markdown", "latex"]
 
 
-def _first_few(values: Sequence[object]) -> str:
+def _first_few(values: Sequence[object] | np.ndarray) -> str:
     """'3, 8, 9 (+2 more)': the first five of ``values``."""
     return ", ".join(map(str, values[:5])) + (f" (+{len(values) - 5} more)" if len(values) > 5 else "")
-
-
-def _some_indices(table: ResultsTable, rows: Sequence[int] | np.ndarray) -> str:
-    """'idx 3, 8, 9 (+2 more)': the images of the first few of ``rows``."""
-    return f"idx {_first_few([table.idx[row] for row in rows])}"
 
 
 def _require_rows(table: ResultsTable) -> None:
@@ -59,12 +54,12 @@ def _require_rows(table: ResultsTable) -> None:
         beyond = np.flatnonzero(table.radius > RADIUS_CEILING)
         if beyond.size:
             raise UserError(f"{table.path}: {beyond.size} row(s) state a radius above {RADIUS_CEILING:g}, more than "
-                            f"any certificate can (sigma <= {MAX_SIGMA:g}): {_some_indices(table, beyond)}")
+                            f"any certificate can (sigma <= {MAX_SIGMA:g}): idx {_first_few(table.idx[beyond])}")
 
 
 def run_record(table: ResultsTable) -> tuple[dict | None, str]:
-    """The run record ``<file>.json`` that dmae-certify writes beside a results file, or None and
-    why there is none (a missing, unreadable or oversized file, or not a JSON object)."""
+    """The run record ``<file>.json`` beside a results file, or None and why (missing, unreadable, too large, not
+    a JSON object)."""
     path = f"{table.path}.json"
     if not os.path.exists(path):
         return None, f"there is no run record {path}"
@@ -100,12 +95,10 @@ def recorded_rules(table: ResultsTable, record: dict) -> tuple[RowRules | None, 
 
 
 def check_rows(table: ResultsTable) -> str | None:
-    """Refuse (UserError, one line) a results file with a row its run cannot have written; returns a
-    one-line warning when the rows could only be checked without their run record, else None.
-
-    Rows with counts (dmae-certify's) are checked as ``--resume`` checks them under the procedure
-    rebuilt from the run record ``<file>.json``, else by what they prove at every alpha. Rows without
-    counts (Cohen et al.'s) get the range checks of every summary (:func:`_require_rows`)."""
+    """Refuse (UserError, one line) a results file with a row its run cannot have written; a one-line warning when
+    its rows could only be checked without their run record, else None. Rows with counts (dmae-certify's) are
+    checked as ``--resume`` checks them, under the procedure rebuilt from the run record ``<file>.json``, else by
+    what they prove at any alpha; every file gets the range checks of every summary (:func:`_require_rows`)."""
     if not any(name in table.extra for name in COUNT_COLUMNS[table.kind]):
         _require_rows(table)
         return None
@@ -116,7 +109,7 @@ def check_rows(table: ResultsTable) -> str | None:
         (row, problem), others = bad[0], [other for other, _ in bad[1:]]
         basis = (f"against their run record {table.path}.json (those --resume makes)" if rules
                  else f"of what their counts alone prove at any alpha ({why})")
-        also = f"; so do {_some_indices(table, others)}" if others else ""
+        also = f"; so do idx {_first_few(table.idx[others])}" if others else ""
         raise UserError(f"{table.path}: {len(bad)} of {len(table)} rows fail the checks {basis}: the row of image "
                         f"idx {table.idx[row]} {problem}{also}; the file was edited or its rows come from another run")
     _require_rows(table)
@@ -195,18 +188,12 @@ def _render(header: list[str], rows: list[list[str]], style: Style) -> str:
 
 
 def reachable_radii(radii: Sequence[float], cap: float | None) -> tuple[list[float], str | None]:
-    """(the radii a run could certify, a one-line note on those left out, or None).
-
-    ``cap``: the largest radius the run could certify (sigma * Phi^-1(alpha^(1/n))), None when unknown; a
-    column above it would be 0% by construction, not a measurement."""
-    if cap is None:
-        return list(radii), None
-    kept = [r for r in radii if r <= cap]
-    left = ", ".join(f"{r:g}" for r in radii if r > cap)
-    if not left:
-        return kept, None
+    """(the radii at most ``cap``, the largest radius the run could certify (sigma * Phi^-1(alpha^(1/n)); None:
+    unknown), a one-line note on those left out or None): a column above it would be 0% by construction."""
+    kept = [r for r in radii if cap is None or r <= cap]
+    left = ", ".join(f"{r:g}" for r in radii if cap is not None and r > cap)
     return kept, (f"radii above {cap:.3f} (the largest radius n samples can certify at the run's alpha) cannot be "
-                  f"certified by this run and are not listed: {left}")
+                  f"certified by this run and are not listed: {left}" if left else None)
 
 
 def recorded_cap(table: ResultsTable) -> float | None:
@@ -236,12 +223,9 @@ def format_table(tables: Sequence[ResultsTable], radii: Sequence[float] = DEFAUL
     predict_rows = [[name, f"{100 * clean_accuracy(t):.1f}", f"{100 * abstain_rate(t):.1f}"]
                     for name, t in zip(names, tables) if t.kind == "predict"]
     percent = r"\%" if style == "latex" else "%"
-    parts = []
-    if certify_rows:
-        parts.append(_render(["file", *radius_header, "ACR"], certify_rows, style))
-    if predict_rows:
-        parts.append(_render(["file", f"accuracy ({percent})", f"abstain ({percent})"], predict_rows, style))
-    return "\n\n".join(parts)
+    sections = [(["file", *radius_header, "ACR"], certify_rows),
+                (["file", f"accuracy ({percent})", f"abstain ({percent})"], predict_rows)]
+    return "\n\n".join(_render(header, rows, style) for header, rows in sections if rows)
 
 
 def plot_certified_accuracy(tables: Sequence[ResultsTable], out_path: str | os.PathLike[str],
@@ -266,10 +250,7 @@ def plot_certified_accuracy(tables: Sequence[ResultsTable], out_path: str | os.P
     ax = fig.add_subplot()
     curves = [ax.step(grid, certified_accuracy(t, grid), where="post")[0] for t in tables]
     ax.legend(curves, names)
-    ax.set_xlabel(r"radius ($\ell_2$)")
-    ax.set_ylabel("certified accuracy")
-    ax.set_xlim(0.0, float(grid[-1]))
-    ax.set_ylim(0.0, 1.0)
+    ax.set(xlabel=r"radius ($\ell_2$)", ylabel="certified accuracy", xlim=(0.0, float(grid[-1])), ylim=(0.0, 1.0))
     ax.grid(True, alpha=0.4)
     try:
         fig.savefig(out, dpi=150)

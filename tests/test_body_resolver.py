@@ -12,6 +12,7 @@ import pytest
 from dmae_fast.base.errors import UserError
 from dmae_fast.batching.bodies import ResolvedBody
 from dmae_fast.batching.body_options import BodyOptions
+from dmae_fast.batching.fast_body import FastBatches
 from dmae_fast.batching.stream import ImageBatches
 from dmae_fast.cli import serve, serve_replay
 from dmae_fast.cli.body_args import body_options
@@ -58,7 +59,9 @@ def test_the_body_choice_and_its_reason():
     fused = body_options(_args("--fused", "--compile"), {"DMAE_FAST_BODY": "plain"})
     assert (fused.fast, fused.body, fused.reason) == (False, "fast", "--fast-parts fused,compile")  # their own body
     assert body_options(_args("--fused", body="plain"), {}).reason == "--fast-parts fused (over --body plain)"
-    assert body_options(_args(), {}, profile=True).reason == "--profile" and not body_options(_args(), {}).profile
+    profiled = body_options(_args(), {}, profile=True)  # the eager fast body, timed (resolve_body's timer)
+    assert (profiled.fast, profiled.named_parts, profiled.reason) == (False, (), "--profile")
+    assert body_options(_args("--fast"), {}, profile=True).fast
     with pytest.raises(UserError, match="--fast and --body plain contradict"):
         body_options(_args("--fast", body="plain"), {})
     with pytest.raises(UserError, match="DMAE_FAST_BODY='quick': choose fast or plain"):
@@ -73,6 +76,8 @@ def test_a_body_other_than_the_one_asked_for_says_why():
     assert str(ResolvedBody(token_body, BodyOptions(reason="--body plain"))) == \
         "fast body: --body plain; a token engine runs only behind the fast body's front end"
     assert ResolvedBody(token_body, BodyOptions(compile=True)).reason == "--fast-parts compile"
+    fast = object.__new__(FastBatches)
+    assert str(ResolvedBody(fast, BodyOptions(reason="--profile"), profiled=True)) == "fast body: --profile"
 
 
 def test_the_server_and_the_replay_take_dmae_certifys_body_options():

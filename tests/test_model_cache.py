@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -125,3 +126,15 @@ def test_the_entries_read_are_listed_and_can_be_dropped(cache):
     assert cache.reads == [cache.folder / "a.entry"]
     drop_entries(cache.reads + [cache.folder / "never-written.entry"])
     assert cache.read("a") is None
+
+
+def test_the_code_part_of_a_key_covers_every_module_of_the_package(tmp_path):
+    """A change anywhere in the package (the model's modules included, not only the engines') changes the key."""
+    import dmae_fast
+
+    assert model_cache.package_sha256() == model_cache.package_sha256(Path(dmae_fast.__file__).parent)
+    for tree, depth in (("a", 12), ("b", 24)):  # two trees that differ only in a model module
+        for folder, name, text in (("engines", "cache.py", "x = 1\n"), ("model", "dmae.py", f"depth = {depth}\n")):
+            (tmp_path / tree / folder).mkdir(parents=True, exist_ok=True)
+            (tmp_path / tree / folder / name).write_text(text)
+    assert model_cache.package_sha256(tmp_path / "a") != model_cache.package_sha256(tmp_path / "b")

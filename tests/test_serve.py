@@ -829,6 +829,7 @@ def test_uvicorn_is_bounded_to_the_releases_the_read_deadline_was_verified_on(ca
     cycle_init = inspect.getsource(RequestResponseCycle.__init__)
     assert all(f"self.{name} =" in cycle_init for name in ("disconnected", "message_event", "response_complete"))
     assert "self.cycle" in inspect.getsource(HttpToolsProtocol) and uvicorn.__version__
+    assert "self._captured_signals.append(sig)" in inspect.getsource(uvicorn.Server.handle_exit)
     monkeypatch.setattr(server_module, "check_uvicorn",
                         lambda real=server_module.check_uvicorn: real(f"{high[0]}.{high[1]}.0"))
     assert serve_cli.main(["--ckpt", "demo", "--port", "0"]) == 2

@@ -3,7 +3,8 @@ to a body, and says why (:class:`ResolvedBody`).
 
 * plain (default): :class:`~dmae_fast.batching.stream.ImageBatches`, any engine;
 * ``--fast`` on a CPU: :class:`~dmae_fast.batching.cpu_batches.ChunkedCpuBatches`;
-* ``--fast`` on CUDA, or any ``--fast-parts`` or ``--profile``: :class:`~dmae_fast.batching.fast_body.FastBatches`.
+* ``--fast`` on CUDA, any ``--fast-parts``, or a stage timer (``--profile``):
+  :class:`~dmae_fast.batching.fast_body.FastBatches`.
 
 A fast body is used only after it has agreed with the plain body on a trial batch, else the next simpler one runs
 (:mod:`dmae_fast.batching.fallback`). Every body gives the same counts up to the classifier's rounding."""
@@ -31,11 +32,12 @@ from dmae_fast.noise.compiled import NoiseSource
 
 @dataclass(frozen=True)
 class ResolvedBody:
-    """A body built for ``options``, and why; ``name`` and ``reason`` follow the body in use (one that failed
-    mid-run is replaced by the next simpler one: :meth:`BodyChain.replace`)."""
+    """A body built for ``options`` (``profiled``: with a stage timer), and why; ``name`` and ``reason`` follow
+    the body in use (one that failed mid-run is replaced by the next simpler one: :meth:`BodyChain.replace`)."""
 
     body: BatchBody
     options: BodyOptions
+    profiled: bool = False
 
     @property
     def current(self) -> BatchBody:
@@ -51,8 +53,8 @@ class ResolvedBody:
     def reason(self) -> str:
         """Why this body: the options' reason, and why it is not the body they asked for where it is not."""
         options = self.options
-        why = options.reason or ("fast=True" if options.fast else " ".join(options.parts) or "the default")
-        if self.name == options.body:
+        why = options.reason or ("fast=True" if options.fast else options.parts or "the default")
+        if self.name == ("fast" if self.profiled else options.body):
             return why
         if self.name == "fast":
             return f"{why}; a token engine runs only behind the fast body's front end"
@@ -71,14 +73,13 @@ def resolve_body(engine: Engine, sigma: float, seed: int, batch: int, options: B
     """The batch body for ``engine`` and ``options`` (see the module doc), and why. ``body.fallbacks`` lists
     the notices of the bodies passed over (also printed); ``body.chain`` gives the next body if this one
     fails mid-run. A ``timer`` (a per-stage profile) times the fast path's stages."""
-    options = replace(options, profile=options.profile or timer is not None)
     if engine.device.type == "cpu":
         keep_freed_memory()
     chain = BodyChain(engine)
     grid = None if options.sound is None else options.sound.grid
     noise = functools.partial(NoiseSource, engine.device, options.noise == "compiled", grid=grid, notice=chain.notice)
-    path = _fast_path(options, engine.device.type)
-    if options.fast and engine.device.type == "cpu" and not options.profile and engine.input == "image":
+    path = _fast_path(options, engine.device.type, timer is not None)
+    if options.fast and engine.device.type == "cpu" and timer is None and engine.input == "image":
         candidates = _cpu_candidates(engine, sigma, seed, batch, options, noise)
     elif path is not None or engine.input == "tokens":
         candidates = _fast_candidates(engine, sigma, seed, batch, path or FastPath(), timer, noise)
@@ -90,7 +91,7 @@ def resolve_body(engine: Engine, sigma: float, seed: int, batch: int, options: B
     body = chain.choose(candidates, functools.partial(_plain, engine, sigma, seed, batch, timer, noise), reference)
     if timer is not None:
         timer.reset()  # the trial batches are not part of the profile
-    return ResolvedBody(body, options)
+    return ResolvedBody(body, options, timer is not None)
 
 
 def batch_body(engine: Engine, sigma: float, seed: int, batch: int, options: BodyOptions,
@@ -99,11 +100,11 @@ def batch_body(engine: Engine, sigma: float, seed: int, batch: int, options: Bod
     return resolve_body(engine, sigma, seed, batch, options, timer).body
 
 
-def _fast_path(options: BodyOptions, device_type: str) -> FastPath | None:
+def _fast_path(options: BodyOptions, device_type: str, profiled: bool) -> FastPath | None:
     """The GPU-style fast body's parts, or None when it is not the body to use."""
     if options.fast and device_type == "cuda":
         return FastPath(fused=True, compile=True, cuda_graphs=True)
-    if options.parts:
+    if options.named_parts or profiled:
         return FastPath(fused=options.fused, compile=options.compile, cuda_graphs=options.cuda_graphs)
     return None
 

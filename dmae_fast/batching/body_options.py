@@ -7,7 +7,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from dmae_fast.base.errors import raise_first
+from dmae_fast.base.errors import UserError, raise_first
 from dmae_fast.batching.choices import CPU_RUNTIMES, FAST_PARTS, NOISE_CHOICES
 
 
@@ -50,7 +50,6 @@ class BodyOptions:
     fused: bool = how(False)
     compile: bool = how(False)
     cuda_graphs: bool = how(False)
-    profile: bool = how(False)
     noise: str = how("compiled")  # "reference": the torch-op noise (the same values, slow; for checking)
     cpu_runtime: str = how("auto")  # CPU fast path: "openvino", "onnxruntime", "torch" (auto: the first installed)
     workers: int | None = how(None)  # CPU fast path: worker threads (default: one per core)
@@ -65,17 +64,17 @@ class BodyOptions:
         return tuple(part for part, on in zip(FAST_PARTS, (self.fused, self.compile, self.cuda_graphs)) if on)
 
     @property
-    def parts(self) -> tuple[str, ...]:
-        """The options that name the fast path's parts, for messages (``--fast-parts fused,compile``, ``--profile``)."""
-        named = self.named_parts
-        return ((f"--fast-parts {','.join(named)}",) if named else ()) + (("--profile",) if self.profile else ())
+    def parts(self) -> str:
+        """The option that names the fast path's parts, for messages (``--fast-parts fused,compile``; "": none)."""
+        return f"--fast-parts {','.join(self.named_parts)}" if self.named_parts else ""
 
     @property
     def body(self) -> str:
         """The body asked for: "fast" (``fast``, or a part named) or "plain"."""
-        return "fast" if self.fast or self.parts else "plain"
+        return "fast" if self.fast or self.named_parts else "plain"
 
-    def validate(self) -> None:
+    def validate(self, sigma: float | None = None) -> None:
+        """Refuse bad options; with a ``sigma``, also a ``--sound`` table too large to build (checked at once)."""
         raise_first([
             (self.noise in NOISE_CHOICES, f"--noise must be one of {', '.join(NOISE_CHOICES)}, got {self.noise!r}"),
             (self.cpu_runtime in CPU_RUNTIMES,
@@ -84,3 +83,9 @@ class BodyOptions:
             (self.sound is None or (isinstance(self.sound.grid, int) and 1 <= self.sound.grid <= 2**16),
              f"the --sound grid must be a whole number in [1, 65536], got {self.sound and self.sound.grid!r}"),
         ])
+        if self.sound is not None and sigma is not None:
+            from dmae_fast.stats.rounded_gaussian import table_problem  # mpmath: only for --sound
+
+            problem = table_problem(sigma, self.sound.grid)
+            if problem is not None:
+                raise UserError(problem)

@@ -1,27 +1,18 @@
 """The one scheduler: the noisy samples of many images packed into full batches, counts on the device.
 
-Each image (a :class:`Job`) brings its own :class:`~dmae_fast.stats.plan.SamplingPlan` and, for
-sequential CERTIFY, a stopping rule consulted at the plan's looks. The rows of the images on the device
-are laid end to end, oldest image first, and cut into batches of ``batch`` rows, so no batch runs half
-empty while rows are waiting. A row is (slot, image index, phase, sample index): the slot holds the clean
-image, the noise is the contract's pure function of the rest, and the predicted class is added to
-``counts[slot, phase, class]`` on the device. The host knows from the schedule alone when an image's
-stage ends; it then copies that image's counts back asynchronously, in queue order
-(:mod:`~dmae_fast.batching.device_queue`), so nothing waits for the device per batch. An image that finishes,
-stops early or is cancelled frees its slot for the next.
+Each image (a :class:`Job`) brings its :class:`~dmae_fast.stats.plan.SamplingPlan` and, for sequential
+CERTIFY, a stopping rule consulted at the plan's looks. The rows of the images on the device are laid end to
+end, oldest first, and cut into batches of ``batch`` rows. A row is (slot, image index, phase, sample index):
+the slot holds the clean image, the noise is the contract's pure function of the rest, and the predicted class
+is added to ``counts[slot, phase, class]`` on the device. At a stage end the image's counts are copied back
+in queue order (:mod:`~dmae_fast.batching.device_queue`), so the host never waits per batch.
 
-A decision needs the batch that ended its look to have run. So that an asynchronous device (a GPU) does not
-wait for it, a dataset's batch short of rows takes the decisions of the batches before the latest one (the
-device runs the latest meanwhile), then rows of the next stage of images whose decision is still on its way
-("ahead", never past the next look), and, in the batch of an image's look itself, rows past it counted in a
-spare slot, added to the image's own after the look's counts are copied. The copy for a decision is queued
-before any row past its look counts in the image's slot, so the decision reads exactly the counts at its
-look; rows drawn ahead for an image that then stops are dropped, counted as drawn and unused
-(:class:`LoopStats`). On a CPU every copy is on the host when the next batch is packed: no row runs ahead.
-
-The counts do not depend on the packing, so under a :class:`RowSplit` (``--shard samples``) each
-process runs the same schedule, counts its share of each batch's rows, and sums the counts at a stage
-end before anything is decided. :class:`SlotScheduler` is driven only through
+On an asynchronous device a dataset's batch short of rows takes earlier decisions, then rows past looks whose
+decision is on its way (never past the next look; in the look's own batch, in a spare slot folded in after the
+look's copy): a decision reads exactly the counts at its look, and rows drawn for an image that then stops are
+counted as unused (:class:`LoopStats`; docs/architecture.md, "Decisions off the device's path"). Under a
+:class:`RowSplit` (``--shard samples``) every process runs the same schedule, counts its share of each batch
+and sums the counts at a stage end before anything is decided. Driven only through
 :class:`~dmae_fast.batching.engine_loop.EngineLoop`.
 """
 
@@ -134,11 +125,9 @@ class SlotScheduler:
         return rows, oldest
 
     def pack(self, block: bool) -> tuple[list[Segment], list[Job]]:
-        """The next batch's rows and the images whose stage ends in it: the rows of the images on the device,
-        oldest first, then a new image while a slot is free. With ``block`` (a dataset), a batch short of rows
-        takes the decisions of the batches before the latest (the device has the latest to run meanwhile),
-        then rows beyond the looks whose decision is on its way, then rows beyond the looks in this batch (see
-        the module doc), and waits for the latest batch's decisions only when no row is left at all."""
+        """The next batch's rows and the images whose stage ends in it: rows of the images on the device, oldest
+        first, then a new image while a slot is free; with ``block`` (a dataset), a short batch as the module doc
+        says, waiting for the latest batch's decisions only when no row is left at all."""
         segments: list[Segment] = []
         reached: list[Job] = []
         room, ahead = self.batch, False

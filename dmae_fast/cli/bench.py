@@ -7,7 +7,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from dmae_fast.base.command import Parser, import_torch_while_starting, run_reporting_errors
 from dmae_fast.base.errors import UserError
@@ -81,6 +83,22 @@ def _run(argv: list[str]) -> int:
     from dmae_fast.bench.suite import run_bench
 
     return run_bench(config)
+
+
+def run_subcommand(prog: str, config: Callable[[], Any], runner: str) -> int:
+    """A subcommand: its ``config()``, checked before torch is imported (option errors answer at once), run by
+    ``runner`` ("module:function", returning (results, (json, md))); prints the table and the files written."""
+
+    def body() -> int:
+        settings = config()
+        settings.validate()
+        module, name = runner.split(":")
+        _, paths = getattr(importlib.import_module(module), name)(settings)
+        print(paths[1].read_text(encoding="utf-8"))
+        print(f"{prog}: wrote {', '.join(map(str, paths))}", file=sys.stderr)
+        return 0
+
+    return run_reporting_errors(prog, body)
 
 
 def main(argv: list[str] | None = None) -> int:

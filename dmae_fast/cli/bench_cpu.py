@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
-from dmae_fast.base.command import Parser, run_reporting_errors
+from dmae_fast.base.command import Parser
+from dmae_fast.cli.bench import run_subcommand
 
 PROG = "dmae-bench cpu"
 
@@ -27,16 +27,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    def body() -> int:
+    def config():
+        from dmae_fast.bench.cpu import CpuBenchConfig
+
         args = build_parser().parse_args(argv)
-        from dmae_fast.bench.cpu import CpuBenchConfig, run_cpu_bench
-
         commands = args.commands if args.commands is not None else ([] if args.quick else [10, 100])
-        config = CpuBenchConfig(out=args.out, rounds=args.rounds, quick=args.quick, commands=tuple(commands),
-                                **{k: tuple(v) for k, v in (("models", args.models), ("threads", args.threads)) if v})
-        _, paths = run_cpu_bench(config)
-        print(paths[1].read_text(encoding="utf-8"))
-        print(f"{PROG}: wrote {', '.join(map(str, paths))}", file=sys.stderr)
-        return 0
+        return CpuBenchConfig(out=args.out, rounds=args.rounds, quick=args.quick, commands=tuple(commands),
+                              **{k: tuple(v) for k, v in (("models", args.models), ("threads", args.threads)) if v})
 
-    return run_reporting_errors(PROG, body)
+    return run_subcommand(PROG, config, "dmae_fast.bench.cpu:run_cpu_bench")

@@ -8,8 +8,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from dmae_fast.base.command import Parser, run_reporting_errors
+from dmae_fast.base.command import Parser
 from dmae_fast.bench.config import DEFAULT_CERTIFY, ScalingConfig
+from dmae_fast.cli.bench import run_subcommand
 
 PROG = "dmae-bench scaling"
 
@@ -28,22 +29,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    def body() -> int:
+    def config() -> ScalingConfig:
         args_list = sys.argv[1:] if argv is None else list(argv)
         split = args_list.index("--") if "--" in args_list else len(args_list)
         args = build_parser().parse_args(args_list[:split])
-        config = ScalingConfig(out=args.out, procs=tuple(args.procs), rounds=args.rounds, threads=args.threads or None,
-                               certify=tuple(args_list[split + 1:]) or DEFAULT_CERTIFY)
-        config.validate()  # before torch is imported: option errors answer at once
-        from dmae_fast.bench.scaling import run_scaling
+        return ScalingConfig(out=args.out, procs=tuple(args.procs), rounds=args.rounds, threads=args.threads or None,
+                             certify=tuple(args_list[split + 1:]) or DEFAULT_CERTIFY)
 
-        _, paths = run_scaling(config)
-        print(paths[1].read_text(encoding="utf-8"))
-        print(f"{PROG}: wrote {', '.join(map(str, paths))}", file=sys.stderr)
-        return 0
-
-    return run_reporting_errors(PROG, body)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return run_subcommand(PROG, config, "dmae_fast.bench.scaling:run_scaling")

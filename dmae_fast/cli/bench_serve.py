@@ -4,10 +4,10 @@ latency at 25/50/90% of saturation, for several --max-wait-ms values (loopback, 
 from __future__ import annotations
 
 import argparse
-import sys
 
-from dmae_fast.base.command import Parser, run_reporting_errors
+from dmae_fast.base.command import Parser
 from dmae_fast.bench.config import ServeBenchConfig
+from dmae_fast.cli.bench import run_subcommand
 
 PROG = "dmae-bench serve"
 
@@ -38,16 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    def body() -> int:
+    def config() -> ServeBenchConfig:
         args = build_parser().parse_args(argv)
-        config = ServeBenchConfig(**{**vars(args), "max_waits_ms": tuple(args.max_waits_ms),
-                                     "loads": tuple(args.loads)})
-        config.validate()  # before torch is imported: option errors answer at once
-        from dmae_fast.bench.serve import run_serve_bench
+        return ServeBenchConfig(**{**vars(args), "max_waits_ms": tuple(args.max_waits_ms), "loads": tuple(args.loads)})
 
-        _, paths = run_serve_bench(config)
-        print(paths[1].read_text(encoding="utf-8"))
-        print(f"{PROG}: wrote {', '.join(map(str, paths))}", file=sys.stderr)
-        return 0
-
-    return run_reporting_errors(PROG, body)
+    return run_subcommand(PROG, config, "dmae_fast.bench.serve:run_serve_bench")

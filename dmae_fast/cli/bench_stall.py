@@ -7,10 +7,10 @@ decisions, made visible on a CPU): drawn samples/s, rows drawn but unused, the d
 from __future__ import annotations
 
 import argparse
-import sys
 
-from dmae_fast.base.command import Parser, run_reporting_errors
+from dmae_fast.base.command import Parser
 from dmae_fast.bench.config import StallConfig
+from dmae_fast.cli.bench import run_subcommand
 
 PROG = "dmae-bench stall"
 
@@ -42,19 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    def body() -> int:
+    def config() -> StallConfig:
         args = build_parser().parse_args(argv)
-        config = StallConfig(**{**vars(args), "images": tuple(args.images), "caps": tuple(args.caps)})
-        config.validate()  # before torch is imported: option errors answer at once
-        from dmae_fast.bench.stall import run_stall
+        return StallConfig(**{**vars(args), "images": tuple(args.images), "caps": tuple(args.caps)})
 
-        _, paths = run_stall(config)
-        print(paths[1].read_text(encoding="utf-8"))
-        print(f"{PROG}: wrote {', '.join(map(str, paths))}", file=sys.stderr)
-        return 0
-
-    return run_reporting_errors(PROG, body)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return run_subcommand(PROG, config, "dmae_fast.bench.stall:run_stall")

@@ -56,13 +56,13 @@ def body_options(args: argparse.Namespace, environ: Mapping[str, str], default: 
         raise UserError("--fast and --body plain contradict each other; give one")
     parts = set(args.fast_parts or ())
     options = BodyOptions(fused="fused" in parts, compile="compile" in parts, cuda_graphs="cuda-graphs" in parts,
-                          profile=profile, noise=args.noise, cpu_runtime=args.cpu_runtime)
+                          noise=args.noise, cpu_runtime=args.cpu_runtime)
     env = environ.get(BODY_ENV)
     if args.body is not None:
         body, why = args.body, f"--body {args.body}"
     elif args.fast:
         body, why = "fast", "--fast"
-    elif options.parts:
+    elif options.parts or profile:  # --profile times the eager fast body unless the parts or --fast say more
         body, why = "plain", ""
     elif env is not None:
         if env not in BODY_CHOICES:
@@ -70,6 +70,7 @@ def body_options(args: argparse.Namespace, environ: Mapping[str, str], default: 
         body, why = env, f"{BODY_ENV}={env}"
     else:
         body, why = default, REASONS[default]
-    if body == "plain" and options.parts:  # the parts pick the fast body, whatever asked for the plain one
-        why = " ".join(options.parts) + (f" (over {why})" if why else "")
+    named = " ".join(filter(None, (options.parts, "--profile" if profile else "")))
+    if body == "plain" and named:  # the parts pick the fast body, whatever asked for the plain one
+        why = named + (f" (over {why})" if why else "")
     return replace(options, fast=body == "fast", reason=why)

@@ -1,14 +1,10 @@
-"""Reading image files as float32 tensors ``[C, H, W]`` in [0, 1], exactly or not at all.
-
-:func:`load_rgb` decodes a file by the rules of bit depths and modes it documents, :func:`decoded_image_tensor`
-applies them to an image the server decoded, and :func:`eval_transform` is the evaluation resize and center crop."""
+"""Reading image files as float32 tensors ``[C, H, W]`` in [0, 1], exactly (:func:`load_rgb`'s rules) or not at all."""
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -163,7 +159,7 @@ def to_tensor(image: Image.Image | torch.Tensor) -> torch.Tensor:
     return transforms.functional.to_tensor(image)
 
 
-def common_size(paths: list[Path]) -> tuple[int, int]:
+def common_size(paths: Sequence[str | os.PathLike]) -> tuple[int, int]:
     """The (width, height) shared by all images; UserError naming the first that differs."""
     first = _image_size(paths[0])
     for path in paths[1:]:
@@ -174,7 +170,7 @@ def common_size(paths: list[Path]) -> tuple[int, int]:
     return first
 
 
-def _image_size(path: Path) -> tuple[int, int]:
+def _image_size(path: str | os.PathLike) -> tuple[int, int]:
     """An image's (width, height) from its header."""
     try:
         with Image.open(path) as image:

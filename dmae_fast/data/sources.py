@@ -8,13 +8,14 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch.utils.data import Dataset
+from torchvision import datasets
 
 from dmae_fast.base.errors import UserError
 from dmae_fast.base.messages import one_line
 from dmae_fast.data.checks import check_split, ensure_readable
 from dmae_fast.data.cifar import CIFAR_TEST_BATCH, cifar10, cifar_dir
-from dmae_fast.data.datasets import ImageFolderDataset, ImageListDataset, TensorImageDataset
-from dmae_fast.data.decode import check_image_size, common_size
+from dmae_fast.data.datasets import ImageListDataset, TensorImageDataset
+from dmae_fast.data.decode import check_image_size
 from dmae_fast.data.labels import read_label_file
 from dmae_fast.demo_files import DEMO
 
@@ -40,10 +41,32 @@ def demo_digits(split: str) -> TensorImageDataset:
     return TensorImageDataset(images.unsqueeze(1).repeat(1, 3, 1, 1), labels, [str(d) for d in range(10)])
 
 
-def image_folder(root: str | os.PathLike, image_size: int | None) -> ImageFolderDataset:
+def image_folder(root: str | os.PathLike, image_size: int | None) -> ImageListDataset:
     """ImageNet layout: class subfolders of images, resized and center-cropped to ``image_size`` (required),
     found as by :class:`torchvision.datasets.ImageFolder`; a symlink loop is refused."""
-    return ImageFolderDataset(root, image_size)
+    if image_size is None:
+        raise UserError(f"an image size is required for the class-folder dataset {root}")
+    image_size = check_image_size(image_size)
+    if not ensure_readable(Path(root)):
+        raise UserError(f"an image folder must be a directory of class subfolders, not the file {root}")
+    _check_no_directory_twice(Path(root))
+    try:
+        folder = datasets.ImageFolder(root)  # lists the images and their classes; reads no image
+    except OSError as exc:  # no class folder, or one without image files
+        raise UserError(f"image folder {root}: {one_line(exc)}") from None
+    return ImageListDataset(folder.samples, image_size, list(folder.classes))
+
+
+def _check_no_directory_twice(root: Path) -> None:
+    """Refuse a folder tree that reaches one directory twice through symbolic links: ImageFolder follows
+    links, so a loop would list the same images over and over (until the OS's symlink-depth limit)."""
+    seen: dict[str, str] = {}
+    for directory, _, _ in os.walk(root, followlinks=True):
+        real = os.path.realpath(directory)
+        if real in seen:
+            raise UserError(f"image folder {root}: {directory} is the directory {seen[real]} again "
+                            "(a symbolic link loop, or a second link to it); every image must be reached once")
+        seen[real] = directory
 
 
 def image_list(path: str | os.PathLike, image_size: int | None,
@@ -72,10 +95,7 @@ def image_list(path: str | os.PathLike, image_size: int | None,
         samples = read_label_file(path, path.parent)
     if not samples:
         raise UserError(f"dataset is empty: no images listed in {labels if path.is_dir() else path}")
-    if image_size is not None:
-        return ImageListDataset(samples, image_size, (3, image_size, image_size))
-    width, height = common_size([image for image, _ in samples])
-    return ImageListDataset(samples, None, (3, height, width))
+    return ImageListDataset(samples, image_size)
 
 
 def open_dataset(spec: str, *, split: str = "test", image_size: int | None = None,

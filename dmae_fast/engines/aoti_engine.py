@@ -11,8 +11,7 @@ from dmae_fast.base.errors import UserError
 from dmae_fast.engines.exported import ExportedEngine
 from dmae_fast.engines.sidecar import EMBEDDED_KEY, EngineMeta, check_embedded
 
-# Below it, ``aoti_load_package`` of a freshly compiled package crashed the process (segmentation fault, torch
-# 2.11.0: bench/results/2026-12-02-aoti-torch-2.11/); older releases were never run with .pt2 engines.
+# below it, ``aoti_load_package`` crashed the process on freshly compiled packages (aoti_torch_problem)
 AOTI_MIN_TORCH = (2, 12)
 TRY_ANY = "DMAE_FAST_TRY_AOTI"  # set to 1: load on any torch (diagnosing the crash, e.g. under gdb)
 
@@ -49,14 +48,13 @@ class AOTIEngine(ExportedEngine):
         if target == "cuda":
             if not torch.cuda.is_available():
                 raise UserError(f"{path.name} was compiled for CUDA ({meta.device}) but CUDA is not available here")
-            resolved = torch.device("cuda", torch.cuda.current_device() if resolved.index is None else resolved.index)
         super().__init__(path, meta, resolved)
         try:
             # On CUDA one thread calls it: the single-threaded runner neither waits on the previous
             # call's event (a host sync) nor queries events, which a CUDA-graph capture forbids.
             self.package = torch._inductor.aoti_load_package(
                 str(path), run_single_threaded=target == "cuda",
-                device_index=resolved.index if target == "cuda" else -1)
+                device_index=self.device.index if target == "cuda" else -1)
         except Exception as error:  # a foreign, truncated or incompatible package
             first = (str(error).strip().splitlines() or [type(error).__name__])[0]
             raise UserError(f"cannot load AOTInductor package {path}: {first}") from None

@@ -55,8 +55,7 @@ def onnx_bytes(model: SmoothingClassifier, layout: PatchLayout | None = None) ->
 
 
 def cached_onnx_bytes(model: SmoothingClassifier, layout: PatchLayout | None, cache: ModelCache) -> bytes:
-    """:func:`onnx_bytes` from the model cache, exported and stored on a miss; keyed by the weights,
-    the classifier's spec and the layout (and the library versions and sources: :func:`cache_key`)."""
+    """:func:`onnx_bytes` through the model cache: exported and stored on a miss."""
     key = cache_key(what="onnx graph", weights=tensors_sha256(model.state_dict()), spec=model.spec.to_json_dict(),
                     layout=None if layout is None else dataclasses.asdict(layout), precision="fp32")
     graph = cache.read(key)
@@ -95,8 +94,8 @@ class ParityMismatch(RuntimeError):
 
 
 def checked(chunks: Chunks, model: SmoothingClassifier, sigma: float, runtime: str) -> Chunks:
-    """``chunks`` if its logits match the PyTorch model's on noisy inputs (the exporter's parity measurement,
-    :func:`~dmae_fast.engines.agreement.compare_logits`), else :class:`ParityMismatch` naming ``runtime``."""
+    """``chunks`` if its logits match the PyTorch model's on noisy inputs (:func:`.agreement.compare_logits`),
+    else :class:`ParityMismatch` naming ``runtime``."""
     inputs = None if chunks.layout is None else chunks.layout.inputs
     difference, _ = compare_logits(model, chunks.logits, samples=64, seed=1, batch=64, sigma=sigma, inputs=inputs)
     if not difference <= PARITY_TOLERANCE:

@@ -1,11 +1,10 @@
 """CPU runtimes for the CPU batch body: the classifier of one chunk of rows, on the calling core.
 
-The classifier (fp32) is the checkpoint exported to ONNX in memory and checked against PyTorch on noisy inputs
-(:mod:`dmae_fast.engines.cpu_graphs`), or an fp32 ``.onnx`` engine file, run with one thread per worker by the first
-runtime installed of OpenVINO, ONNX Runtime and PyTorch eager (``--cpu-runtime auto``). ``--precision bf16`` runs
-PyTorch; an fp16/bf16 ``.onnx`` engine runs in ONNX Runtime. Where a checkpoint's front end allows, the exported graph
-takes the normalized patch rows the noise kernel writes (:mod:`dmae_fast.noise.patch_layout`). The model cache
-(:mod:`dmae_fast.engines.model_cache`) keeps the exported graph, the check's verdict and OpenVINO's compiled models."""
+The classifier (fp32) is the checkpoint exported to ONNX in memory, checked and cached (:mod:`.cpu_graphs`), or an
+fp32 ``.onnx`` engine file, run with one thread per worker by the first runtime installed of OpenVINO, ONNX Runtime
+and PyTorch eager (``--cpu-runtime auto``). ``--precision bf16`` runs PyTorch; an fp16/bf16 ``.onnx`` engine runs in
+ONNX Runtime. Where a checkpoint's front end allows, the exported graph takes the normalized patch rows the noise
+kernel writes (:mod:`dmae_fast.noise.patch_layout`)."""
 
 from __future__ import annotations
 
@@ -13,7 +12,6 @@ import functools
 import hashlib
 import threading
 from collections.abc import Iterable
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -23,7 +21,7 @@ from dmae_fast.base.errors import UserError
 from dmae_fast.engines.base import Engine, predicted_classes
 from dmae_fast.engines.cpu_graphs import cached_check, cached_onnx_bytes
 from dmae_fast.engines.model_cache import ModelCache, cache_key
-from dmae_fast.engines.torch_engine import PRECISIONS, precision_model
+from dmae_fast.engines.torch_engine import TorchEngine
 from dmae_fast.model import SmoothingClassifier
 from dmae_fast.noise.patch_layout import PatchLayout
 
@@ -75,8 +73,7 @@ class OpenVinoChunks:
 
         self._core = openvino_core()
         self._graph = self._core.read_model(model if isinstance(model, bytes) else str(model))
-        # No pinning: OpenVINO pins each process's streams to the first cores, so two processes
-        # (--nproc-per-node, or two runs) shared one core at half speed; unpinned, as fast alone.
+        # unpinned: pinned, the streams of every process (--nproc-per-node, two runs) share the first cores
         self._config = {"INFERENCE_NUM_THREADS": workers, "NUM_STREAMS": workers, "INFERENCE_PRECISION_HINT": "f32",
                         "ENABLE_CPU_PINNING": False}
         if cache_dir is not None:
@@ -116,29 +113,19 @@ class OpenVinoChunks:
 
 @functools.cache
 def openvino_core():
-    """The process's one OpenVINO Core, never freed: loading the CPU plugin gives the calling thread an alternate
-    signal stack in memory unmapped when the last Core and compiled model are freed, after which a Ctrl-C or
-    SIGTERM crashes the process (SIGSEGV; bench/results/2026-11-25-cpu-fast/patch-input/README.md)."""
+    """The process's one OpenVINO Core, never freed: freeing the last Core and compiled model unmaps the signal
+    stack its CPU plugin gave the calling thread, and a later Ctrl-C or SIGTERM crashes the process (SIGSEGV)."""
     import openvino as ov
 
     return ov.Core()
 
 
-class TorchChunks:
-    """The PyTorch classifier in eager mode (fp32, bf16 under autocast, or an fp8 copy) on one thread."""
+class TorchChunks(TorchEngine):
+    """The PyTorch engine on the CPU (fp32, bf16 under autocast, or an fp8 copy), on the calling thread."""
 
     def __init__(self, model: SmoothingClassifier, precision: str) -> None:
-        self.fp8 = precision == "fp8"  # a cast copy, fed bf16 rows without autocast
-        self.model = precision_model(model.eval(), precision) if self.fp8 else model.eval()
-        self.dtype = PRECISIONS[precision]
+        super().__init__(model, torch.device("cpu"), precision)
         self.description, self.layout = f"torch eager {precision}", None
-
-    @torch.inference_mode()
-    def classify(self, chunk: torch.Tensor) -> torch.Tensor:
-        if self.fp8:
-            return predicted_classes(self.model(chunk.to(self.dtype)))
-        with nullcontext() if self.dtype is None else torch.autocast("cpu", dtype=self.dtype):
-            return predicted_classes(self.model(chunk))
 
 
 def _installed(runtime: str) -> bool:
@@ -171,8 +158,7 @@ def _runtime(requested: str, candidates: tuple[str, ...], what: str, notice) -> 
 
 def _exported(model: SmoothingClassifier, layout: PatchLayout | None, sigma: float, runtime: str, workers: int,
               static_rows: Iterable[int], cache: ModelCache) -> OrtChunks | OpenVinoChunks:
-    """The checkpoint exported to ONNX, checked, on ``runtime``; what the model cache holds is not
-    rebuilt: the graph, the check's verdict for this graph and runtime, OpenVINO's compiled models."""
+    """The checkpoint exported to ONNX and checked, on ``runtime``, through the model cache (module doc)."""
     graph = cached_onnx_bytes(model, layout, cache)
     label = "exported in memory" + ("" if layout is None else f", {layout.patch}x{layout.patch} patch rows in")
     graph_sha256 = hashlib.sha256(graph).hexdigest()

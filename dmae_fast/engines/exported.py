@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
+from types import ModuleType
 
 import torch
 
@@ -10,6 +12,14 @@ from dmae_fast.base.errors import UserError
 from dmae_fast.engines.base import Engine, TokenBody, predicted_classes
 from dmae_fast.engines.front_end import load_front_end
 from dmae_fast.engines.sidecar import EngineMeta
+
+
+def import_runtime(name: str, missing: str) -> ModuleType:
+    """The runtime's module ``name`` (imported on first use), or a one-line UserError ``missing``."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        raise UserError(missing) from None
 
 
 class ExportedEngine(Engine):
@@ -26,6 +36,8 @@ class ExportedEngine(Engine):
         self.path = path
         self.meta = meta
         self.spec = meta.spec
+        if device.type == "cuda" and device.index is None:  # the current CUDA device, by index (runtimes need one)
+            device = torch.device("cuda", torch.cuda.current_device())
         self.device = device
         self.precision = meta.precision
         self.input = meta.input

@@ -1,11 +1,6 @@
 """The modules that get exported (by ``dmae-export`` to files, by the CPU fast path in memory): a
 classifier wrapped with a fixed input kind and precision; each takes float32 and returns float32 logits.
 
-* :class:`ImageGraph`: images in [0, 1] -> normalization, resize (fp32) -> cast -> ViT -> logits.
-* :class:`TokenGraph`: ``SmoothingClassifier.tokens(x)`` -> cast -> transformer body -> logits.
-* :class:`PatchGraph` (fp32, the CPU fast path): normalized patch rows (:mod:`dmae_fast.noise.patch_layout`)
-  -> one matrix product -> transformer body -> logits.
-
 The CPU fast path exports with ``pooled_tail``: the last block's fc2 applied once to the average of the patch
 tokens' hidden activations instead of to every token before the average pool (both maps are affine, so the logits
 agree up to float rounding). The bicubic resize is two matrix products with fixed interpolation matrices, needing
@@ -46,7 +41,7 @@ class _Graph(nn.Module):
 
 
 class ImageGraph(_Graph):
-    """images [B, C, H, W] float32 in [0, 1] -> logits [B, num_classes] float32."""
+    """images [B, C, H, W] float32 in [0, 1] -> normalize, resize (fp32) -> cast -> ViT -> logits [B, num_classes]."""
 
     def __init__(self, model: SmoothingClassifier, precision: str = "fp32", pooled_tail: bool = False) -> None:
         super().__init__(model, precision, pooled_tail)
@@ -109,7 +104,7 @@ def forward_embedded(vit: VisionTransformer, embedded: torch.Tensor, pooled_tail
 
 
 class TokenGraph(_Graph):
-    """tokens [B, 1 + L, D] float32 (class token and position embedding included) -> logits."""
+    """tokens [B, 1 + L, D] float32 (``SmoothingClassifier.tokens(x)``) -> cast -> transformer body -> logits."""
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.vit.forward_tokens(tokens.to(self.dtype)).float()

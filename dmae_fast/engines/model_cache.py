@@ -42,10 +42,10 @@ def library_versions() -> dict[str, str | None]:
 
 
 @functools.cache
-def package_sha256() -> str:
-    """The SHA-256 of this package's Python sources (the model and exporter code a graph is made by)."""
+def package_sha256(root: Path = Path(__file__).parents[1]) -> str:
+    """The SHA-256 of the Python sources under ``root`` (default the whole package: the model and exporter code a
+    graph is made by)."""
     digest = hashlib.sha256()
-    root = Path(__file__).parent
     for path in sorted(root.rglob("*.py")):
         digest.update(f"{path.relative_to(root)}\0".encode())
         digest.update(path.read_bytes())

@@ -12,34 +12,22 @@ import torch
 
 from dmae_fast.base.errors import UserError
 from dmae_fast.base.messages import one_line
-from dmae_fast.engines.exported import ExportedEngine
+from dmae_fast.engines.exported import ExportedEngine, import_runtime
 from dmae_fast.engines.sidecar import EMBEDDED_KEY, OUTPUT_NAME, EngineMeta, check_embedded
 
 ORT_MISSING = "ONNX Runtime is not installed: pip install onnxruntime (CPU) or onnxruntime-gpu (CUDA)"
 CUDA_EP, TENSORRT_EP, CPU_EP = "CUDAExecutionProvider", "TensorrtExecutionProvider", "CPUExecutionProvider"
 
 
-def import_onnxruntime() -> ModuleType:
-    """``onnxruntime``, or a one-line error saying how to install it."""
-    try:
-        import onnxruntime
-    except ImportError:
-        raise UserError(ORT_MISSING) from None
-    return onnxruntime
-
-
 def onnx_device(name: str, ort: ModuleType) -> torch.device:
     """'auto' -> CUDA when both torch and ONNX Runtime can use it, else the CPU."""
     has_cuda_ep = CUDA_EP in ort.get_available_providers()
     if name == "auto":
-        return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() and has_cuda_ep \
-            else torch.device("cpu")
+        return torch.device("cuda" if torch.cuda.is_available() and has_cuda_ep else "cpu")
     device = torch.device(name)
     if device.type == "cuda" and not has_cuda_ep:
         raise UserError(f"device {name}: the installed ONNX Runtime has no CUDA execution provider "
                         "(install onnxruntime-gpu, or use --device cpu)")
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
     return device
 
 
@@ -47,7 +35,7 @@ class OnnxEngine(ExportedEngine):
     """Runs an exported ONNX graph; on CUDA through IO binding (no host copies)."""
 
     def __init__(self, path: Path, meta: EngineMeta, device: str = "auto") -> None:
-        ort = import_onnxruntime()
+        ort = import_runtime("onnxruntime", ORT_MISSING)
         super().__init__(path, meta, onnx_device(device, ort))
         options = ort.SessionOptions()
         options.intra_op_num_threads = torch.get_num_threads()

@@ -11,7 +11,7 @@ from types import ModuleType
 import torch
 
 from dmae_fast.base.errors import UserError
-from dmae_fast.engines.exported import ExportedEngine
+from dmae_fast.engines.exported import ExportedEngine, import_runtime
 from dmae_fast.engines.sidecar import OUTPUT_NAME, EngineMeta
 
 TENSORRT_MISSING = ("TensorRT is not installed (pip install tensorrt needs NVIDIA's package index and a CUDA GPU); "
@@ -20,11 +20,7 @@ TENSORRT_MISSING = ("TensorRT is not installed (pip install tensorrt needs NVIDI
 
 def import_tensorrt() -> ModuleType:
     """``tensorrt``, or the one-line error above."""
-    try:
-        import tensorrt
-    except ImportError:
-        raise UserError(TENSORRT_MISSING) from None
-    return tensorrt
+    return import_runtime("tensorrt", TENSORRT_MISSING)
 
 
 class TensorRTEngine(ExportedEngine):
@@ -37,11 +33,10 @@ class TensorRTEngine(ExportedEngine):
         resolved = torch.device("cuda" if device == "auto" else device)
         if resolved.type != "cuda":
             raise UserError(f"TensorRT engine {path.name} runs on CUDA only, not on {device}")
-        resolved = torch.device("cuda", torch.cuda.current_device() if resolved.index is None else resolved.index)
         super().__init__(path, meta, resolved)
         self.logger = trt.Logger(trt.Logger.WARNING)
         self.trt_runtime = trt.Runtime(self.logger)
-        with torch.cuda.device(resolved):
+        with torch.cuda.device(self.device):
             self.engine = self.trt_runtime.deserialize_cuda_engine(path.read_bytes())
             if self.engine is None:
                 raise UserError(f"TensorRT {trt.__version__} cannot deserialize {path} (engines only run with the "

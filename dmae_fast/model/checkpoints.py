@@ -83,8 +83,9 @@ def read_checkpoint(path: str | Path) -> RawCheckpoint:
     except Exception as error:  # torch raises many types for foreign or unsafe files
         raise UserError(f"cannot read checkpoint {path} safely (weights only): {one_line(error, first=True)}") from None
     args: dict[str, Any] = {}
+    content = None  # the tensors' hash the project's training files carry (dmae_fast.base.integrity)
     if isinstance(payload, dict) and isinstance(payload.get("model"), dict):
-        _check_content(path, payload["model"], payload.get(CONTENT_KEY))
+        content = payload.get(CONTENT_KEY)
         extra = payload.get("args")
         args = vars(extra) if isinstance(extra, argparse.Namespace) else dict(extra or {})
         payload = payload["model"]
@@ -92,6 +93,7 @@ def read_checkpoint(path: str | Path) -> RawCheckpoint:
         payload = payload["state_dict"]
     if not isinstance(payload, dict) or not payload or not all(isinstance(v, torch.Tensor) for v in payload.values()):
         raise UserError(f"checkpoint {path} holds no state dict of tensors (unknown layout)")
+    check_tensors(path, payload, None if content is None else str(content))
     state = {k.removeprefix("module."): v for k, v in payload.items()}
     _check_finite(path, state)
     return RawCheckpoint(path, state, None, args)
@@ -103,12 +105,6 @@ def _check_finite(path: Path, state: StateDict) -> None:
     if bad:
         shown = ", ".join(bad[:3]) + (f" (+{len(bad) - 3} more)" if len(bad) > 3 else "")
         raise UserError(f"checkpoint {path} has NaN or infinite values in {shown}: refusing a non-finite model")
-
-
-def _check_content(path: Path, state: Any, expected: Any) -> None:
-    """The project's files carry their tensors' hash: refuse a damaged one (see dmae_fast.base.integrity)."""
-    if expected is not None and isinstance(state, dict) and all(isinstance(v, torch.Tensor) for v in state.values()):
-        check_tensors(path, state, str(expected))
 
 
 def _is_safetensors(path: Path) -> bool:
@@ -123,10 +119,10 @@ def _read_safetensors(path: Path) -> RawCheckpoint:
     try:
         with safetensors.safe_open(str(path), framework="pt") as handle:
             metadata = handle.metadata() or {}
-        state = safetensors.torch.load_file(str(path))
+            state = {key: handle.get_tensor(key) for key in handle.keys()}
     except Exception as error:
         raise UserError(f"cannot read {path} as safetensors: {error}") from None
-    _check_content(path, state, metadata.get(CONTENT_KEY))
+    check_tensors(path, state, metadata.get(CONTENT_KEY))
     _check_finite(path, state)
     spec = None
     if METADATA_KEY in metadata:

@@ -26,9 +26,9 @@ class PretrainOutput:
     mask: torch.Tensor  # [B, L], 1 = masked (hidden from the encoder)
 
 
-def _blocks(width: int, depth: int, heads: int, mlp_ratio: float) -> nn.ModuleList:
+def _blocks(width: int, depth: int, heads: int, mlp_ratio: float) -> nn.Sequential:
     norm = partial(nn.LayerNorm, eps=1e-6)
-    return nn.ModuleList(Block(width, heads, mlp_ratio, qkv_bias=True, norm_layer=norm) for _ in range(depth))
+    return nn.Sequential(*(Block(width, heads, mlp_ratio, qkv_bias=True, norm_layer=norm) for _ in range(depth)))
 
 
 class DMAEPretrain(nn.Module):
@@ -99,10 +99,7 @@ class DMAEPretrain(nn.Module):
         x = self.patch_embed(self.normalize(noisy)) + self.pos_embed[:, 1:]
         x, mask, restore = self.random_masking(x, mask_ratio, generator, scores)
         cls = (self.cls_token + self.pos_embed[:, :1]).expand(x.shape[0], -1, -1)
-        x = torch.cat([cls, x], dim=1)
-        for block in self.blocks:
-            x = block(x)
-        return self.norm(x), mask, restore
+        return self.norm(self.blocks(torch.cat([cls, x], dim=1))), mask, restore
 
     def decode(self, latent: torch.Tensor, restore: torch.Tensor) -> torch.Tensor:
         x = self.decoder_embed(latent)
@@ -110,9 +107,7 @@ class DMAEPretrain(nn.Module):
         masks = self.mask_token.expand(b, length + 1 - x.shape[1], -1)
         patches = torch.cat([x[:, 1:], masks], dim=1)
         patches = torch.gather(patches, 1, restore[:, :, None].expand(-1, -1, x.shape[2]))
-        x = torch.cat([x[:, :1], patches], dim=1) + self.decoder_pos_embed
-        for block in self.decoder_blocks:
-            x = block(x)
+        x = self.decoder_blocks(torch.cat([x[:, :1], patches], dim=1) + self.decoder_pos_embed)
         return self.decoder_pred(self.decoder_norm(x))[:, 1:]
 
     def normalize(self, images: torch.Tensor) -> torch.Tensor:

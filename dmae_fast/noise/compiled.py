@@ -1,13 +1,11 @@
 """The noise contract at memory speed: the reference function compiled into one kernel.
 
 ``torch.compile`` (Inductor) fuses :func:`dmae_fast.noise.contract.gaussian_rows` with the gather of the clean
-images and ``x + sigma * eta`` into one kernel (C++ on a CPU, Triton on a GPU). The Philox words are the same bit
-for bit; the Gaussians agree with the reference to float32 rounding. With ``serial=True`` (the CPU fast path) the
-kernel runs on one thread and releases the GIL, so that several worker threads make their own rows' noise at once.
-
-With a ``grid`` (``--sound``) the inputs are the grid points ``(X + Z) / L`` of :mod:`dmae_fast.noise.sound`'s exact
-rounded Gaussian, drawn by the Triton kernel :mod:`dmae_fast.kernels.sound_noise` on a GPU and by the C kernel
-:mod:`dmae_fast.kernels.sound_noise_cpu` on a CPU. Every implementation draws the same integers.
+images and ``x + sigma * eta`` into one kernel (C++ on a CPU, Triton on a GPU): the same Philox words bit for bit,
+the Gaussians to float32 rounding. With a ``grid`` (``--sound``) the inputs are the grid points ``(X + Z) / L`` of
+:mod:`dmae_fast.noise.sound`'s exact rounded Gaussian, drawn by the Triton kernel :mod:`dmae_fast.kernels.sound_noise`
+on a GPU and the C kernel :mod:`dmae_fast.kernels.sound_noise_cpu` on a CPU: every implementation draws the same
+integers.
 
 Where compiling is impossible or a kernel does not reproduce the reference on a check batch, :class:`NoiseSource`
 says so in one line (to its ``notice``) and runs the reference (or, for a C kernel, the compiled torch ops) instead."""
@@ -39,10 +37,8 @@ SERIAL_OPTIONS = {"cpp.threads": 1, "cpp_wrapper": True}
 
 def noisy_rows(clean: torch.Tensor, slot: torch.Tensor, sigma: torch.Tensor, key: torch.Tensor,
                image: torch.Tensor, phase: torch.Tensor, sample: torch.Tensor) -> torch.Tensor:
-    """``clean[slot] + sigma * eta`` [B, *shape]: the noisy inputs of B rows.
-
-    ``clean`` [S, *shape] holds the clean images by slot; ``key`` [2] the Philox key words and
-    ``sigma`` a 0-d tensor, so that a new seed or sigma reuses the compiled kernel."""
+    """``clean[slot] + sigma * eta`` [B, *shape] of the clean images [S, *shape] by slot; ``key`` [2] (the Philox
+    key words) and ``sigma`` (0-d) are tensors, so that a new seed or sigma reuses the compiled kernel."""
     shape = clean.shape[1:]
     eta = gaussian_rows((key[0], key[1]), image, phase, sample, math.prod(shape))
     return clean[slot] + sigma * eta.view(-1, *shape)
@@ -74,11 +70,10 @@ def sound_patches(clean: torch.Tensor, slot: torch.Tensor, table: tuple[torch.Te
                   key: torch.Tensor, image: torch.Tensor, phase: torch.Tensor, sample: torch.Tensor,
                   counters: torch.Tensor, mean: torch.Tensor, std: torch.Tensor, *, grid: int,
                   fused: bool = True) -> torch.Tensor:
-    """``((X + Z) / L - mean) / std`` [B, L, C*p*p]: the sound inputs of B rows in a patch layout, whose
-    ``counters`` (flat pixel index // 4 of each group of four) are passed; ``clean`` [S, L, C*p*p] holds the
-    arranged clean images; ``table`` as :func:`sound_images` takes it. Pixels 4c, 4c+1 take Philox counter 2c
-    and pixels 4c+2, 4c+3 counter 2c+1 (the contract's e // 2), so the integers are
-    :func:`~dmae_fast.noise.sound.rounded_gaussian_rows`'."""
+    """``((X + Z) / L - mean) / std`` [B, L, C*p*p]: the sound inputs of B rows in a patch layout (its ``counters``,
+    flat pixel index // 4 of each group of four, passed) of the arranged clean images [S, L, C*p*p]; ``table`` as
+    :func:`sound_images` takes it. Pixels 4c, 4c+1 take Philox counter 2c and 4c+2, 4c+3 counter 2c+1 (the
+    contract's e // 2), so the integers are :func:`~dmae_fast.noise.sound.rounded_gaussian_rows`'."""
     column = lambda v: v.view(-1, 1, 1)  # noqa: E731
     rest = (column(sample), column(image), column(phase))
     words = philox4x32((2 * counters, *rest), (key[0], key[1])) + \
@@ -123,11 +118,7 @@ def _sound_kernel(device: torch.device, layout: tuple[torch.Tensor, ...], serial
                 notice(f"{C_KERNEL} noise unavailable ({why}); using the compiled torch ops (slower, same noise)")
             return None
         order = sound_noise_cpu.PatchOrder.of(*layout) if layout else None
-
-        def on_cpu(clean, slot, table, key, image, phase, sample):
-            return sound_noise_cpu.sound_rows(clean, slot, table, key, image, phase, sample, order=order,
-                                              threads=1 if serial else None)
-        return C_KERNEL, on_cpu
+        return C_KERNEL, functools.partial(sound_noise_cpu.sound_rows, order=order, threads=1 if serial else None)
     return None
 
 
@@ -158,8 +149,6 @@ class NoiseSource:
                  grid: int | None = None) -> None:
         self.device, self.layout, self.grid = device, layout, grid
         self._notice = notice or print_notice
-        self.implementation = COMPILED if compiled else REFERENCE
-        options = SERIAL_OPTIONS if serial else None
         if grid is None:
             function = noisy_rows if layout is None else noisy_patches
         else:
@@ -168,10 +157,9 @@ class NoiseSource:
                                                          *(t.to(device) for t in layout.normalization))
         wanted = compiled and grid is not None
         kernel = _sound_kernel(device, self._layout_tensors, serial, self._notice) if wanted else None
-        self._kernel = None
-        if kernel is not None:
-            (self.implementation, self._kernel), compiled = kernel, False
-        self._compiled = torch.compile(function, dynamic=None, options=options) if compiled else None
+        self.implementation, self._kernel = kernel or (COMPILED if compiled else REFERENCE, None)
+        options = SERIAL_OPTIONS if serial else None
+        self._compiled = torch.compile(function, dynamic=None, options=options) if compiled and not kernel else None
         self._checked = False
         self._marking = threading.Lock()  # see _run_compiled
         self._key: tuple[int, torch.Tensor] | None = None
@@ -188,21 +176,19 @@ class NoiseSource:
         rows = (slot, image, phase, sample)
         if self._kernel is not None or self._compiled is not None:
             try:
-                noisy = self._run_kernel(clean, sigma, seed, rows) if self._kernel is not None else \
-                    self._run_compiled(clean, sigma, seed, rows)
+                noisy = self._run_compiled(clean, sigma, seed, rows) if self._kernel is None else \
+                    self._kernel(clean, slot, sound_table(sigma, self.grid), key_words(seed), image, phase, sample)
             except Exception as error:  # noqa: BLE001 (a missing compiler fails in many ways)
                 if self._checked:
                     raise
-                reason = one_line(error, first=True)
-                self._fall_back(f"compiling it failed ({type(error).__name__}: {reason})")
+                self._fall_back(f"compiling it failed ({type(error).__name__}: {one_line(error, first=True)})")
             else:
                 if self._checked or self._agrees(noisy, clean, sigma, seed, rows):
                     return noisy
         return self._reference(clean, sigma, seed, rows)
 
     def _reference(self, clean: torch.Tensor, sigma: float, seed: int, rows: tuple[torch.Tensor, ...]) -> torch.Tensor:
-        """The torch-op reference of this source's noise: :func:`noisy_rows` or :func:`noisy_patches`, or with a
-        grid the sound one (on the cached table, key and layout tensors)."""
+        """The torch-op reference of this source's noise (with a grid on the cached table, key and layout tensors)."""
         slot, image, phase, sample = rows
         layout = self.layout
         if self.grid is not None:
@@ -214,9 +200,6 @@ class NoiseSource:
         eta = layout.arrange(gaussian_noise(seed, image, phase, sample, (layout.channels, layout.size, layout.size)))
         mean, std = layout.normalization
         return (clean[slot] + sigma * eta - mean) / std
-
-    def _run_kernel(self, clean: torch.Tensor, sigma: float, seed: int, rows: tuple[torch.Tensor, ...]) -> torch.Tensor:
-        return self._kernel(clean, rows[0], sound_table(sigma, self.grid), key_words(seed), *rows[1:])
 
     def _run_compiled(self, clean: torch.Tensor, sigma: float, seed: int,
                       rows: tuple[torch.Tensor, ...]) -> torch.Tensor:
@@ -235,8 +218,7 @@ class NoiseSource:
         with self._marking:
             torch._dynamo.mark_dynamic(clean, 0)
         slot, image, phase, sample = rows
-        quiet = _quiet_compiler() if not self._checked else nullcontext()  # only the first call compiles
-        with quiet:
+        with _quiet_compiler() if not self._checked else nullcontext():  # only the first call compiles
             noisy = self._compiled(clean, slot, self._parameter(sigma), self._key_tensor(seed), image, phase, sample,
                                    *self._layout_tensors)
         return noisy[:count]

@@ -47,10 +47,8 @@ def key_words(seed: int) -> tuple[int, int]:
 
 def philox4x32(counter: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
                seed: int | tuple[Any, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Philox4x32-10 on int64 tensors holding uint32 values (broadcast together).
-
-    ``seed`` is the 64-bit seed, or its key words (k0, k1) as ints or int64 tensors (a compiled
-    caller passes tensors, so that a new seed is new data rather than a new program)."""
+    """Philox4x32-10 on int64 tensors holding uint32 values (broadcast together). ``seed``: the 64-bit seed, or its
+    key words (k0, k1) as ints or int64 tensors (a compiled caller's: a new seed is new data, not a new program)."""
     c0, c1, c2, c3 = counter
     k0, k1 = key_words(seed) if isinstance(seed, int) else seed
     for _ in range(ROUNDS):
@@ -80,8 +78,12 @@ def uint32_stream(seed: int, image: torch.Tensor, phase: torch.Tensor | int, sam
                   numel: int) -> torch.Tensor:
     """The raw Philox words [B, 4 * ceil(numel/4)] as int64 holding uint32 values."""
     check_seed(seed)
-    words = philox4x32(_counters(image, phase, sample, numel), seed)
-    return torch.stack(torch.broadcast_tensors(*words), dim=-1).flatten(1)
+    return interleave(*philox4x32(_counters(image, phase, sample, numel), seed))
+
+
+def interleave(*planes: torch.Tensor) -> torch.Tensor:
+    """[B, n * len(planes)]: the planes' values of each position in turn."""
+    return torch.stack(torch.broadcast_tensors(*planes), dim=-1).flatten(1)
 
 
 def words_to_uniform(words: torch.Tensor) -> torch.Tensor:
@@ -91,12 +93,9 @@ def words_to_uniform(words: torch.Tensor) -> torch.Tensor:
 
 def gaussian_rows(key: tuple[Any, Any], image: torch.Tensor, phase: torch.Tensor | int, sample: torch.Tensor,
                   numel: int) -> torch.Tensor:
-    """Standard Gaussians [B, numel] (float32) for B (image, phase, sample) triples and the key words.
-
-    Box-Muller runs on the four word planes before they are interleaved (same values, in the layout a
-    compiler fuses into one pass: :mod:`dmae_fast.noise.compiled` compiles this function)."""
-    planes = box_muller(philox4x32(_counters(image, phase, sample, numel), key))
-    return torch.stack(torch.broadcast_tensors(*planes), dim=-1).flatten(1)[:, :numel]
+    """Standard Gaussians [B, numel] (float32) of B (image, phase, sample) triples and the key words: Box-Muller on
+    the word planes before they are interleaved (same values, in the layout :mod:`.compiled` fuses into one pass)."""
+    return interleave(*box_muller(philox4x32(_counters(image, phase, sample, numel), key)))[:, :numel]
 
 
 def box_muller(words: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
@@ -109,9 +108,7 @@ def box_muller(words: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
 
 def gaussian_noise(seed: int, image: torch.Tensor, phase: torch.Tensor | int, sample: torch.Tensor,
                    shape: tuple[int, ...]) -> torch.Tensor:
-    """Standard Gaussian noise [B, *shape] (float32) for B (image, phase, sample) triples.
-
-    ``image``, ``sample`` (and ``phase``, unless an int) are 1-D integer tensors of length B on the noise's
-    device. The torch reference; :class:`dmae_fast.noise.compiled.NoiseSource` runs it compiled."""
+    """Standard Gaussian noise [B, *shape] (float32) of B (image, phase, sample) triples: ``image``, ``sample`` (and
+    ``phase``, unless an int) are 1-D integer tensors of length B on the noise's device."""
     check_seed(seed)
     return gaussian_rows(key_words(seed), image, phase, sample, math.prod(shape)).reshape(-1, *shape)

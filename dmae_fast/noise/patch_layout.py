@@ -1,9 +1,7 @@
-"""Patch-major classifier inputs: images cut into the rows their patch embedding multiplies.
-
-A ViT's patch embedding is one matrix product over the image's L patches of C*p*p values each. The CPU fast
-path feeds its exported classifier those rows, normalized, instead of images: the compiled noise kernel writes
-them (:func:`dmae_fast.noise.compiled.noisy_patches`) and the graph starts with one matrix product
-(:class:`dmae_fast.engines.graphs.PatchGraph`), saving a normalization pass, a reorder and a convolution.
+"""Patch-major classifier inputs: images cut into the rows their patch embedding multiplies (L patches of C*p*p
+values each), which the CPU fast path feeds its exported classifier, normalized, instead of images: the compiled
+noise writes them (:func:`dmae_fast.noise.compiled.noisy_patches`) and the graph starts with one matrix product
+(:class:`dmae_fast.engines.graphs.PatchGraph`) in place of a normalization pass, a reorder and a convolution.
 
 A patch's values are in the convolution weight's order (channel, row, column); with a patch side a multiple of 4,
 the four pixels that share a Philox counter stay side by side. The noise values are the contract's, element for
@@ -47,13 +45,9 @@ class PatchLayout:
         return cls(encoder.in_chans, encoder.img_size, p, tuple(spec.mean), tuple(spec.std))
 
     @property
-    def patches(self) -> int:
-        return (self.size // self.patch) ** 2
-
-    @property
     def row_shape(self) -> tuple[int, int]:
         """One image's input: [L patches, C*p*p values]."""
-        return self.patches, self.channels * self.patch**2
+        return (self.size // self.patch) ** 2, self.channels * self.patch**2
 
     def arrange(self, images: torch.Tensor) -> torch.Tensor:
         """Images [..., C, H, W] -> their values in this layout [..., L, C*p*p] (a copy)."""
@@ -73,13 +67,8 @@ class PatchLayout:
     @cached_property
     def counters(self) -> torch.Tensor:
         """[1, L, C*p*p/4] int64: the Philox counter (flat pixel index // 4) of each group of four."""
-        grid, p, size = self.size // self.patch, self.patch, self.size
-        py, px = torch.arange(grid).view(grid, 1), torch.arange(grid).view(1, grid)
-        patch = (py * p * size + px * p).reshape(-1, 1)  # first pixel of each patch
-        c = torch.arange(self.channels).view(-1, 1, 1)
-        r, q = torch.arange(p).view(1, -1, 1), torch.arange(p // GROUP).view(1, 1, -1)
-        inner = (c * size * size + r * size + q * GROUP).reshape(1, -1)
-        return ((patch + inner) // GROUP).reshape(1, self.patches, -1)
+        flat = torch.arange(self.channels * self.size**2).view(1, self.channels, self.size, self.size)
+        return self.arrange(flat)[..., ::GROUP] // GROUP
 
     @cached_property
     def normalization(self) -> tuple[torch.Tensor, torch.Tensor]:

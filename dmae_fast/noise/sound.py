@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from dmae_fast.noise.contract import _counters, check_seed, key_words, philox4x32
+from dmae_fast.noise.contract import _counters, check_seed, interleave, key_words, philox4x32
 from dmae_fast.stats.rounded_gaussian import SoundTable
 
 
@@ -80,8 +80,8 @@ def guide_table(table: SoundTable) -> np.ndarray:
     """The guide of a table's thresholds S (n = 2K of them): [buckets, 1 + m] int64, read-only.
 
     Row b holds ``start - K`` and S[start], ..., S[start + m - 1], where c(v) = #{k : S_k <= v},
-    m = max over buckets of c(highest) - c(lowest) (computed here; 1 at every sigma tested on the 1/16 and
-    1/255 grids, with the fewest bits tried that reach 1) and start = min(c(lowest), n - m). Exact for every V in
+    m = max over buckets of c(highest) - c(lowest) (with the fewest bits tried that make it 1, where any do) and
+    start = min(c(lowest), n - m). Exact for every V in
     bucket b: S[i] <= lowest <= V for i < start (start <= c(lowest)), and S[i] > highest >= V for
     i >= start + m (start + m >= c(highest)); so c(V) = start + #{j < m : S[start + j] <= V}, which is
     :func:`guide_lookup`'s one row gather and m comparisons."""
@@ -120,11 +120,6 @@ def rounded_gaussian_rows(key: tuple[Any, Any], thresholds: torch.Tensor, K: int
     if guide is not None:  # looked up before interleaving, in int32: no [B, numel] tensor of 64-bit values
         return interleave(*(guide_lookup(guide, v).to(torch.int32) for v in (even, odd)))[:, :numel]
     return torch.searchsorted(thresholds, interleave(even, odd)[:, :numel].contiguous(), right=True) - K
-
-
-def interleave(*planes: torch.Tensor) -> torch.Tensor:
-    """[B, n * len(planes)]: the planes' values of each position in turn."""
-    return torch.stack(torch.broadcast_tensors(*planes), dim=-1).flatten(1)
 
 
 def rounded_gaussian_noise(seed: int, table: SoundTable, image: torch.Tensor, phase: torch.Tensor | int,

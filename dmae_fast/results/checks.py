@@ -1,7 +1,5 @@
-"""Checking the rows of a results file before a run continues it (``--resume``) or ``dmae-certify analyze``
-summarizes it.
-
-The kept rows must be rows this very run would have written: its images, each once, made with its settings, each
+"""Checking the rows of a results file before ``--resume`` continues it or ``dmae-certify analyze`` summarizes it:
+they must be rows this very run would have written: its images, each once, made with its settings, each
 consistent with its own counts (radius and pA_lower recomputed from nA, n, alpha and sigma; the PREDICT decision
 from its p-value). ``analyze`` checks with the rules of the run record, or without one :meth:`RowRules.unknown`."""
 
@@ -14,9 +12,9 @@ import numpy as np
 
 from dmae_fast.base.errors import UserError
 from dmae_fast.model.config import MAX_SIGMA, sigma_problem
-from dmae_fast.results.format import P_LOWER_DECIMALS, RADIUS_DECIMALS, ResultsTable
+from dmae_fast.results.format import COLUMNS, P_LOWER_DECIMALS, RADIUS_DECIMALS, REQUIRED_COLUMNS, ResultsTable
 from dmae_fast.stats.bounds import lower_confidence_bound, radius, top_two_pvalue
-from dmae_fast.stats.decisions import ABSTAIN
+from dmae_fast.stats.decisions import ABSTAIN, bound_certificate
 from dmae_fast.stats.rules import RowRules
 
 # Recomputed values may differ from the written ones by the writer's rounding down and another SciPy's last digits.
@@ -24,9 +22,8 @@ RADIUS_SLACK = 2 * 10.0**-RADIUS_DECIMALS
 BOUND_SLACK = 2 * 10.0**-P_LOWER_DECIMALS
 # The largest double below 1: the largest alpha a run accepts, and the largest pA_lower with a finite radius.
 BELOW_ONE = math.nextafter(1.0, 0.0)
-# The columns a row needs to be checked against its counts (Cohen et al.'s files have none of them).
-COUNT_COLUMNS = {"certify": ("n0", "n", "nA", "pA_lower", "sigma", "procedure"),
-                 "predict": ("n", "count1", "count2", "pvalue", "sigma")}
+# The columns a row needs to be checked against its counts: ours after the reference files' (which have none).
+COUNT_COLUMNS = {kind: COLUMNS[kind][len(required):] for kind, required in REQUIRED_COLUMNS.items()}
 
 
 def check_kept_rows(table: ResultsTable, indices: Collection[int], labels: dict[int, int] | None,
@@ -96,12 +93,10 @@ def _certify_problem(predict: int, written_radius: float, n: int, n_a: int, writ
         return f"has nA = {n_a} outside [0, n = {n}]"
     if rules.level is None:
         return _problem_at_any_alpha(predict, written_radius, n, n_a, written_bound, sigma)
-    if rules.certificate is None:  # Clopper-Pearson at the rules' level
-        bound = lower_confidence_bound(n_a, n, rules.level)
-        abstains, exact = bound < 0.5, 0.0 if predict == ABSTAIN else radius(bound, rules.sigma)
-    else:  # a grid-radius procedure: its own certificate
-        expected = rules.certificate(n_a, n)
-        bound, abstains, exact = expected.p_a_lower, expected.prediction == ABSTAIN, expected.radius
+    # Clopper-Pearson at the rules' level, or a grid-radius procedure's own certificate
+    expected = (bound_certificate(0, 0, n_a, n, rules.level, rules.sigma) if rules.certificate is None
+                else rules.certificate(n_a, n))
+    bound, abstains, exact = expected.p_a_lower, expected.prediction == ABSTAIN, expected.radius
     if not bound - BOUND_SLACK <= written_bound <= bound + 1e-12:
         return f"has pA_lower {written_bound}, its counts give {bound:.10f}"
     if (predict == ABSTAIN) != abstains:

@@ -21,6 +21,7 @@ from dmae_fast.base.files import read_regular_file
 CERTIFY_COLUMNS = ("idx", "label", "predict", "radius", "correct", "time", "n0", "n", "nA", "pA_lower", "sigma",
                    "procedure")
 PREDICT_COLUMNS = ("idx", "label", "predict", "correct", "time", "n", "count1", "count2", "pvalue", "sigma")
+COLUMNS = {"certify": CERTIFY_COLUMNS, "predict": PREDICT_COLUMNS}  # ours, by kind
 REQUIRED_COLUMNS = {"certify": CERTIFY_COLUMNS[:6], "predict": PREDICT_COLUMNS[:5]}  # the reference files' columns
 MAX_RESULTS_BYTES = 256 * 2**20  # ~2.5M rows of ours (about 110 bytes each); a larger file is refused, not read
 
@@ -31,10 +32,6 @@ PathLike = str | os.PathLike[str]
 RADIUS_DECIMALS = 6
 P_LOWER_DECIMALS = 10
 PVALUE_DIGITS = 6
-
-
-def columns_of(kind: Kind) -> tuple[str, ...]:
-    return CERTIFY_COLUMNS if kind == "certify" else PREDICT_COLUMNS
 
 
 @dataclass
@@ -111,8 +108,7 @@ def _infer_column(values: list[str]) -> np.ndarray:
 
 
 def _read_lines(path: str, drop_torn: bool = False) -> list[str]:
-    """The file's lines without terminators; ``drop_torn``: without an unterminated last line (a crash while
-    it was written, which :class:`ResultsWriter` in append mode drops too)."""
+    """The file's lines without terminators (``drop_torn``: nor an unterminated last line, which a crash leaves)."""
     data = read_regular_file(path, MAX_RESULTS_BYTES)
     try:
         text = data.decode("utf-8")
@@ -124,7 +120,10 @@ def _read_lines(path: str, drop_torn: bool = False) -> list[str]:
     return lines
 
 
-def _parse_table(path: str, lines: list[str]) -> ResultsTable:
+def _parse_table(path: str, lines: list[str]) -> ResultsTable | None:
+    """The table of a file's ``lines`` (None if all are blank)."""
+    if not any(line.strip() for line in lines):
+        return None
     header = lines[0].split("\t")
     duplicates = sorted({name for name in header if header.count(name) > 1})
     if duplicates:
@@ -168,28 +167,23 @@ def _parse_table(path: str, lines: list[str]) -> ResultsTable:
 def read_results(path: PathLike) -> ResultsTable:
     """Read a certification or prediction file, ours or the reference implementation's."""
     path = os.fspath(path)
-    lines = _read_lines(path)
-    if not any(line.strip() for line in lines):
+    table = _parse_table(path, _read_lines(path))
+    if table is None:
         raise UserError(f"{path} is empty; expected a header line")
-    return _parse_table(path, lines)
+    return table
 
 
 def read_kept_rows(path: PathLike) -> ResultsTable | None:
     """The rows a resumed run keeps: all complete lines of ``path`` (None if it is missing or has none)."""
     path = os.fspath(path)
-    if not os.path.exists(path):
-        return None
-    lines = _read_lines(path, drop_torn=True)
-    if not any(line.strip() for line in lines):
-        return None
-    return _parse_table(path, lines)
+    return _parse_table(path, _read_lines(path, drop_torn=True)) if os.path.exists(path) else None
 
 
 def read_row_lines(path: PathLike, kind: Kind) -> list[str]:
     """The complete data lines of a results file we wrote, after checking its header is a ``kind`` file's."""
     path = os.fspath(path)
     lines = _read_lines(path, drop_torn=True)
-    header = "\t".join(columns_of(kind))
+    header = "\t".join(COLUMNS[kind])
     if lines and lines[0] != header:
         raise UserError(f"{path}: its header {lines[0]!r} is not that of a {kind} results file ({header!r})")
     return [line for line in lines[1:] if line.strip()]

@@ -12,7 +12,8 @@ import shutil
 from pathlib import Path
 
 from dmae_fast.base.errors import UserError
-from dmae_fast.results.format import Kind, columns_of, read_row_lines
+from dmae_fast.base.files import write_regular_file
+from dmae_fast.results.format import COLUMNS, Kind, read_row_lines
 
 REPLACES_OUT = "REPLACES_OUT"  # marker: these parts belong to an --overwrite run, not to --out's rows; holds its seed
 
@@ -76,13 +77,8 @@ def merge_parts(out: str | os.PathLike[str], kind: Kind, into: str | os.PathLike
                 raise UserError(f"image idx {idx} has two different rows, in {seen[1]} and {source}: the files were "
                                 "edited or come from two runs (remove one row, or start over with --overwrite)")
             rows[idx] = (line, source)
-    merging = f"{into}.merging"
-    with open(merging, "w", encoding="utf-8", newline="\n") as file:
-        file.write("\t".join(columns_of(kind)) + "\n")
-        file.writelines(rows[idx][0] + "\n" for idx in sorted(rows))
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(merging, into)
+    text = "".join(line + "\n" for line in ["\t".join(COLUMNS[kind]), *(rows[idx][0] for idx in sorted(rows))])
+    write_regular_file(into, text.encode("utf-8"), overwrite=True, what="results file")
     _sync_directory(os.path.dirname(os.path.abspath(into)))
     clear_parts(out)
     return len(rows)

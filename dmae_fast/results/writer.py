@@ -10,22 +10,21 @@ import datetime
 import decimal
 import os
 import time
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass, fields
 from types import TracebackType
 from typing import Callable, TextIO
 
 from dmae_fast.base.errors import UserError
 from dmae_fast.base.files import read_regular_file
 from dmae_fast.results.format import (
+    COLUMNS,
     MAX_RESULTS_BYTES,
     P_LOWER_DECIMALS,
     PVALUE_DIGITS,
     RADIUS_DECIMALS,
-    REQUIRED_COLUMNS,
     Kind,
     Mode,
     PathLike,
-    columns_of,
 )
 
 SYNC_SECONDS = 1.0  # the most a power failure can take from a results file (see ResultsWriter)
@@ -115,8 +114,9 @@ _FORMATTERS: dict[str, Callable[[object], str]] = {
 }
 
 
-def _format_row(row: CertifyRow | PredictRow, columns: tuple[str, ...]) -> str:
-    cells = [_FORMATTERS.get(name, lambda v: str(int(v)))(value) for name, value in zip(columns, astuple(row))]
+def _format_row(row: Row) -> str:
+    """One row's line: each field (a column, in order) written by its formatter, integers as integers."""
+    cells = [_FORMATTERS.get(f.name, lambda v: str(int(v)))(getattr(row, f.name)) for f in fields(row)]
     return "\t".join(cells) + "\n"
 
 
@@ -129,12 +129,11 @@ class ResultsWriter:
     it is written, the disk within ``SYNC_SECONDS`` and on close."""
 
     def __init__(self, path: PathLike, kind: Kind = "certify", mode: Mode = "new") -> None:
-        if kind not in REQUIRED_COLUMNS:
+        if kind not in COLUMNS:
             raise ValueError(f"unknown results kind {kind!r}")
         self.path, self.kind, self.mode = os.fspath(path), kind, mode
         self._row_type = CertifyRow if kind == "certify" else PredictRow
-        self._columns = columns_of(kind)
-        header = "\t".join(self._columns)
+        header = "\t".join(COLUMNS[kind])
         if mode not in _OPEN_MODES:
             raise ValueError(f"unknown ResultsWriter mode {mode!r}")
         if mode == "overwrite" and os.path.isdir(self.path):
@@ -167,7 +166,7 @@ class ResultsWriter:
         """Append one row: to the operating system at once, to the disk within SYNC_SECONDS."""
         if not isinstance(row, self._row_type):
             raise TypeError(f"a {self.kind} results file takes {self._row_type.__name__}, got {type(row).__name__}")
-        self._file.write(_format_row(row, self._columns))
+        self._file.write(_format_row(row))
         self._file.flush()
         if time.monotonic() - self._synced >= SYNC_SECONDS:
             self._sync()
@@ -201,6 +200,5 @@ def _prepare_append(path: str, header: str, kind: Kind) -> bool:
                         f"{kind} results file ({header!r}); pass --overwrite to replace it")
     keep = data.rfind(b"\n") + 1
     if keep < len(data):
-        with open(path, "rb+") as f:
-            f.truncate(keep)
+        os.truncate(path, keep)
     return keep == 0

@@ -149,8 +149,8 @@ class CertifyConfig:
     data: DataOptions
     procedure: ProcedureOptions
     output: OutputOptions
-    # the batch body (the record's "body" names the one that ran); its sound and profile follow the procedure's
-    # and the output's (:meth:`from_settings` sets them; :meth:`validate` checks them)
+    # the batch body (the record's "body" names the one that ran); its sound follows the procedure's
+    # (:meth:`from_settings` sets it)
     body: BodyOptions = field(default_factory=BodyOptions)
     batch: int = how(1000)  # noisy samples per forward pass
     shard: str = how("images")  # under torchrun: "images" (ranks claim images) or "samples" (ranks split each image's)
@@ -158,8 +158,8 @@ class CertifyConfig:
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any], body: BodyOptions | None = None) -> CertifyConfig:
         """The config of flat settings (the run record's keys; ``engine``, ``data`` and ``out`` required,
-        the rest defaulted), with ``body`` (else the body settings among them) and its ``--sound`` and
-        ``--profile`` parts set from ``sound``, ``quantize`` and ``profile``."""
+        the rest defaulted), with ``body`` (else the body settings among them) and its ``--sound`` part
+        set from ``sound`` and ``quantize``."""
         unknown = sorted(set(settings) - SETTINGS - set(BODY_SETTINGS))
         if unknown:
             raise UserError(f"unknown certification settings: {', '.join(unknown)}")
@@ -172,7 +172,7 @@ class CertifyConfig:
             body = BodyOptions(**{field: settings[key] for key, field in BODY_SETTINGS.items()
                                   if settings.get(key) is not None})
         sound = Sound(data_grid(settings["data"]), bool(settings.get("quantize"))) if settings.get("sound") else None
-        body = dataclasses.replace(body, sound=sound, profile=settings.get("profile") is not None)
+        body = dataclasses.replace(body, sound=sound)
         run = {key: settings[key] for key in ("batch", "shard") if key in settings}
         return cls(**parts, body=body, **run)  # type: ignore[arg-type]
 
@@ -220,13 +220,5 @@ class CertifyConfig:
         raise_first([
             (1 <= self.batch <= MAX_BATCH, f"--batch must be in [1, {MAX_BATCH:,}], got {self.batch}"),
             (self.shard in SHARD_CHOICES, f"--shard must be one of {', '.join(SHARD_CHOICES)}, got {self.shard!r}"),
-            (self.body.profile == (self.output.profile is not None),
-             "the body's profile part and the output's profile directory must come together"),
         ])
-        self.body.validate()
-        if self.body.sound is not None and self.procedure.sigma is not None:
-            from dmae_fast.stats.rounded_gaussian import table_problem  # mpmath: only for --sound
-
-            problem = table_problem(self.procedure.sigma, self.body.sound.grid)
-            if problem is not None:
-                raise UserError(problem)
+        self.body.validate(self.procedure.sigma)

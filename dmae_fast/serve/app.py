@@ -13,7 +13,7 @@ import time
 import traceback
 from collections.abc import Awaitable, Callable
 
-from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -155,7 +155,7 @@ def build_app(service: Service) -> Starlette:
                              "next_index": stats.next_index}, status_code=200 if status == "ok" else 503)
 
     async def metrics(request: Request) -> Response:
-        return Response(service.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+        return Response(generate_latest(service.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     async def http_error(request: Request, problem: HTTPException) -> Response:
         message = {404: f"no route {request.url.path}", 405: f"method {request.method} not allowed on "

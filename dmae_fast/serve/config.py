@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from dmae_fast.base.errors import UserError, raise_first
+from dmae_fast.base.errors import raise_first
 from dmae_fast.batching.body_options import BodyOptions
 from dmae_fast.model.config import sigma_problem
 from dmae_fast.run.config import MAX_BATCH
@@ -108,10 +108,4 @@ class ServeConfig:
             (self.limits.min_alpha <= self.defaults.alpha <= self.limits.max_alpha,
              f"--alpha must be in [--min-alpha, --max-alpha], got {self.defaults.alpha}"),
         ])
-        self.body.validate()
-        if self.body.sound is not None and self.sigma is not None:
-            from dmae_fast.stats.rounded_gaussian import table_problem  # mpmath: only for --sound
-
-            problem = table_problem(self.sigma, self.body.sound.grid)
-            if problem is not None:
-                raise UserError(problem)
+        self.body.validate(self.sigma)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -47,28 +47,29 @@ def counts_difference(plan: SamplingPlan, served: np.ndarray, offline: np.ndarra
 
 
 def field_differences(name: str, stated: dict, expected: dict) -> list[str]:
-    """Each decision field the result states that is not the one recomputed (missing and extra ones too)."""
-    out = []
-    for key, value in expected.items():
-        if key == "counts":  # compared with the offline counts
-            continue
-        if key not in stated:
-            out.append(f"{key} missing, recomputed {text(value)}")
-        elif text(stated[key], None) != text(value, None):
-            out.append(f"{key} served {text(stated[key])}, recomputed {text(value)}")
+    """Each decision field the result states that is not the one recomputed (missing and extra ones too; the
+    counts are compared with the offline ones)."""
     extra = sorted(set(stated) - set(expected) - {"index", "input_sha256"})
-    return out + [f"states '{key}', which a {name} answer does not have" for key in extra]
+    keys = [key for key in expected if key != "counts"] + extra
+    return _differences(keys, stated, expected, "", lambda key: f"states '{key}', which a {name} answer does not have")
 
 
 def receipt_differences(keys: Iterable[str], stated: dict, expected: dict, name: str) -> list[str]:
-    """Each of the receipt's ``keys`` that ``stated`` does not have as ``expected`` does (missing, different,
-    or stated where a ``name`` receipt has no such field)."""
+    """Each of the receipt's ``keys`` that ``stated`` does not have as ``expected`` does."""
+    return _differences(keys, stated, expected, "receipt ",
+                        lambda key: f"the receipt states '{key}', which a {name} receipt does not have")
+
+
+def _differences(keys: Iterable[str], stated: dict, expected: dict, prefix: str,
+                 extra: Callable[[str], str]) -> list[str]:
+    """Each of ``keys`` that ``stated`` is missing or has other than ``expected``, or has where ``expected`` has
+    not (in words ``extra(key)``)."""
     out = []
     for key in keys:
         if key in expected and key not in stated:
-            out.append(f"receipt {key} missing, recomputed {text(expected[key])}")
+            out.append(f"{prefix}{key} missing, recomputed {text(expected[key])}")
         elif key in expected and text(stated[key], None) != text(expected[key], None):
-            out.append(f"receipt {key} served {text(stated[key])}, recomputed {text(expected[key])}")
+            out.append(f"{prefix}{key} served {text(stated[key])}, recomputed {text(expected[key])}")
         elif key in stated and key not in expected:
-            out.append(f"the receipt states '{key}', which a {name} receipt does not have")
+            out.append(extra(key))
     return out

@@ -7,7 +7,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from dmae_fast.serve.device_thread import DeviceThreadStats
 
@@ -62,6 +62,3 @@ class Metrics:
     def _forget(self, now: float) -> None:
         while self._recent and self._recent[0][0] < now - RATE_WINDOW_S:
             self._recent.popleft()
-
-    def render(self) -> bytes:
-        return generate_latest(self.registry)

@@ -86,31 +86,29 @@ def parse_request(kind: str, content_type: str | None, body: bytes, query: list[
     else:
         problem = f"unsupported Content-Type {media!r}" if media else "missing Content-Type"
         raise PayloadError(415, f"{problem}: send application/json, image/png, image/jpeg or application/x-npy")
-    if len(images) > limits.max_images:
-        raise PayloadError(413, f"{len(images)} images in one request; the limit is {limits.max_images}")
     samples = len(images) * (spec.n + (spec.n0 or 0))
     if samples > limits.max_request_samples:
         raise PayloadError(413, f"the request needs {samples:,} noisy samples; the limit is "
                            f"{limits.max_request_samples:,} per request (fewer images or a smaller n)")
-    smoothed = [served_image(image, i, sound) for i, image in enumerate(images)]
-    rounded = None
-    if sound is not None and sound.quantize:
-        rounded = tuple(not torch.equal(new, old.to(torch.float32)) for new, old in zip(smoothed, images))
-    return ParsedRequest(spec, smoothed, rounded)
+    return ParsedRequest(spec, *served_images(images, sound))
 
 
-def served_image(image: torch.Tensor, number: int, sound: Sound | None) -> torch.Tensor:
-    """The float32 image a server with ``sound`` smooths for the decoded ``image`` (float32 or float64, as sent):
-    with ``--sound`` checked on the grid in its own dtype (422 off it), or with ``--quantize`` rounded onto it."""
+def served_images(images: list[torch.Tensor],
+                  sound: Sound | None) -> tuple[list[torch.Tensor], tuple[bool, ...] | None]:
+    """The float32 images a server with ``sound`` smooths for the decoded ``images`` (float32 or float64, as sent):
+    with ``--sound`` checked on the grid in their own dtype (422 off it), or with ``--quantize`` rounded onto it,
+    and then which of them that changed (None without ``--quantize``)."""
     if sound is not None and sound.quantize:
-        return quantize(image, sound.grid)
+        rounded = [quantize(image, sound.grid) for image in images]
+        return rounded, tuple(not torch.equal(new, old.to(torch.float32)) for new, old in zip(rounded, images))
     if sound is not None:
-        try:
-            check_on_grid(image[None], sound.grid, "the request", first=number)
-        except UserError as error:
-            message = " ".join(str(error).replace("pass --quantize", "start dmae-serve with --quantize").split())
-            raise PayloadError(422, message) from None
-    return image.to(torch.float32).contiguous()
+        for number, image in enumerate(images):
+            try:
+                check_on_grid(image[None], sound.grid, "the request", first=number)
+            except UserError as error:
+                message = " ".join(str(error).replace("pass --quantize", "start dmae-serve with --quantize").split())
+                raise PayloadError(422, message) from None
+    return [image.to(torch.float32).contiguous() for image in images], None
 
 
 def _reject_constant(name: str) -> float:
@@ -223,7 +221,7 @@ def _json_images(document: dict, shape: tuple[int, ...], limits: Limits) -> list
 
 def decode_image(data: bytes, where: str, shape: tuple[int, ...], limits: Limits) -> list[torch.Tensor]:
     """The images in one PNG, JPEG or .npy file (a 4-D .npy array holds several): float64 for a float64
-    .npy file, else float32 (:func:`served_image` gives what is smoothed)."""
+    .npy file, else float32 (:func:`served_images` gives what is smoothed)."""
     if data.startswith(NPY_MAGIC):
         return _npy_images(data, where, shape, limits)
     if data.startswith(PNG_MAGIC) or data.startswith(JPEG_MAGIC):

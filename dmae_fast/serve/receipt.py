@@ -30,7 +30,7 @@ from dmae_fast.serve.differences import (
     receipt_differences,
     text,
 )
-from dmae_fast.serve.payloads import PayloadError, served_image
+from dmae_fast.serve.payloads import PayloadError, served_images
 from dmae_fast.serve.service import input_sha256, json_result, sound_guarantee, sound_receipt
 from dmae_fast.stats.plan import Phase
 from dmae_fast.stats.procedure import PREDICT, Procedure, ProcedureSpec, given_names, of_receipt, registered
@@ -52,8 +52,7 @@ class Receipt:
     seed: int
     model_sha256: str | None
     indices: tuple[int, ...]
-    sound_grid: int | None = None  # a --sound server's grid (its procedure's name ends with " sound")
-    sound_quantize: bool = False  # a --sound --quantize server's: images were rounded onto the grid
+    sound: Sound | None = None  # a --sound server's grid and --quantize (its procedure's name ends with " sound")
 
 
 @dataclass(frozen=True)
@@ -81,7 +80,6 @@ def _field(document: dict, key: str, where: str) -> object:
 
 
 def _whole(value: object, where: str, low: int, bits: int) -> int:
-    """``value`` if it is a whole number in [low, 2**bits)."""
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value < 2**bits:
         raise UserError(f"{where} must be a whole number in [{low}, 2**{bits}), got {text(value)}")
     return value
@@ -156,7 +154,8 @@ def _read_receipt(receipt: object) -> Receipt:
     quantize = receipt.get("sound_quantize", False) if grid is not None else False
     if not isinstance(quantize, bool):
         raise UserError(f"the receipt's sound_quantize must be true or false, got {text(quantize)}")
-    return Receipt(str(name), plan, spec, n0, sequential, seed, model, tuple(indices), grid, quantize)
+    sound = None if grid is None else Sound(grid, quantize)
+    return Receipt(str(name), plan, spec, n0, sequential, seed, model, tuple(indices), sound)
 
 
 def _counts(value: object, where: str, plan: SamplingPlan) -> np.ndarray:
@@ -224,13 +223,6 @@ def procedure_of(receipt: dict) -> Procedure:
     return procedure
 
 
-def _sound_differences(receipt: Receipt, stated: dict, procedure: Procedure, elements: int) -> list[str]:
-    """Each ``--sound`` field of the receipt (:data:`SOUND_FIELDS`) that is not the one its settings give."""
-    expected = {} if receipt.sound_grid is None else \
-        sound_receipt(procedure, Sound(receipt.sound_grid, receipt.sound_quantize), elements)
-    return receipt_differences(SOUND_FIELDS, stated, expected, procedure.name)
-
-
 @dataclass(frozen=True)
 class Replayed:
     """One result replayed; ``differences`` in words ("radius served 0.75, recomputed 0.5"), empty if none."""
@@ -286,13 +278,13 @@ def replay_answer(answer: Answer | dict, images: list[torch.Tensor], engine: Eng
     if problems:
         return Replay(tuple(differences + problems), ())
     elements = math.prod(engine.spec.input_shape)
-    differences += _sound_differences(receipt, answer.document["receipt"], procedure, elements)
-    # the receipt's noise and rounding, not the caller's
-    sound = None if receipt.sound_grid is None else Sound(receipt.sound_grid, receipt.sound_quantize)
-    smoothed = [_smoothed(image, i, sound) for i, image in enumerate(images)]
+    sound = receipt.sound  # the receipt's noise and rounding, not the caller's
+    expected = {} if sound is None else sound_receipt(procedure, sound, elements)
+    differences += receipt_differences(SOUND_FIELDS, answer.document["receipt"], expected, procedure.name)
+    smoothed, rounded = _smoothed(images, sound)
     stated = {} if sound is None else sound_guarantee(procedure, sound.grid, elements)
-    extras = [{**stated, **({"rounded": not torch.equal(new, old.to(torch.float32))} if receipt.sound_quantize
-                            else {})} for new, old in zip(smoothed, images)]
+    extras = [{**stated, **({} if changed is None else {"rounded": changed})}
+              for changed in rounded or [None] * len(images)]
     fit = [fit_problem(procedure.plan, r.counts, engine.spec.num_classes) for r in results]
     items = [(r.index, image, key) for key, (r, image, problem) in enumerate(zip(results, smoothed, fit))
              if not problem]
@@ -302,10 +294,10 @@ def replay_answer(answer: Answer | dict, images: list[torch.Tensor], engine: Eng
                                             for key, (result, image) in enumerate(zip(results, smoothed))))
 
 
-def _smoothed(image: torch.Tensor, number: int, sound: Sound | None) -> torch.Tensor:
-    """The image the server smoothed for ``image`` as given (UserError where it would have refused it)."""
+def _smoothed(images: list[torch.Tensor], sound: Sound | None) -> tuple[list[torch.Tensor], tuple[bool, ...] | None]:
+    """What the server smoothed for the images given (:func:`served_images`; UserError where it would refuse one)."""
     try:
-        return served_image(image, number, sound)
+        return served_images(images, sound)
     except PayloadError as refused:
         problem = refused.message.replace("the request", "the images given").split(";")[0]
         raise UserError(f"{problem}; the server refuses such an image, so the answer is not for it") from None

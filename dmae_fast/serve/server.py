@@ -7,13 +7,11 @@ finishes (each within the per-request timeout): every admitted request is answer
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import json
 import signal
 import socket
 import sys
-import threading
 from dataclasses import dataclass
 
 import uvicorn
@@ -25,9 +23,8 @@ from dmae_fast.serve.config import PROG, ServeConfig
 from dmae_fast.serve.service import Service
 
 BACKLOG = 2048
-# ReadDeadline extends uvicorn's httptools protocol (its callbacks, ``cycle`` and the cycle's fields): internals
-# with no public equivalent, identical in every release of this range. pyproject bounds uvicorn to it.
-UVICORN_VERIFIED = ((0, 29), (0, 55))  # [first, end): the minor releases ReadDeadline was verified on
+# ReadDeadline and _Server use uvicorn internals with no public equivalent; pyproject bounds uvicorn to these
+UVICORN_VERIFIED = ((0, 29), (0, 55))  # [first, end): the minor releases they were verified on
 
 
 def check_uvicorn(version: str = uvicorn.__version__) -> None:
@@ -41,8 +38,8 @@ def check_uvicorn(version: str = uvicorn.__version__) -> None:
 
 class _Server(uvicorn.Server):
     """uvicorn's server, draining the service on the first signal and not re-raising it afterwards (a graceful
-    stop ends with status 0). ``serve`` captures the signals before the listening line, so one arriving before
-    uvicorn's loop runs stops it as gracefully; uvicorn's own capture inside it nests."""
+    stop ends with status 0). ``serve`` also captures the signals before the listening line, so one arriving
+    before uvicorn's loop runs stops it as gracefully."""
 
     def __init__(self, config: uvicorn.Config, service: Service) -> None:
         super().__init__(config)
@@ -53,18 +50,7 @@ class _Server(uvicorn.Server):
         self.service.draining = True
         self.stopped_by = self.stopped_by or sig
         super().handle_exit(sig, frame)
-
-    @contextlib.contextmanager
-    def capture_signals(self):
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        original = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            yield
-        finally:
-            for sig, handler in original.items():
-                signal.signal(sig, handler)
+        self._captured_signals.clear()  # what uvicorn's capture_signals would re-raise once it ends
 
 
 class ReadDeadline(HttpToolsProtocol):
@@ -132,7 +118,6 @@ class ReadDeadline(HttpToolsProtocol):
 
 @dataclass(frozen=True)
 class ServeResult:
-    address: str
     requests: int  # HTTP requests answered (any status)
     stopped_by: str | None  # the signal's name
 
@@ -177,4 +162,4 @@ def serve(config: ServeConfig) -> ServeResult:
     answered = int(sum(sample.value for metric in service.metrics.requests.collect() for sample in metric.samples
                        if sample.name.endswith("_total")))
     name = signal.Signals(server.stopped_by).name if server.stopped_by else None
-    return ServeResult(address, answered, name)
+    return ServeResult(answered, name)

@@ -83,9 +83,8 @@ class Service:
         self.engine = open_classifier(config.engine_path, config.body, config.device, config.precision,
                                       config.input_size, config.normalize)
         self.model_sha256 = file_sha256(config.engine_path) if Path(config.engine_path).is_file() else None
-        # the one place the server's settings are resolved: the classifier's sigma where none is given, its
-        # precision, and the seed (drawn only now, with the classifier opened and hashed: one made knowing
-        # the seed could forge answers)
+        # resolved once, here: sigma (the classifier's where none is given), precision, and the seed, drawn only
+        # now that the classifier is opened and hashed (one made knowing the seed could forge answers)
         self.config = config = replace(
             config, sigma=smoothing_sigma(config.sigma, self.engine), precision=self.engine.precision,
             seed=config.seed if config.seed is not None else secrets.randbits(64))

@@ -9,7 +9,7 @@ import math
 import numpy as np
 from scipy.special import ndtr
 
-from dmae_fast.stats.bounds import lower_confidence_bound
+from dmae_fast.stats.sequential import lower_bounds, min_counts
 
 MARGIN = 1e-6  # relative margin under alpha against floating-point rounding in the DP
 TAIL = 1e-40  # probability mass the DP may truncate per step (counted as rejected)
@@ -89,19 +89,13 @@ def _dp(looks: tuple[int, ...], q: float, bounds: np.ndarray | None = None, targ
 
 
 def crossing_probabilities(looks: tuple[int, ...], failure_bounds: np.ndarray, q: float) -> np.ndarray:
-    """P(first rejection at look k) for each k when each vote is for another class than cA with
-    probability q = 1 - p (exact DP); a rejection at look k is F_k <= failure_bounds[k] (-1: none)."""
+    """P(first rejection at look k) for each k at failure probability q = 1 - p (exact DP): F_k <= failure_bounds[k]."""
     return _dp(tuple(looks), q, bounds=np.asarray(failure_bounds))[1]
 
 
 def fixed_n_failures(n: int, alpha: float, z: float) -> int:
     """The most failures in n samples whose fixed-n Clopper-Pearson bound at alpha is >= Phi(z) (-1: none)."""
-    lo, hi = -1, n + 1  # lower_confidence_bound(n - F, n) >= Phi(z) holds for F <= lo, fails for F >= hi
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        ok = mid < n and lower_confidence_bound(n - mid, n, alpha) >= ndtr(z)
-        lo, hi = (mid, hi) if ok else (lo, mid)
-    return lo
+    return n - int(min_counts(lower_bounds, n, alpha, np.array([ndtr(z)]))[0])  # the fewest votes for cA: n + 1
 
 
 @functools.lru_cache(maxsize=64)

@@ -1,9 +1,6 @@
-"""The statistics of Cohen et al.'s CERTIFY and PREDICT, over SciPy.
-
-The quantiles come from ``scipy.special`` (a third of ``scipy.stats``'s import time): ``betaincinv`` and
-``ndtri`` are the routines behind ``beta.ppf`` and ``norm.ppf``. PREDICT's binomial tails import ``scipy.stats`` on
-first use. Below alpha = 1e-100, where ``betaincinv`` underflows, the bound is solved in log space instead
-(docs/certify.md)."""
+"""The statistics of Cohen et al.'s CERTIFY and PREDICT: quantiles from ``scipy.special`` (``betaincinv`` and
+``ndtri``, behind ``beta.ppf`` and ``norm.ppf``; ``scipy.stats`` is imported on first use only). Below alpha =
+1e-100, where ``betaincinv`` underflows, the bound is solved in log space instead (docs/certify.md)."""
 
 from __future__ import annotations
 

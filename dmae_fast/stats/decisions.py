@@ -44,7 +44,11 @@ class Prediction:
 def certify_from_counts(selection: np.ndarray, estimation: np.ndarray, alpha: float, sigma: float) -> Certificate:
     """CERTIFY's decision from the class counts of its two independent draws."""
     guess = int(np.argmax(selection))
-    n0, n_a, n = int(selection.sum()), int(estimation[guess]), int(estimation.sum())
+    return bound_certificate(guess, int(selection.sum()), int(estimation[guess]), int(estimation.sum()), alpha, sigma)
+
+
+def bound_certificate(guess: int, n0: int, n_a: int, n: int, alpha: float, sigma: float) -> Certificate:
+    """The certificate of n_a votes for ``guess`` in n samples by Clopper-Pearson at ``alpha`` (abstains below 1/2)."""
     p_a_lower = lower_confidence_bound(n_a, n, alpha)
     if p_a_lower < 0.5:
         return Certificate(ABSTAIN, 0.0, n0, n, n_a, p_a_lower)

@@ -33,8 +33,7 @@ p are fixed and F_1 <= F_2 <= ... are the failure counts of one Bernoulli(1 - p)
    by 3. With ``lower_cap``, the levels below the top reachable one are tested up to lower_cap only and an image
    continues past lower_cap only if they are all rejected there, so a certificate past it still rests on 1-3.
 
-"Clopper-Pearson at alpha at every look" is not valid: stopping at the first look whose bound certifies errs when
-ANY of the K bounds overshoots p, with probability up to about K * alpha (tests/test_group_sequential.py)."""
+"Clopper-Pearson at alpha at every look" is not valid (:mod:`.sequential`; tests/test_group_sequential.py)."""
 
 from __future__ import annotations
 
@@ -44,7 +43,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import ndtr
 
 from dmae_fast.base.errors import UserError
 from dmae_fast.stats.boundary_dp import boundary_table
@@ -125,23 +123,16 @@ class GroupSequentialConfig:
 
 
 class GroupSequentialCertifier(LookStopping):
-    """Stopping decisions and certificates of group-sequential CERTIFY for one configuration.
-
-    ``failures[j, k]``: the most failures (votes for other classes) at look k that reject level j (level 0:
-    "certified at all"; level j: radius ``level_radii[j]``); -1 where none does. ``target``: the top level
-    certifiable at the cap; ``caps[j]``: level j's last look; ``rhos[j]``: its spending exponent."""
+    """Stopping decisions and certificates of group-sequential CERTIFY for one configuration: ``failures[j, k]``, the
+    most failures at look k that reject level j (-1: none), and ``rhos[j]``, level j's spending exponent."""
 
     def __init__(self, config: GroupSequentialConfig) -> None:
+        super().__init__(config.resolved_looks(), config.alpha, config.radii, config.sigma, config.futility)
         self.config = config
-        self.looks: tuple[int, ...] = config.resolved_looks()
-        self.level = config.alpha
-        self.level_radii = np.unique(np.array((0.0, *config.radii)))
-        self.thresholds = ndtr(self.level_radii / config.sigma)
         z = tuple(float(v) for v in self.level_radii / config.sigma)
         settings = (config.spending, config.final_shift)
         full, self.rhos = boundary_table(self.looks, z, config.alpha, (config.n,) * len(z), *settings)
-        reachable = np.flatnonzero(full[:, -1] >= 0)
-        self.target = int(reachable[-1]) if reachable.size else 0
+        self.target = int(max(np.flatnonzero(full[:, -1] >= 0), default=0))
         self.caps = np.full(len(z), config.n)
         self.failures = full.copy()
         if config.lower_cap is not None and self.target > 0:
@@ -151,9 +142,9 @@ class GroupSequentialCertifier(LookStopping):
             beyond = looks > config.lower_cap  # images here had levels < target rejected
             self.failures = table.copy()
             self.failures[:self.target, beyond] = looks[beyond]
-        self._final = self.failures[np.arange(len(z)), [self.looks.index(c) for c in self.caps]]
-        need = 1.0 - self._final / self.caps  # the rate of cA votes that just meets a level's last bound
-        self._upper_need = np.stack([min_counts(upper_bounds, n, config.futility_alpha, need) for n in self.looks])
+        self.final = self.failures[np.arange(len(z)), [self.looks.index(c) for c in self.caps]]
+        need = 1.0 - self.final / self.caps  # the rate of cA votes that just meets a level's last bound
+        self.upper_need = np.stack([min_counts(upper_bounds, n, config.futility_alpha, need) for n in self.looks])
 
     @property
     def procedure(self) -> str:
@@ -168,32 +159,13 @@ class GroupSequentialCertifier(LookStopping):
         rejected: np.ndarray = (failures[..., None] <= self.failures[:, look]).sum(-1)
         return rejected
 
-    def stop(self, look: int, n_a: np.ndarray) -> np.ndarray:
-        """Whether to stop after look ``look`` (0-based), vectorized over counts n_a of cA."""
-        n_a = np.asarray(n_a)
-        if look == len(self.looks) - 1:
-            return np.ones(n_a.shape, dtype=bool)
-        reached = self.levels(look, n_a)  # the next level to reject
-        following = np.minimum(reached, self.target)
-        stop: np.ndarray = (reached > self.target) | (self.caps[following] <= self.looks[look])
-        if self.config.futility != "none":
-            stop |= self.looks[look] - n_a > self._final[following]
-        if self.config.futility == "upper":
-            stop |= n_a < self._upper_need[look, following]
-        return stop
-
     def certified_radius(self, look: int, n_a: np.ndarray) -> np.ndarray:
         """The certified grid radius at look ``look`` (-1 where nothing is certified), vectorized."""
         level = self.levels(look, n_a) - 1
         return np.where(level >= 0, self.level_radii[np.maximum(level, 0)], -1.0)
 
-    def certify(self, selection_counts: np.ndarray, n_a: int, n_used: int) -> Certificate:
-        """The certificate after stopping with n_a votes for cA in n_used estimation samples (a look)."""
-        if n_used not in self.looks:
-            raise UserError(f"n_used={n_used} is not one of the looks {self.looks}")
-        level = int(self.levels(self.looks.index(n_used), n_a)) - 1
-        n0 = int(np.sum(selection_counts))
+    def _certificate(self, guess: int, n0: int, n_a: int, n: int) -> Certificate:
+        level = int(self.levels(self.looks.index(n), n_a)) - 1
         if level < 0:
-            return Certificate(ABSTAIN, 0.0, n0, n_used, int(n_a), 0.0)
-        return Certificate(int(np.argmax(selection_counts)), float(self.level_radii[level]), n0, n_used, int(n_a),
-                           float(self.thresholds[level]))
+            return Certificate(ABSTAIN, 0.0, n0, n, n_a, 0.0)
+        return Certificate(guess, float(self.level_radii[level]), n0, n, n_a, float(self.thresholds[level]))

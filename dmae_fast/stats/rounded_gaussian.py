@@ -22,7 +22,7 @@ BITS = 64  # bits of the uniform integer U
 TAIL = Fraction(1, 2**70)  # the most probability P(|Z| > K) the truncation may cut
 DIGITS = (60, 120)  # the precisions (significant decimal digits) whose thresholds must agree
 MIN_STEPS = 1e-6  # the smallest s = grid * sigma taken (far below it mpmath's erfc overflows)
-MAX_STEPS = 4096  # the largest s taken: K <= MAX_K, a table built in about 7 s (see table_problem)
+MAX_STEPS = 4096  # the largest s taken: K <= MAX_K (a table builds in seconds)
 MAX_K = 39_297  # K at s = MAX_STEPS: P(|Z| > K) <= 2**-70 needs (K + 1/2) / s >= 9.594
 
 
@@ -40,8 +40,7 @@ class SoundTable:
 
 def table_problem(sigma: float, grid: int) -> str | None:
     """Why no table is built for noise level ``sigma`` on the 1/``grid`` grid (None when one is): s = grid * sigma
-    must be in [MIN_STEPS, MAX_STEPS], so that K <= MAX_K and a table builds in at most about 7 s. Checked exactly,
-    before any work, so a huge sigma or grid is refused at once."""
+    must be in [MIN_STEPS, MAX_STEPS]. Checked exactly, before any work, so a huge sigma or grid is refused at once."""
     if isinstance(grid, bool) or not isinstance(grid, numbers.Integral) or grid < 1:
         return f"the grid of --sound must be a whole number of levels >= 1, got {grid}"
     if isinstance(sigma, bool) or not isinstance(sigma, numbers.Real) or not (math.isfinite(sigma) and sigma > 0):

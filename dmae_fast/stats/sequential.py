@@ -13,7 +13,7 @@ argument applies unchanged: if B_tau >= 1/2 then g(x) = cA and g is constant wit
 looks must not depend on the data; a stopping rule may.
 
 "CP at alpha at every look" is not valid: stopping at the first look whose bound certifies errs when ANY of the K
-bounds overshoots p, with probability up to about K * alpha (tests/test_sequential.py measures it)."""
+bounds overshoots p, with probability up to about K * alpha (tests/test_sequential.py)."""
 
 from __future__ import annotations
 
@@ -26,21 +26,17 @@ import numpy as np
 from scipy.special import betaincinv, ndtr
 
 from dmae_fast.base.errors import UserError
-from dmae_fast.stats.bounds import lower_confidence_bound, lower_confidence_bounds, radius
-from dmae_fast.stats.decisions import ABSTAIN, Certificate
+from dmae_fast.stats.bounds import lower_confidence_bounds
+from dmae_fast.stats.decisions import Certificate, bound_certificate
 from dmae_fast.stats.settings import FUTILITY_MODES, PAPER_RADII
 
-# Default looks: n_max and EARLY_LOOKS halvings of LAST_EARLY * n_max (n_max = 10,000: 407, 813, 1625, 3250, 6500,
-# 10000), chosen with bench/sequential_savings.py: pA ~ 1 images reach 2 and 3 sigma just below 407 and 6,500, and
-# K >= 7 costs points at 3 sigma (at alpha/7, 2 failures in 10,000 no longer certify it). Large caps halve further
-# until the first look is at most FIRST_LOOK, or every image would draw 0.04 n_max samples.
 LAST_EARLY, EARLY_LOOKS, FIRST_LOOK = 0.65, 5, 5_000
 BONFERRONI_NAME = "sequential-cp-bonferroni"  # the procedure column's prefix
 
 
 def default_looks(n_max: int) -> tuple[int, ...]:
-    """The default pre-planned looks for a cap of n_max estimation samples: n_max and halvings of
-    LAST_EARLY * n_max, EARLY_LOOKS of them, more while the first is above FIRST_LOOK."""
+    """The default looks for a cap of n_max estimation samples: n_max and EARLY_LOOKS halvings of LAST_EARLY * n_max,
+    more while the first is above FIRST_LOOK (10,000: 407, 813, 1625, 3250, 6500, 10000; bench/sequential_savings)."""
     early = [math.ceil(LAST_EARLY * n_max / 2 ** j) for j in range(EARLY_LOOKS)]
     while early[-1] > FIRST_LOOK:
         early.append(math.ceil(LAST_EARLY * n_max / 2 ** len(early)))
@@ -80,8 +76,7 @@ class SequentialConfig:
 
 
 def lower_bounds(n_a: np.ndarray, n: np.ndarray | int, alpha: float) -> np.ndarray:
-    """Vectorized :func:`~dmae_fast.stats.bounds.lower_confidence_bound`, evaluated once per distinct
-    (n_a, n) pair: simulations repeat few distinct counts."""
+    """Vectorized :func:`~dmae_fast.stats.bounds.lower_confidence_bound`, once per distinct (n_a, n) pair."""
     n_a, n = np.broadcast_arrays(np.asarray(n_a, dtype=np.int64), np.asarray(n, dtype=np.int64))
     base = int(n.max(initial=0)) + 1
     keys, inverse = np.unique(n_a * base + n, return_inverse=True)
@@ -110,21 +105,45 @@ def min_counts(bound: Callable[[np.ndarray, int, float], np.ndarray], n: int, al
 
 
 class LookStopping:
-    """What every stopping rule over pre-planned looks shares; subclasses give ``looks`` (cumulative estimation
-    counts, the last = the cap), ``level_radii`` (0.0 and the radii of interest, increasing), ``target`` (the index
-    of the top one certifiable at the cap) and ``stop(look, n_a)`` (vectorized over counts of cA)."""
+    """What every stopping rule over pre-planned ``looks`` (cumulative estimation counts, the last = the cap) shares:
+    ``level_radii`` (0.0 and the radii of interest, increasing) with ``thresholds`` Phi(r / sigma). A subclass sets
+    ``target`` (the top level certifiable at the cap), ``caps[j]`` (level j's last look), ``final[j]`` (the most
+    failures at caps[j] that reach level j), ``upper_need[k, j]`` (the fewest cA votes at look k that "upper"
+    futility lets go on toward level j) and gives ``levels`` and ``_certificate``."""
 
-    looks: tuple[int, ...]
-    level_radii: np.ndarray
     target: int
+    caps: np.ndarray
+    final: np.ndarray
+    upper_need: np.ndarray
+
+    def __init__(self, looks: tuple[int, ...], level: float, radii: tuple[float, ...], sigma: float,
+                 futility: str) -> None:
+        self.looks, self.level, self.futility = looks, level, futility  # level: that of the bounds
+        self.level_radii = np.unique(np.array((0.0, *radii)))
+        self.thresholds = ndtr(self.level_radii / sigma)
 
     @property
     def target_radius(self) -> float:
         """The largest radius of interest certifiable at the cap (0.0: "certified at all")."""
         return float(self.level_radii[self.target])
 
-    def stop(self, look: int, n_a: np.ndarray) -> np.ndarray:
+    def levels(self, look: int, n_a: np.ndarray | int) -> np.ndarray:
+        """How many levels n_a votes for cA reach at look ``look`` (0-based), vectorized."""
         raise NotImplementedError
+
+    def stop(self, look: int, n_a: np.ndarray) -> np.ndarray:
+        """Whether to stop after look ``look`` (0-based), vectorized over counts n_a of cA."""
+        n_a = np.asarray(n_a)
+        if look == len(self.looks) - 1:
+            return np.ones(n_a.shape, dtype=bool)
+        reached = self.levels(look, n_a)
+        following = np.minimum(reached, self.target)  # the next level, while below the target
+        stop: np.ndarray = (reached > self.target) | (self.caps[following] <= self.looks[look])
+        if self.futility != "none":  # too many failures even if every remaining sample votes cA
+            stop |= self.looks[look] - n_a > self.final[following]
+        if self.futility == "upper":
+            stop |= n_a < self.upper_need[look, following]
+        return stop
 
     def should_stop(self, look: int, n_a: int) -> bool:
         """Whether to stop after look ``look`` (0-based) with n_a votes for cA so far."""
@@ -144,55 +163,41 @@ class LookStopping:
             active &= ~now
         return stopped, counts[stopped, np.arange(counts.shape[1])]
 
+    def certify(self, selection_counts: np.ndarray, n_a: int, n_used: int) -> Certificate:
+        """The certificate after stopping with n_a votes for cA in n_used estimation samples (a look)."""
+        if n_used not in self.looks:
+            raise UserError(f"n_used={n_used} is not one of the looks {self.looks}")
+        return self._certificate(int(np.argmax(selection_counts)), int(np.sum(selection_counts)), int(n_a), n_used)
+
+    def _certificate(self, guess: int, n0: int, n_a: int, n: int) -> Certificate:
+        raise NotImplementedError
+
 
 class SequentialCertifier(LookStopping):
-    """Stopping decisions and certificates of sequential CERTIFY for one configuration.
-
-    Levels of interest, in increasing order: "certified at all" (bound >= 1/2), then each radius r in ``radii``
-    (bound >= Phi(r / sigma)). ``need[k, j]``: the fewest votes for cA at look k that reach level j."""
+    """Stopping decisions and certificates of Bonferroni sequential CERTIFY for one configuration; ``need[k, j]``:
+    the fewest votes for cA at look k whose bound reaches level j's threshold."""
 
     def __init__(self, config: SequentialConfig) -> None:
+        looks = config.looks or default_looks(config.n_max)
+        super().__init__(looks, config.alpha / len(looks), config.radii, config.sigma, config.futility)
         self.config = config
-        self.looks: tuple[int, ...] = config.looks or default_looks(config.n_max)
-        self.level = config.alpha / len(self.looks)
         if self.level < np.finfo(float).tiny:  # a subnormal alpha / K may round up by far more than 1e-16 relative
             raise UserError(f"alpha {config.alpha:g} over {len(self.looks)} looks is below the smallest normal double "
                             f"({np.finfo(float).tiny:g}) for the Bonferroni sequential test; fixed-n CERTIFY takes it")
-        self.level_radii = np.unique(np.array((0.0, *config.radii)))
-        self.thresholds = ndtr(self.level_radii / config.sigma)
         self.need = np.stack([min_counts(lower_bounds, n, self.level, self.thresholds) for n in self.looks])
         self.upper_need = np.stack([min_counts(upper_bounds, n, config.futility_alpha, self.thresholds)
                                     for n in self.looks])
-        reachable = np.flatnonzero(self.need[-1] <= config.n_max)
-        self.target = int(reachable[-1]) if reachable.size else 0
+        self.caps, self.final = np.full(len(self.level_radii), config.n_max), config.n_max - self.need[-1]
+        self.target = int(max(np.flatnonzero(self.final >= 0), default=0))
 
     @property
     def procedure(self) -> str:
         """The ``procedure`` column of results made with this certifier."""
         return f"{BONFERRONI_NAME}-K{len(self.looks)}"
 
-    def stop(self, look: int, n_a: np.ndarray) -> np.ndarray:
-        """Vectorized :meth:`should_stop` over an array of counts at one look."""
-        n_a = np.asarray(n_a)
-        if look == len(self.looks) - 1:
-            return np.ones(n_a.shape, dtype=bool)
-        reached = (n_a[..., None] >= self.need[look]).sum(-1)  # levels certified now
-        following = np.minimum(reached, self.target)  # the next level, while below the target
-        stop: np.ndarray = reached > self.target
-        if self.config.futility != "none":
-            best = n_a + self.config.n_max - self.looks[look]  # every remaining sample votes cA
-            stop |= best < self.need[-1, following]
-        if self.config.futility == "upper":
-            stop |= n_a < self.upper_need[look, following]
-        return stop
+    def levels(self, look: int, n_a: np.ndarray | int) -> np.ndarray:
+        reached: np.ndarray = (np.asarray(n_a)[..., None] >= self.need[look]).sum(-1)
+        return reached
 
-    def certify(self, selection_counts: np.ndarray, n_a: int, n_used: int) -> Certificate:
-        """The certificate after stopping with n_a votes for cA in n_used estimation samples."""
-        if n_used not in self.looks:
-            raise UserError(f"n_used={n_used} is not one of the looks {self.looks}")
-        p_a_lower = lower_confidence_bound(int(n_a), n_used, self.level)
-        n0 = int(np.sum(selection_counts))
-        if p_a_lower < 0.5:
-            return Certificate(ABSTAIN, 0.0, n0, n_used, int(n_a), p_a_lower)
-        return Certificate(int(np.argmax(selection_counts)), radius(p_a_lower, self.config.sigma),
-                           n0, n_used, int(n_a), p_a_lower)
+    def _certificate(self, guess: int, n0: int, n_a: int, n: int) -> Certificate:
+        return bound_certificate(guess, n0, n_a, n, self.level, self.config.sigma)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Callable
 
 import numpy as np
 
@@ -20,9 +19,6 @@ from dmae_fast.stats.plan import SamplingPlan
 from dmae_fast.stats.procedure_base import CERTIFY, SEQUENTIAL, Procedure, ProcedureSpec, register
 from dmae_fast.stats.rules import RowRules
 from dmae_fast.stats.sequential import BONFERRONI_NAME, SequentialCertifier, SequentialConfig
-
-Test = GroupSequentialCertifier | SequentialCertifier
-
 
 RADIUS_STEP = 0.25  # the summary table's radii (dmae_fast.analysis.DEFAULT_RADII)
 LOWER_CAP = 10_000  # the paper's n: with the default radii, the most samples a level below the top one takes
@@ -38,7 +34,7 @@ def default_radii(n: int, alpha: float, sigma: float) -> tuple[float, ...]:
 @functools.lru_cache(maxsize=64)
 def sequential_certifier(n0: int, n: int, alpha: float, sigma: float, radii: tuple[float, ...] | None = None,
                          looks: tuple[int, ...] | None = None, futility: str | None = None,
-                         test: str = "exact") -> Test:
+                         test: str = "exact") -> GroupSequentialCertifier | SequentialCertifier:
     """The sequential certifier of these settings (``radii`` None: :func:`default_radii`, and with the exact
     test and a cap above LOWER_CAP the levels below the top one tested up to LOWER_CAP samples: the summary
     table's radii at about the paper's n, the top one up to the cap); cached (tables take up to a second)."""
@@ -84,13 +80,10 @@ class SequentialCertify(Procedure):
         return max_radius(self.spec.n, self.level, self.spec.sigma)
 
     def rules(self) -> RowRules:
-        n0 = self.spec.n0
-        assert n0 is not None, "a CERTIFY spec has n0"
-        certificate: Callable[[int, int], Certificate] | None = None
-        if isinstance(self.certifier, GroupSequentialCertifier):  # grid radii, not a Clopper-Pearson bound
-            certificate = functools.partial(self.certifier.certify, np.ones(1))
-        sizes = tuple(end - n0 for end in self.plan.stage_ends) if self.plan.looks else (self.spec.n,)
-        return RowRules(CERTIFY, n0, sizes, self.level, self.spec.sigma, self.name, certificate)
+        grid = isinstance(self.certifier, GroupSequentialCertifier)  # grid radii, not a Clopper-Pearson bound
+        certificate = functools.partial(self.certifier.certify, np.ones(1)) if grid else None
+        return RowRules(CERTIFY, self.spec.n0, self.certifier.looks, self.level, self.spec.sigma, self.name,
+                        certificate)
 
     def summary_radii(self, asked: tuple[float, ...] | None, default: tuple[float, ...]) -> tuple[float, ...]:
         """Radius 0 ("certified at all") and the radii of interest: the levels it tests."""

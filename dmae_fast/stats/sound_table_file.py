@@ -11,9 +11,7 @@ then the thresholds). Files of the first format (tag ``dmaesnd1``, no digest) ar
 
 A reader checks the tag, the digest, that sigma * L is within the bound of
 :func:`~dmae_fast.stats.rounded_gaussian.table_problem`, the length 9 + 2K, and that the thresholds are those of
-the header's sigma and grid: :func:`read_sound_table` recomputes them exactly; the C++ reader checks ascent,
-symmetry (S_k + S_-k-1 is 0 or -1), the truncation K, each T_k / 2**64 against Phi((k + 1/2) / s) to 1e-12 and
-the total variation against the bounds the thresholds imply."""
+the header's sigma and grid: :func:`read_sound_table` recomputes them exactly (the C++ reader: docs/cpp.md)."""
 
 from __future__ import annotations
 
