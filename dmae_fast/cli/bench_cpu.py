@@ -28,9 +28,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     def config():
+        args = build_parser().parse_args(argv)  # before torch: --help and option errors answer at once
         from dmae_fast.bench.cpu import CpuBenchConfig
 
-        args = build_parser().parse_args(argv)
         commands = args.commands if args.commands is not None else ([] if args.quick else [10, 100])
         return CpuBenchConfig(out=args.out, rounds=args.rounds, quick=args.quick, commands=tuple(commands),
                               **{k: tuple(v) for k, v in (("models", args.models), ("threads", args.threads)) if v})
