@@ -86,7 +86,7 @@ def _run(argv: list[str]) -> int:
 
 
 def run_subcommand(prog: str, config: Callable[[], Any], runner: str) -> int:
-    """A subcommand: its ``config()``, checked before torch is imported (option errors answer at once), run by
+    """A subcommand: its ``config()`` (options parsed before anything heavy is imported), validated, then run by
     ``runner`` ("module:function", returning (results, (json, md))); prints the table and the files written."""
 
     def body() -> int:

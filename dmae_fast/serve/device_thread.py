@@ -131,9 +131,12 @@ class DeviceThread:
             self._loop.warm_up(self.image_shape)
         except BaseException as error:  # reported by start() in the caller's thread
             self._startup_error = error
+            self._started.set()
+            self.body.finish()
+            return
         self._started.set()
         try:
-            while self._startup_error is None and self._step(self._loop):
+            while self._step(self._loop):
                 pass
         except BaseException as error:  # a bug: answer everyone with it rather than leave them hanging
             self._fail_everything(self._loop, error)

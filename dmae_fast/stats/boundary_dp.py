@@ -95,7 +95,8 @@ def crossing_probabilities(looks: tuple[int, ...], failure_bounds: np.ndarray, q
 
 def fixed_n_failures(n: int, alpha: float, z: float) -> int:
     """The most failures in n samples whose fixed-n Clopper-Pearson bound at alpha is >= Phi(z) (-1: none)."""
-    return n - int(min_counts(lower_bounds, n, alpha, np.array([ndtr(z)]))[0])  # the fewest votes for cA: n + 1
+    # n minus the fewest votes for cA whose bound reaches Phi(z) (min_counts gives n + 1 where none does: -1)
+    return n - int(min_counts(lower_bounds, n, alpha, np.array([ndtr(z)]))[0])
 
 
 @functools.lru_cache(maxsize=64)
