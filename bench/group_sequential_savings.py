@@ -40,6 +40,7 @@ from dmae_fast.stats.sequential import (
     SequentialConfig,
     lower_bounds,
 )
+from dmae_fast.stats.settings import PAPER_RADII
 
 DEFAULT_DIR = "bench/results/2026-11-26-sequential-v2"
 FIXED_10K, FIXED_100K, TODAY = "fixed-n 10,000", "fixed-n 100,000", "sequential CP/K (today), cap 10,000"
@@ -72,7 +73,7 @@ def fixed(n: int) -> tuple[tuple[int, ...], Run]:
 
 
 def today(sigma: float) -> tuple[tuple[int, ...], Run]:
-    c = SequentialCertifier(SequentialConfig(N0, 10_000, ALPHA, sigma, futility="upper"))
+    c = SequentialCertifier(SequentialConfig(N0, 10_000, ALPHA, sigma, radii=PAPER_RADII, futility="upper"))
 
     def run(votes, thresholds):
         stopped, n_a = c.run(np.stack([votes(look) for look in c.looks]))
@@ -95,7 +96,7 @@ def group(config: GroupSequentialConfig) -> tuple[tuple[int, ...], Run]:
 
 def procedures(sigma: float) -> dict[str, tuple[tuple[int, ...], Run]]:
     """Every procedure compared at sigma, by name."""
-    base = {n: GroupSequentialConfig(N0, n, ALPHA, sigma) for n in (10_000, 30_000, 100_000)}
+    base = {n: GroupSequentialConfig(N0, n, ALPHA, sigma, radii=PAPER_RADII) for n in (10_000, 30_000, 100_000)}
     out = {FIXED_10K: fixed(10_000), FIXED_100K: fixed(100_000), TODAY: today(sigma)}
     out |= {GS.format(n): group(config) for n, config in base.items()}
     out[LOW_CAP] = group(replace(base[100_000], lower_cap=10_000))
@@ -129,7 +130,8 @@ def drop(reference: Outcome, o: Outcome) -> float:
 
 def top_radius(sigma: float) -> int:
     """The index in GRID of the largest radius certifiable at cap 10,000."""
-    return GRID.index(GroupSequentialCertifier(GroupSequentialConfig(N0, 10_000, ALPHA, sigma)).target_radius)
+    config = GroupSequentialConfig(N0, 10_000, ALPHA, sigma, radii=PAPER_RADII)
+    return GRID.index(GroupSequentialCertifier(config).target_radius)
 
 
 def table(results: dict[float, dict[str, Outcome]], names: list[str]) -> str:
@@ -197,7 +199,7 @@ def table_seconds() -> dict[str, float]:
     for n in (10_000, 30_000, 100_000):
         boundary_table.cache_clear()
         start = time.perf_counter()
-        GroupSequentialCertifier(GroupSequentialConfig(N0, n, ALPHA, 1.0))
+        GroupSequentialCertifier(GroupSequentialConfig(N0, n, ALPHA, 1.0, radii=PAPER_RADII))
         out[f"{n:,}"] = round(time.perf_counter() - start, 3)
     return out
 

@@ -86,7 +86,8 @@ def simulate(sigma: float, scenario: str, looks: tuple[int, ...], reps: int, see
     bound = lower_bounds(counts[-1], N_MAX, ALPHA)
     out = {"fixed-n": Outcome(N0 + N_MAX, _accuracy(bound, correct_guess, thresholds))}
     for mode in FUTILITY_MODES:
-        certifier = SequentialCertifier(SequentialConfig(N0, N_MAX, ALPHA, sigma, looks=looks, futility=mode))
+        config = SequentialConfig(N0, N_MAX, ALPHA, sigma, radii=PAPER_RADII, looks=looks, futility=mode)
+        certifier = SequentialCertifier(config)
         stopped, n_a = certifier.run(counts)
         n_used = np.array(looks)[stopped]
         bound = lower_bounds(n_a, n_used, certifier.level)

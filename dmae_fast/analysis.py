@@ -6,7 +6,7 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import TYPE_CHECKING, Literal, Sequence
 
 import numpy as np
 
@@ -18,6 +18,9 @@ from dmae_fast.results.format import RADIUS_DECIMALS, ResultsTable
 from dmae_fast.stats.bounds import radius as certified_radius
 from dmae_fast.stats.decisions import ABSTAIN
 from dmae_fast.stats.rules import RowRules
+
+if TYPE_CHECKING:
+    from dmae_fast.stats.procedure import Procedure
 
 DEFAULT_RADII: tuple[float, ...] = tuple(0.25 * i for i in range(13))
 PLOT_RADIUS_STEP = 0.01
@@ -74,9 +77,10 @@ def run_record(table: ResultsTable) -> tuple[dict | None, str]:
     return record, ""
 
 
-def recorded_rules(table: ResultsTable, record: dict) -> tuple[RowRules | None, str]:
-    """The rules of the rows of the run a record describes, rebuilt from its settings as ``--resume`` builds them;
-    None, and why, when they cannot be rebuilt or the record names another procedure than the rows."""
+def recorded_procedure(table: ResultsTable, record: dict) -> tuple[Procedure | None, str]:
+    """The procedure of the run a record describes, rebuilt from its settings as ``--resume`` builds it; None, and
+    why, when it cannot be rebuilt, its settings give another procedure than its ``procedure`` field names, or the
+    rows name another."""
     from dmae_fast.run.config import CertifyConfig
     from dmae_fast.stats.procedure import Procedure
 
@@ -88,10 +92,13 @@ def recorded_rules(table: ResultsTable, record: dict) -> tuple[RowRules | None, 
         procedure = Procedure(config.procedure_spec())
     except (KeyError, AttributeError, TypeError, ValueError, ArithmeticError, UserError):
         return None, f"{path} holds no settings this version can rebuild the procedure from"
+    if procedure.name != record.get("procedure"):
+        return None, (f"the settings in {path} give procedure {procedure.name}, its procedure field says "
+                      f"{record.get('procedure')}")
     named = sorted(set(map(str, table.extra["procedure"]))) if "procedure" in table.extra else [table.kind]
-    if procedure.kind != table.kind or procedure.name != record.get("procedure") or procedure.name not in named:
-        return None, f"{path} is for procedure {record.get('procedure')}, the rows name {', '.join(named)}"
-    return procedure.rules(), ""
+    if procedure.kind != table.kind or procedure.name not in named:
+        return None, f"{path} is for procedure {procedure.name}, the rows name {', '.join(named)}"
+    return procedure, ""
 
 
 def check_rows(table: ResultsTable) -> str | None:
@@ -103,7 +110,8 @@ def check_rows(table: ResultsTable) -> str | None:
         _require_rows(table)
         return None
     record, why = run_record(table)
-    rules, why = recorded_rules(table, record) if record is not None else (None, why)
+    procedure, why = recorded_procedure(table, record) if record is not None else (None, why)
+    rules = procedure.rules() if procedure is not None else None
     bad = list(row_problems(table, rules or RowRules.unknown(table.kind)))
     if bad:
         (row, problem), others = bad[0], [other for other, _ in bad[1:]]
@@ -197,10 +205,20 @@ def reachable_radii(radii: Sequence[float], cap: float | None) -> tuple[list[flo
 
 
 def recorded_cap(table: ResultsTable) -> float | None:
-    """The largest radius the run behind a results file could certify (its run record's ``max_radius``), else None."""
+    """The largest radius the run behind a results file could certify, from the procedure its run record's settings
+    rebuild (None where they do not); UserError when the record's ``max_radius`` says otherwise (an edited record
+    would hide the summary's columns)."""
     record, _ = run_record(table)
-    value = None if record is None else record.get("max_radius")
-    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+    procedure, _ = recorded_procedure(table, record) if record is not None else (None, "")
+    if procedure is None:
+        return None
+    cap, written = procedure.max_radius(), record.get("max_radius")
+    edited = isinstance(written, bool) or not isinstance(written, (int, float)) or not math.isclose(written, cap,
+                                                                                                 rel_tol=1e-9)
+    if written is not None and edited:  # an older record may lack it
+        raise UserError(f"{table.path}.json: its max_radius {written!r} is not the largest radius its procedure "
+                        f"{procedure.name} can certify ({cap:.6f}): an edited run record")
+    return cap
 
 
 def _names(tables: Sequence[ResultsTable], labels: Sequence[str] | None) -> list[str]:

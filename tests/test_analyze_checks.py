@@ -135,6 +135,33 @@ def test_without_a_usable_record_rows_are_checked_by_their_counts_alone(tmp_path
         _refused(capsys, [str(out)], "idx 0 ", "at any alpha", "the most its pA_lower proves")
 
 
+@pytest.mark.parametrize("kind", ["fixed", "sequential"])
+@pytest.mark.parametrize("written", [0, -1, 0.5 + 1e-6, True, "3"])
+def test_an_edited_max_radius_is_refused_not_obeyed(tmp_path, capsys, files, kind, written):
+    """The record's max_radius decides which summary columns are left out: edited (0 or -1 hid every column), it is
+    named in one line; the cap analyze uses is the one the record's procedure gives (issue 56, item 4)."""
+    out = _copy(files[kind], tmp_path)
+    sidecar = Path(f"{out}.json")
+    record = json.loads(sidecar.read_text())
+    assert recorded_cap(read_results(out)) == record["max_radius"]
+    record["max_radius"] = written
+    sidecar.write_text(json.dumps(record))
+    _refused(capsys, [str(out)], f"{out}.json", f"max_radius {written!r}", "edited run record")
+
+
+def test_the_warning_names_the_mismatch_it_found(tmp_path, capsys, files):
+    """A record whose settings give another procedure than its procedure field: the warning says exactly that."""
+    out = _copy(files["sequential"], tmp_path)
+    sidecar = Path(f"{out}.json")
+    record = json.loads(sidecar.read_text())
+    record["config"]["sequential"] = False
+    sidecar.write_text(json.dumps(record))
+    assert analyze_main([str(out)]) == 0
+    (warning,) = capsys.readouterr().err.splitlines()
+    assert f"the settings in {out}.json give procedure cohen-fixed-n, its procedure field says " \
+           f"{record['procedure']}" in warning, warning
+
+
 def test_a_predict_file_is_checked_against_its_record(tmp_path, capsys, files):
     out = _copy(files["predict"], tmp_path)
     assert analyze_main([str(out)]) == 0

@@ -30,6 +30,7 @@ from dmae_fast.data import demo_digits
 from dmae_fast.demo import DEMO_CHECKPOINT
 from dmae_fast.engines import TorchEngine
 from dmae_fast.model.checkpoints import load_classifier
+from dmae_fast.stats.sequential_radius import Z_STEP
 
 # --device cpu: fp32 everywhere, so rows are bit-for-bit reproducible on any machine.
 BASE = ["--data", "demo", "--seed", "0", "--n0", "20", "--n", "200", "--batch", "64", "--quiet", "--device", "cpu"]
@@ -231,6 +232,31 @@ def test_a_resumed_run_keeps_its_recorded_seed(tmp_path: Path, capsys: pytest.Ca
     out.write_text("\n".join(out.read_text().splitlines()[:-1]) + "\n")
     run = certify(capsys, *args, "--resume", "--seed", seed + 1, "--out", out)
     assert run.rc == 2 and "seed differ" in run.err
+
+
+def test_a_record_edited_to_another_seed_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A resumed run counts one kept image again with the record's seed: a record edited to another seed (which
+    would continue with another noise stream under one claimed seed) or to a seed of JSON ``true`` is refused in
+    one line, and the kept rows stay as they were; the genuine record continues to the one-seed rows."""
+    args = [*[a for a in BASE if a not in ("--seed", "0")], "--max", "4", "--sigma", "0.5"]  # counts spread
+    complete, out = tmp_path / "complete.tsv", tmp_path / "r.tsv"
+    assert certify(capsys, *args, "--seed", "5", "--out", complete).rc == 0
+    shutil.copy(complete, out)
+    record = json.loads(Path(f"{complete}.json").read_text())
+    interrupt(out, keep_rows=2)
+    kept = out.read_text()
+    for seed in (6, True):
+        record["config"]["seed"] = seed
+        Path(f"{out}.json").write_text(json.dumps(record))
+        run = certify(capsys, *args, "--resume", "--out", out)
+        assert run.rc == 2 and len(run.err.strip().splitlines()[-1:]) == 1 and "Traceback" not in run.err
+        assert ("counted again with seed 6" in run.err and "edited run record" in run.err if seed == 6
+                else "names no noise seed (True)" in run.err), run.err
+        assert out.read_text() == kept
+    record["config"]["seed"] = 5
+    Path(f"{out}.json").write_text(json.dumps(record))
+    run = certify(capsys, *args, "--resume", "--out", out)
+    assert run.rc == 0 and "counting image(s)" in run.err and rows_without(out) == rows_without(complete)
 
 
 def test_batch_size_does_not_change_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -602,11 +628,12 @@ def test_sequential_mode_samples_a_prefix_of_the_fixed_n_run(tmp_path: Path,
     assert record["samples"] == sum(20 + int(r["n"]) for r in rows)
 
 
-def test_exact_sequential_mode_certifies_grid_radii_from_a_prefix_and_resumes(
+def test_exact_sequential_mode_certifies_continuous_radii_from_a_prefix_and_resumes(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """--sequential (the exact group-sequential test, the default): each image stops at a look with
-    the votes of a fixed-n run of that n, its radius is a radius of the grid (or 0 when abstaining)
-    with pA_lower = Phi(r / sigma); a --resume keeps such rows and refuses a tampered one."""
+    the votes of a fixed-n run of that n, its radius is sigma * z with z on the radius family's grid (0 when
+    abstaining), below what 1,000 samples can reach, with pA_lower = Phi(r / sigma); a --resume keeps such rows and
+    refuses a tampered one."""
     seq = tmp_path / "seq.tsv"
     args = ["--data", "demo", "--seed", "0", "--n0", "20", "--batch", "64", "--quiet", "--device", "cpu", "--max", "4"]
     run = certify(capsys, *args, "--n", "1000", "--sequential", "--out", seq)
@@ -614,8 +641,10 @@ def test_exact_sequential_mode_certifies_grid_radii_from_a_prefix_and_resumes(
     header, rows = read_rows(seq)
     assert {r["procedure"] for r in rows} <= {r["procedure"] for r in rows[:1]}
     assert rows[0]["procedure"].startswith("group-sequential-exact-K")
-    grid = {0.0, 0.5}  # of the paper's grid, what 1,000 samples can reach at sigma 0.25 (1.0 needs more)
-    assert all(float(r["radius"]) in grid for r in rows)
+    reach = 0.25 * norm.ppf(ALPHA ** (1 / 1000))  # 0.675: every vote of 1,000 for the top class
+    steps = [float(r["radius"]) / 0.25 / Z_STEP for r in rows]  # radii are written rounded down to 6 decimals
+    assert all(abs(s - round(s)) < 1e-3 for s in steps) and all(float(r["radius"]) < reach for r in rows)
+    assert any(float(r["radius"]) not in (0.0, 0.25, 0.5) for r in rows)  # beyond the grid's 0.25 steps
     assert any(int(r["n"]) < 1000 for r in rows)  # the confident demo digits stop early
     certified = [r for r in rows if r["predict"] != "-1"]
     assert certified and all(float(r["pA_lower"]) == pytest.approx(norm.cdf(float(r["radius"]) / 0.25), abs=1e-6)
@@ -625,7 +654,7 @@ def test_exact_sequential_mode_certifies_grid_radii_from_a_prefix_and_resumes(
         assert certify(capsys, *args, "--n", r["n"], "--out", fixed).rc == 0
         assert {f["idx"]: f for f in read_rows(fixed)[1]}[r["idx"]]["nA"] == r["nA"]
     record = json.loads(Path(str(seq) + ".json").read_text())
-    assert record["max_radius"] == 0.5 and record["procedure"] == rows[0]["procedure"]
+    assert 0.5 < record["max_radius"] < reach and record["procedure"] == rows[0]["procedure"]
     lines = seq.read_text().splitlines()
     seq.write_text("\n".join(lines[:-1]) + "\n")  # the last image is missing: --resume certifies it again
     assert certify(capsys, *args, "--n", "1000", "--sequential", "--resume", "--out", seq).rc == 0
@@ -634,11 +663,12 @@ def test_exact_sequential_mode_certifies_grid_radii_from_a_prefix_and_resumes(
     assert untimed(read_rows(seq)[1]) == untimed(rows)
     tampered = [line.split("\t") for line in seq.read_text().splitlines()]
     column = tampered[0].index("radius")
-    row = next(i for i, t in enumerate(tampered[1:], 1) if float(t[column]) == 0.5)
+    row = next(i for i, t in enumerate(tampered[1:], 1) if float(t[column]) > 0)
+    written = tampered[row][column]
     tampered[row][column] = "1.0"
     seq.write_text("\n".join("\t".join(t) for t in tampered) + "\n")
     resumed = certify(capsys, *args, "--n", "1000", "--sequential", "--resume", "--out", seq)
-    assert resumed.rc != 0 and "has radius 1.0, its counts give 0.500000" in resumed.err
+    assert resumed.rc != 0 and f"has radius 1.0, its counts give {written}" in resumed.err
 
 
 # --------------------------------------------------------------------------- classifiers that certify nothing

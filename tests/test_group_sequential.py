@@ -22,13 +22,15 @@ from dmae_fast.stats.group_sequential import (
     default_looks,
 )
 from dmae_fast.stats.sequential import lower_bounds
+from dmae_fast.stats.sequential_radius import Z_STEP
+from dmae_fast.stats.settings import PAPER_RADII
 
 N0, SIGMAS = 100, (0.25, 0.5, 1.0)
 TRIALS, SIM_ALPHA = 100_000, 0.01
 
 
 def certifier(sigma: float, n: int, alpha: float = 0.001, **options) -> GroupSequentialCertifier:
-    return GroupSequentialCertifier(GroupSequentialConfig(N0, n, alpha, sigma, **options))
+    return GroupSequentialCertifier(GroupSequentialConfig(N0, n, alpha, sigma, **{"radii": PAPER_RADII, **options}))
 
 
 def brute_force(looks: tuple[int, ...], bounds: np.ndarray, q: float) -> np.ndarray:
@@ -186,13 +188,16 @@ def test_futility_stop_abstains():
 
 
 # Interface.
-def test_certificates_are_grid_radii():
+def test_certificates_carry_the_continuous_radius_above_the_grid_level():
     c = certifier(0.5, 10_000)
     assert c.looks == default_looks(10_000) and c.looks[-1] == 10_000 and c.level == 0.001
     assert c.procedure.startswith("group-sequential-exact-K36-") and c.target_radius == 1.5
     cert = c.certify(np.array([3, 90, 7]), 10_000, 10_000)
-    assert (cert.prediction, cert.radius, cert.n0, cert.n, cert.n_a) == (1, 1.5, 100, 10_000, 10_000)
-    assert cert.p_a_lower == pytest.approx(norm.cdf(3.0), rel=1e-15)
+    assert (cert.prediction, cert.n0, cert.n, cert.n_a) == (1, 100, 10_000, 10_000)
+    assert c.certified_radius(len(c.looks) - 1, np.array([10_000]))[0] == 1.5  # the grid level
+    z = cert.radius / 0.5  # on the dense grid above z = 3, below what 10,000 votes of 10,000 reach (3.199)
+    assert 3.0 < z < 3.199 and round((z - 3.0) / Z_STEP, 9) % 1 == 0
+    assert cert.p_a_lower == pytest.approx(norm.cdf(z), rel=1e-15)
     at_all = c.certify(np.array([90, 10]), 5_200, 10_000)
     assert (at_all.prediction, at_all.radius, at_all.p_a_lower) == (0, 0.0, 0.5)
     assert not c.should_stop(3, 400)  # all 400 votes for cA: keep going for 1.5 (3 sigma)
@@ -249,10 +254,13 @@ def test_bad_configs_raise_one_clear_user_error(options, message):
 def test_the_default_radii_keep_alpha_in_simulation(sigma):
     """--sequential's default (0.25 steps to what 10,000 samples certify, the levels below the top one to 10,000)
     at a 30,000 cap: false certificates at each level's threshold stay within alpha (known p, 100,000 trials)."""
-    from dmae_fast.stats.sequential_procedure import LOWER_CAP, default_radii, sequential_certifier
+    from dmae_fast.stats.radii import LOWER_CAP, default_radii
+    from dmae_fast.stats.sequential_procedure import sequential_certifier
 
     c = sequential_certifier(N0, 30_000, SIM_ALPHA, sigma)
-    assert c.config.radii == default_radii(30_000, SIM_ALPHA, sigma) and c.config.lower_cap == LOWER_CAP
+    config = c.config
+    assert config.resolved_radii() == default_radii(30_000, SIM_ALPHA, sigma)
+    assert config.resolved_lower_cap() == LOWER_CAP
     limit = SIM_ALPHA + 3 * np.sqrt(SIM_ALPHA * (1 - SIM_ALPHA) / TRIALS)
     rng = np.random.default_rng([int(100 * sigma), 30_000])
     rates = [failure_rate(radii(c, *c.run(counts)), p, sigma)
@@ -261,9 +269,33 @@ def test_the_default_radii_keep_alpha_in_simulation(sigma):
 
 
 def test_the_default_radii_are_the_summary_tables_steps_up_to_what_10000_samples_certify():
-    from dmae_fast.stats.sequential_procedure import default_radii
+    from dmae_fast.stats.radii import default_radii
 
     assert default_radii(100_000, 0.001, 0.25) == (0.25, 0.5, 0.75)  # the paper's grid left only 0.5
     assert default_radii(10_000, 0.001, 0.5) == (0.25, 0.5, 0.75, 1.0, 1.25, 1.5)
     assert default_radii(100_000, 0.001, 1.0) == tuple(0.25 * i for i in range(1, 13))  # to 3.0 (3.199 at 10,000)
     assert default_radii(200, 0.001, 0.25) == (0.25,)  # the first step even where 200 samples reach less
+
+
+@pytest.mark.parametrize("test", ["exact", "bonferroni"])
+@pytest.mark.parametrize("n", [10_000, 30_000])
+def test_the_library_and_the_command_share_one_default_radii(test, n):
+    """A config built without radii in Python tests the levels ``dmae-certify --sequential`` tests (the 0.25 steps,
+    and for the exact test the lower cap), so the same settings give the same rows (issue 56, item 3)."""
+    from dmae_fast.run.config import CertifyConfig
+    from dmae_fast.stats.procedure import Procedure
+    from dmae_fast.stats.sequential import SequentialCertifier, SequentialConfig
+
+    config = CertifyConfig.from_settings(dict(engine="demo", data="demo", out="r.tsv", sigma=0.5, n0=N0, n=n,
+                                              alpha=0.001, sequential=True, sequential_test=test))
+    command = Procedure(config.procedure_spec()).certifier
+    library = (GroupSequentialCertifier(GroupSequentialConfig(N0, n, 0.001, 0.5)) if test == "exact"
+               else SequentialCertifier(SequentialConfig(N0, n, 0.001, 0.5)))
+    assert tuple(library.level_radii) == tuple(command.level_radii) and library.looks == command.looks
+    assert library.procedure == command.procedure and np.array_equal(library.caps, command.caps)
+    counts = np.random.default_rng(n).binomial(library.looks[-1], 0.999, size=64)
+    selection = np.zeros(2, dtype=np.int64)
+    selection[0] = N0
+    rows = [(library.certify(selection, int(k), library.looks[-1]), command.certify(selection, int(k),
+                                                                                   library.looks[-1])) for k in counts]
+    assert all(a == b for a, b in rows)

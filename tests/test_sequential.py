@@ -103,20 +103,21 @@ def test_naive_repeated_cp_at_alpha_is_rejected():
 
 
 def test_stop_at_the_last_look_always():
-    certifier = SequentialCertifier(SequentialConfig(N0, 1000, 0.001, 0.5, futility="none"))
+    certifier = SequentialCertifier(SequentialConfig(N0, 1000, 0.001, 0.5, radii=PAPER_RADII, futility="none"))
     assert all(certifier.should_stop(len(certifier.looks) - 1, n_a) for n_a in (0, 500, 1000))
 
 
 @pytest.mark.parametrize("mode", FUTILITY_MODES)
 def test_stop_when_the_target_is_reached(mode):
-    certifier = SequentialCertifier(SequentialConfig(N0, 10_000, 0.001, 0.25, futility=mode))
+    certifier = SequentialCertifier(SequentialConfig(N0, 10_000, 0.001, 0.25, radii=PAPER_RADII, futility=mode))
     assert certifier.looks[0] == 407 and certifier.target_radius == 0.5
     assert certifier.should_stop(0, 407)  # 407 of 407 certify 2 sigma at alpha / 6
     assert lower_confidence_bound(407, 407, certifier.level) >= norm.cdf(2)
 
 
 def test_futility_modes():
-    none, deterministic, upper = (SequentialCertifier(SequentialConfig(N0, 10_000, 0.001, 1.0, futility=mode))
+    none, deterministic, upper = (SequentialCertifier(SequentialConfig(N0, 10_000, 0.001, 1.0, PAPER_RADII,
+                                                                       futility=mode))
                                   for mode in FUTILITY_MODES)
     # 245 of 407 certify at all, and the 99% upper bound on pA is below Phi(0.5), the next
     # level: only "upper" gives up; all remaining votes for cA could still get there.
@@ -133,18 +134,19 @@ def test_futility_modes():
 @pytest.mark.parametrize("sigma,alpha,n_max", [(0.25, 0.001, 10_000), (0.5, 0.001, 10_000), (1.0, 0.001, 10_000),
                                                (1.0, 0.01, 1000), (0.5, 0.001, 100), (0.25, 0.001, 100)])
 def test_target_radius(sigma, alpha, n_max):
-    certifier = SequentialCertifier(SequentialConfig(N0, n_max, alpha, sigma))
+    certifier = SequentialCertifier(SequentialConfig(N0, n_max, alpha, sigma, radii=PAPER_RADII))
     reach = sigma * norm.ppf((alpha / len(certifier.looks)) ** (1 / n_max))
     assert certifier.target_radius == max([r for r in PAPER_RADII if r <= reach], default=0.0)
 
 
 def test_target_radii_at_the_paper_setting():
-    radii = [SequentialCertifier(SequentialConfig(N0, 10_000, 0.001, s)).target_radius for s in (0.25, 0.5, 1.0)]
+    radii = [SequentialCertifier(SequentialConfig(N0, 10_000, 0.001, s, radii=PAPER_RADII)).target_radius
+             for s in (0.25, 0.5, 1.0)]
     assert radii == [0.5, 1.5, 3.0]
 
 
 def test_certify_is_the_beta_quantile_at_alpha_over_k():
-    certifier = SequentialCertifier(SequentialConfig(N0, 10_000, 0.001, 0.5))
+    certifier = SequentialCertifier(SequentialConfig(N0, 10_000, 0.001, 0.5, radii=PAPER_RADII))
     k = len(certifier.looks)
     cert = certifier.certify(np.array([3, 90, 7]), 3000, 3250)
     expected = beta.ppf(0.001 / k, 3000, 3250 - 3000 + 1)
@@ -158,7 +160,7 @@ def test_certify_is_the_beta_quantile_at_alpha_over_k():
 
 
 def test_decide_reads_the_selected_class_estimation_count():
-    certifier = SequentialCertifier(SequentialConfig(N0, 10_000, 0.001, 0.25))
+    certifier = SequentialCertifier(SequentialConfig(N0, 10_000, 0.001, 0.25, radii=PAPER_RADII))
     assert certifier.decide(7, np.array([[10, 90], [0, 407]]), 0)  # class 1: 407 of 407
     assert not certifier.decide(7, np.array([[10, 90], [407, 0]]), 0)  # class 1: 0 of 407
 
@@ -180,7 +182,7 @@ def test_decision_tables_match_the_bounds():
 
 
 def test_run_equals_should_stop_one_image_at_a_time():
-    certifier = SequentialCertifier(SequentialConfig(N0, 1000, 0.01, 0.5, futility="upper"))
+    certifier = SequentialCertifier(SequentialConfig(N0, 1000, 0.01, 0.5, radii=PAPER_RADII, futility="upper"))
     _, counts = oracle(np.random.default_rng(3), 0.8, certifier.looks)
     counts = counts[:, :300]
     stopped, n_a = certifier.run(counts)
@@ -194,7 +196,7 @@ def test_default_looks(n_max):
     looks = default_looks(n_max)
     assert looks[-1] == n_max and looks[0] >= 1 and len(looks) <= 6
     assert all(b > a for a, b in zip(looks, looks[1:]))
-    SequentialConfig(N0, n_max, 0.001, 0.5, looks=looks)
+    SequentialConfig(N0, n_max, 0.001, 0.5, radii=PAPER_RADII, looks=looks)
 
 
 def test_default_looks_of_a_huge_cap_start_early():
@@ -206,14 +208,15 @@ def test_default_looks_of_a_huge_cap_start_early():
     looks = default_looks(10 ** 9)
     assert looks[0] == 4960 and len(looks) == 19 and looks[-2:] == (650_000_000, 10 ** 9)
     assert all(b <= 2 * a + 1 for a, b in zip(looks[:-2], looks[1:-1]))  # doubling, up to the rounding up
-    certifier = SequentialCertifier(SequentialConfig(N0, 10 ** 9, 0.001, 0.25))
+    certifier = SequentialCertifier(SequentialConfig(N0, 10 ** 9, 0.001, 0.25, radii=PAPER_RADII))
     assert certifier.procedure == "sequential-cp-bonferroni-K19" and certifier.target_radius == 1.0
     unanimous = next(look for k, look in enumerate(looks) if certifier.should_stop(k, look))
     assert unanimous == 317_383  # where all votes for cA certify 4 sigma at alpha / 19 (it was 40.6 million)
 
 
 def test_procedure_names_the_bonferroni_split():
-    assert SequentialCertifier(SequentialConfig(N0, 10_000, 0.001, 0.5)).procedure == "sequential-cp-bonferroni-K6"
+    config = SequentialConfig(N0, 10_000, 0.001, 0.5, radii=PAPER_RADII)
+    assert SequentialCertifier(config).procedure == "sequential-cp-bonferroni-K6"
 
 
 @pytest.mark.parametrize("change", [dict(n_max=0), dict(n0=0), dict(alpha=0.0), dict(alpha=1.0), dict(sigma=0.0),

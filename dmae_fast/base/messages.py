@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+from tqdm import tqdm
+
 LIMIT = 200  # the most characters of a line made of an error
 
 
@@ -18,5 +20,6 @@ def one_line(said: object, typed: bool = False, first: bool = False, limit: int 
 
 
 def print_notice(message: str) -> None:
-    """Say ``message`` on stderr in one line, as the package's notices are (``dmae-fast: ...``)."""
-    print(f"dmae-fast: {message}", file=sys.stderr)
+    """Say ``message`` on stderr in one line, as the package's notices are (``dmae-fast: ...``); through tqdm, so
+    that a progress bar being drawn is cleared first and drawn again below it."""
+    tqdm.write(f"dmae-fast: {message}", file=sys.stderr)

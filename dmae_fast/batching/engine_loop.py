@@ -1,10 +1,11 @@
 """The engine loop: jobs in, ``step()`` until done; the one surface every driver of the scheduler uses.
 
 :class:`EngineLoop` owns a :class:`~dmae_fast.batching.scheduler.SlotScheduler` and each
-:meth:`EngineLoop.step` runs at most one batch and returns the jobs that ended (nano-vllm's shape). A
-batch whose body raises ends every job on the device with :class:`BatchFailed` (counts zeroed, slots
-freed) and leaves the queued ones queued: the dataset run moves to the next body, the server answers
-those images with the failure and keeps serving.
+:meth:`EngineLoop.step` runs at most one batch and returns the jobs that ended (nano-vllm's shape). A step
+in which the body fails (loading an image, running a batch, copying, clearing or folding counts, waiting for
+them) ends every job on the device with :class:`BatchFailed`, the one being loaded included (counts zeroed,
+slots freed) and leaves the queued ones queued: the dataset run moves to the next body, the server answers
+those images with the failure and keeps serving. What the job source raises is raised as it is.
 """
 
 from __future__ import annotations
@@ -38,7 +39,9 @@ class EngineLoop:
                  on_batch: Callable[[int, float], None] | None = None, split: RowSplit | None = None) -> None:
         self.body, self.device, self.batch, self.on_batch = body, device, batch, on_batch
         self.held_until: float | None = None  # after a step that held a partial batch back: when it is due
-        self._slots = SlotScheduler(body, device, batch, num_slots, source, split)
+        self._source = source
+        self._source_error: Exception | None = None  # what the source raised: no body failure
+        self._slots = SlotScheduler(body, device, batch, num_slots, None if source is None else self._next, split)
 
     def add(self, job: Job, since: float | None = None) -> None:
         """Queue ``job``; its rows count as runnable from ``since`` (``time.monotonic()``; default now)."""
@@ -56,8 +59,21 @@ class EngineLoop:
         short of rows runs once its oldest row has been runnable for ``max_wait_s`` (until then
         :attr:`held_until` says when); with no rows runnable, waits for the snapshots on their way.
         """
-        slots = self._slots
         self.held_until = None
+        try:
+            issued = self._body_calls(max_wait_s)
+        except Exception as error:  # noqa: BLE001 (the body failed: its images end, the driver decides)
+            if error is self._source_error:
+                raise
+            failed = BatchFailed(error)
+            return self._slots.drain() + [(job, failed) for job in self._slots.reset()]
+        if issued is not None and self.on_batch is not None:
+            self.on_batch(*issued)
+        return self._slots.drain()
+
+    def _body_calls(self, max_wait_s: float | None) -> tuple[int, float] | None:
+        """The part of :meth:`step` that calls the body; the rows issued and the time to issue them (None: none)."""
+        slots = self._slots
         if max_wait_s is None:
             segments, reached = slots.pack(block=True)
         else:
@@ -65,20 +81,25 @@ class EngineLoop:
             rows, oldest = slots.runnable()
             if 0 < rows < self.batch and oldest + max_wait_s > time.monotonic():
                 self.held_until = oldest + max_wait_s
-                return slots.drain()
+                return None
             segments, reached = slots.pack(block=False)
+        issued = None
         if segments:
             start = time.perf_counter()
-            try:
-                rows = slots.issue(segments)
-            except Exception as error:  # noqa: BLE001 (the body failed: its images end, the driver decides)
-                failed = BatchFailed(error)
-                return slots.drain() + [(job, failed) for job in slots.reset() + reached]
+            rows = slots.issue(segments)
             slots.snapshot(reached)
-            if self.on_batch is not None:
-                self.on_batch(rows, time.perf_counter() - start)
+            issued = rows, time.perf_counter() - start
         slots.resolve(wait=not segments)
-        return slots.drain()
+        return issued
+
+    def _next(self) -> Job | None:
+        """The source's next job; what it raises is kept, so that :meth:`step` raises it instead of failing the body."""
+        assert self._source is not None, "handed to the scheduler only with a source"
+        try:
+            return self._source()
+        except Exception as error:
+            self._source_error = error
+            raise
 
     def fail_all(self, error: BaseException) -> list[Finished]:
         """End every job, queued or on the device, with ``error`` (counts zeroed, slots freed)."""

@@ -83,6 +83,7 @@ class SlotScheduler:
         self._ready: deque[Job] = deque()  # on the device, with rows to issue in their current stage
         self._ahead: deque[Job] = deque()  # at a look whose decision is on its way, with rows before the next look
         self._since: dict[Job, float] = {}  # pending and ready jobs: when their next rows became runnable
+        self._started: dict[Job, None] = {}  # taken onto the device (its load may have failed), not ended yet
         self._waiting: deque[Snapshot] = deque()
         self._cancelled: set[Job] = set()  # cancelled while a snapshot of theirs is on its way
         self._dropped: set[Job] = set()  # ended while the snapshot of a later look of theirs is on its way
@@ -110,6 +111,7 @@ class SlotScheduler:
 
     def _load(self, job: Job) -> None:
         job.slot = self._free.popleft()
+        self._started[job] = None
         self.body.load(job.slot, job.image)
         self._since.setdefault(job, time.monotonic())
         self._ready.append(job)
@@ -245,6 +247,7 @@ class SlotScheduler:
                     self._advance(job)
                     continue
                 ended.append(job)
+                del self._started[job]
                 if cancelled:
                     self._cancelled.remove(job)
                 else:
@@ -303,6 +306,8 @@ class SlotScheduler:
         if dropped:
             self._ready = deque(job for job in self._ready if job not in gone)
             self._release(dropped)
+            for job in dropped:
+                del self._started[job]
         self._ahead = deque(job for job in self._ahead if job not in gone)
         self._cancelled.update(job for snapshot in self._waiting for job in snapshot.jobs
                                if job in gone and job not in self._dropped)
@@ -310,17 +315,17 @@ class SlotScheduler:
             self._since.pop(job, None)
 
     def reset(self, pending: bool = False) -> list[Job]:
-        """Forget every job on the device, and with ``pending`` the queued ones too (after a failed
-        batch, or when the driver stops): counts zeroed, slots freed; returns them (cancelled ones aside)."""
-        on_the_way = (job for snapshot in self._waiting for job in snapshot.jobs
-                      if job not in self._cancelled and job not in self._dropped)
-        jobs = list(dict.fromkeys(itertools.chain(self._ready, on_the_way)))
-        for job in self._ready:
-            del self._since[job]
+        """Forget every job taken onto the device and not ended (its load included), and with ``pending`` the
+        queued ones too (after a body call failed at any point of a step, or when the driver stops): counts zeroed,
+        slots freed; returns them (cancelled ones aside)."""
+        jobs = [job for job in self._started if job not in self._cancelled]
+        for job in jobs:
+            self._since.pop(job, None)
         if pending:
             jobs = list(self._pending) + jobs
             self._pending.clear()
             self._since.clear()
+        self._started.clear()
         self._ready.clear()
         self._ahead.clear()
         self._waiting.clear()

@@ -25,6 +25,7 @@ from dmae_fast.base.errors import AlreadyReported, Interrupted, UserError
 from dmae_fast.base.integrity import file_sha256
 from dmae_fast.base.locking import OutputLock
 from dmae_fast.base.messages import one_line
+from dmae_fast.batching.scheduler import BatchBody
 from dmae_fast.batching.stage_timer import StageTimer
 from dmae_fast.distributed.ranks import join
 from dmae_fast.results.format import Mode
@@ -34,13 +35,15 @@ from dmae_fast.run.config import PROG, CertifyConfig
 from dmae_fast.run.host import device_name
 from dmae_fast.run.opened import OpenedRun, open_run
 from dmae_fast.run.output import (
+    KeptRow,
     check_continued_classifier,
     check_out_before_loading,
+    check_recounted,
     images_to_do,
     output_mode,
     run_seed,
 )
-from dmae_fast.run.record import RunRecord, RunResult
+from dmae_fast.run.record import RunRecord, RunResult, result_row
 from dmae_fast.run.shards import ImageShards, SampleShards
 
 
@@ -68,10 +71,10 @@ class Run:
         self.ranks = join(self.config.classifier.device)
         with self.ranks.running(), contextlib.ExitStack() as self.held:
             opened = self.ranks.agree(self._open)
-            mode, indices, seed, model_sha256 = self.ranks.from_primary(lambda: self._take_output(opened))
+            mode, indices, seed, model_sha256, recount = self.ranks.from_primary(lambda: self._take_output(opened))
             opened = opened.seeded(seed)
             self.config = opened.config  # sigma, precision and seed resolved
-            return self._certify(opened, mode, indices, model_sha256)
+            return self._certify(opened, mode, indices, model_sha256, recount)
 
     def _open(self) -> OpenedRun:
         """Every process: check ``--out``, rank 0 locks it, open the classifier and the data."""
@@ -85,9 +88,9 @@ class Run:
             self.held.enter_context(OutputLock(config.output.out, "results file"))
         return open_run(config, ranks.device)
 
-    def _take_output(self, opened: OpenedRun) -> tuple[Mode, list[int], int, str]:
+    def _take_output(self, opened: OpenedRun) -> tuple[Mode, list[int], int, str, list[KeptRow]]:
         """Rank 0: how the run treats ``--out``, the images still to do, the noise seed (drawn only now, once
-        the classifier is opened and hashed) and the classifier file's SHA-256."""
+        the classifier is opened and hashed), the classifier file's SHA-256 and the kept rows to count again."""
         config, out = opened.config, opened.config.output.out
         mode = output_mode(config)
         if mode == "append" and config.output.resume and not Path(out).exists() and not has_parts(out):
@@ -96,12 +99,13 @@ class Run:
         model_sha256 = file_sha256(config.classifier.engine_path)
         check_continued_classifier(config, mode, model_sha256)
         seed = run_seed(config, mode, parts)
-        indices = images_to_do(opened, mode, parts=parts)
+        indices, recount = images_to_do(opened, mode, parts=parts)
         if parts:
             start_parts(out, replacing=mode == "overwrite", seed=seed)
-        return mode, indices, seed, model_sha256
+        return mode, indices, seed, model_sha256, recount
 
-    def _certify(self, opened: OpenedRun, mode: Mode, indices: list[int], model_sha256: str) -> RunResult:
+    def _certify(self, opened: OpenedRun, mode: Mode, indices: list[int], model_sha256: str,
+                 recount: list[KeptRow]) -> RunResult:
         ranks, config = self.ranks, self.config
         timer = StageTimer(opened.engine.device) if config.output.profile else None
         resolved = opened.body(timer)
@@ -109,6 +113,9 @@ class Run:
         self.record = RunRecord(opened, resolved, mode, model_sha256, sharing)
         if ranks.primary:
             opened.announce(len(indices), resolved, f", {ranks.world} ranks sharing {config.shard}" if sharing else "")
+        if recount:
+            ranks.from_primary(lambda: _recount(opened, resolved.body, recount))
+        if ranks.primary:
             self.record.write({"status": "running"})
         shards = SampleShards if sharing and config.shard == "samples" else ImageShards
         self.job = job = shards(opened, ranks, resolved.body, mode, indices, self.on_row)
@@ -174,6 +181,17 @@ class Run:
             summary = {"status": status, "images": self.job.images, **({"error": error} if error else {})}
         with contextlib.suppress(OSError):  # a full disk may refuse the record too
             self.record.write(summary)
+
+
+def _recount(opened: OpenedRun, body: BatchBody, kept: list[KeptRow]) -> None:
+    """Count kept rows' images again with this run's seed; refuse to continue rows that are not that seed's."""
+    indices = [row.index for row in kept]
+    print(f"{PROG}: --resume: counting image(s) {', '.join(map(str, indices))} again to check that the kept rows "
+          f"are seed {opened.config.procedure.seed}'s", file=sys.stderr)
+    counts = opened.streamer(body).run(opened.images(indices), opened.procedure.decide)
+    done = {image.index: image for image in counts}
+    for row in kept:
+        check_recounted(opened.config, row, result_row(opened.procedure, done[row.index], 0.0))
 
 
 def _profiler(config: CertifyConfig, device: torch.device):

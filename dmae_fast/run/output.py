@@ -7,20 +7,27 @@ import contextlib
 import json
 import os
 import secrets
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from dmae_fast.base.errors import UserError
 from dmae_fast.distributed.torchrun_env import restart_count
 from dmae_fast.results.checks import check_kept_rows, dataset_labels
-from dmae_fast.results.format import Mode, read_kept_rows
+from dmae_fast.results.format import Mode, ResultsTable, read_kept_rows
 from dmae_fast.results.parts import clear_parts, has_parts, merge_parts, parts_dir, replaces_out, replacing_seed
 
 # Light modules only (no torch): the command checks --out before its slow imports.
 from dmae_fast.run.config import CertifyConfig
 
 if TYPE_CHECKING:
+    from dmae_fast.results.writer import Row
     from dmae_fast.run.opened import OpenedRun
+
+RECOUNTED = {"certify": ("predict", "n0", "n", "nA"), "predict": ("predict", "n", "count1", "count2")}  # by kind
+RECOUNT_ROWS = 3  # kept rows a resumed run counts again (another seed gives all their counts with p ~ 1e-4 .. 1e-2)
 
 
 def check_out_directory(out: Path) -> None:
@@ -79,7 +86,7 @@ def run_seed(config: CertifyConfig, mode: Mode, parts: bool) -> int:
         return config.procedure.seed
     if mode == "append" and (Path(out).exists() or has_parts(out)):
         seed = _recorded_settings(config).get("seed")
-        if not (isinstance(seed, int) and 0 <= seed < 2**64):
+        if isinstance(seed, bool) or not (isinstance(seed, int) and 0 <= seed < 2**64):
             raise UserError(f"--resume: the run record {record_path(config)} names no noise seed ({seed!r})")
         return seed
     if mode == "overwrite" and parts and restart_count() > 0 and has_parts(out) and replaces_out(out):
@@ -119,7 +126,8 @@ def _check_resumable(config: CertifyConfig) -> None:
     current = config.recorded()
     differing = [k for k in config.must_match() if _as_recorded(recorded.get(k)) != _as_recorded(current.get(k))]
     if differing:
-        raise UserError(f"--resume: {', '.join(differing)} differ from the run recorded in {sidecar}")
+        verb = "differs" if len(differing) == 1 else "differ"
+        raise UserError(f"--resume: {', '.join(differing)} {verb} from the run recorded in {sidecar}")
 
 def _as_recorded(value):
     """Settings as they read back from JSON (tuples become lists)."""
@@ -129,10 +137,45 @@ def rows_file(config: CertifyConfig, mode: Mode) -> str:
     """Where the rows of this run go: ``--out``, or ``--out.partial`` until an --overwrite run completes."""
     return config.output.out + ".partial" if mode == "overwrite" else config.output.out
 
-def images_to_do(opened: OpenedRun, mode: Mode, parts: bool) -> list[int]:
-    """The images this run still has to certify. Appending: the parts of an interrupted multi-process run are
-    merged into ``--out`` and the kept rows checked. Overwriting: a torchrun restart of this job (with ``parts``)
-    keeps the rows its killed attempt left in the parts; otherwise stale parts and partial files go."""
+@dataclass(frozen=True)
+class KeptRow:
+    """A kept row that a resumed run recounts with its seed before it continues (:func:`check_recounted`)."""
+
+    index: int
+    values: dict[str, int]  # RECOUNTED's columns of the row
+
+
+def rows_to_recount(kept: ResultsTable) -> list[KeptRow]:
+    """The RECOUNT_ROWS kept rows whose counts depend most on the noise (most votes for the top class times against
+    it: a row with every vote for one class reads the same under most seeds), later rows first among equals."""
+    columns = RECOUNTED[kept.kind]
+    values = np.stack([kept.predict if c == "predict" else kept.extra[c] for c in columns]).astype(np.int64)
+    top = values[columns.index("nA" if kept.kind == "certify" else "count1")]
+    spread = top * (values[columns.index("n")] - top)
+    rows = np.lexsort((-np.arange(len(spread)), -spread))[:RECOUNT_ROWS]
+    return [KeptRow(int(kept.idx[r]), {c: int(v) for c, v in zip(columns, values[:, r])}) for r in rows]
+
+
+def check_recounted(config: CertifyConfig, kept: KeptRow, row: Row) -> None:
+    """Refuse to continue rows that are not the recorded seed's: ``row`` is a kept row's image counted again with
+    the seed the run record names, and must give the kept row's counts (an edited record would mix two noise
+    streams under one seed)."""
+    recounted = {column: int(getattr(row, column)) for column in kept.values}
+    if recounted != kept.values:
+        def said(values: dict[str, int]) -> str:
+            return " ".join(f"{column} {value}" for column, value in values.items())
+
+        raise UserError(f"--resume: image {kept.index} counted again with seed {config.procedure.seed} gives "
+                        f"{said(recounted)}, its row in {config.output.out} says {said(kept.values)}: the kept rows "
+                        f"were made with another seed than {record_path(config)} names (an edited run record); "
+                        "restore the record, or start again with --overwrite")
+
+
+def images_to_do(opened: OpenedRun, mode: Mode, parts: bool) -> tuple[list[int], list[KeptRow]]:
+    """The images this run still has to certify, and the kept rows to count again (:func:`rows_to_recount`). Appending:
+    the parts of an interrupted multi-process run are merged into ``--out`` and the kept rows checked. Overwriting:
+    a torchrun restart of this job (with ``parts``) keeps the rows its killed attempt left in the parts; otherwise
+    stale parts and partial files go."""
     config = opened.config
     target = rows_file(config, mode)
     if mode == "overwrite" and not (parts and restart_count() > 0):
@@ -140,12 +183,14 @@ def images_to_do(opened: OpenedRun, mode: Mode, parts: bool) -> list[int]:
         with contextlib.suppress(FileNotFoundError):
             os.remove(target)
     if mode == "new" or not (has_parts(config.output.out) or os.path.exists(target)):
-        return opened.indices
+        return opened.indices, []
     if has_parts(config.output.out):
         merge_parts(config.output.out, opened.kind, into=target)
     kept = read_kept_rows(target)
-    if kept is None:
-        return opened.indices
+    if kept is None or len(kept) == 0:
+        return opened.indices, []
     check_kept_rows(kept, opened.indices, dataset_labels(opened.dataset, opened.indices), opened.procedure.rules())
     done = set(kept.idx.tolist())
-    return [i for i in opened.indices if i not in done]
+    # a torchrun restart of an --overwrite run continues its own parts: their seed is the parts' own
+    recount = rows_to_recount(kept) if mode == "append" else []
+    return [i for i in opened.indices if i not in done], recount

@@ -93,10 +93,27 @@ def crossing_probabilities(looks: tuple[int, ...], failure_bounds: np.ndarray, q
     return _dp(tuple(looks), q, bounds=np.asarray(failure_bounds))[1]
 
 
+def reachable(cap: int, alpha: float, z: float) -> bool:
+    """Whether cap votes for cA out of cap can reject H: p <= Phi(z) at alpha (Phi(z)^cap <= alpha)."""
+    return cap * math.log1p(-float(ndtr(-z))) <= math.log(alpha)
+
+
 def fixed_n_failures(n: int, alpha: float, z: float) -> int:
     """The most failures in n samples whose fixed-n Clopper-Pearson bound at alpha is >= Phi(z) (-1: none)."""
     # n minus the fewest votes for cA whose bound reaches Phi(z) (min_counts gives n + 1 where none does: -1)
     return n - int(min_counts(lower_bounds, n, alpha, np.array([ndtr(z)]))[0])
+
+
+def spending_bounds(looks: tuple[int, ...], z: float, alpha: float, cap: int, rho: float,
+                    ceiling: np.ndarray) -> np.ndarray:
+    """Failure bounds at each look up to ``cap`` of the test of H: p <= Phi(z), calibrated by the exact DP at
+    alpha with alpha * (L_k / cap) ** rho spent by look k, each at most ``ceiling`` (-1 beyond ``cap``)."""
+    k_end = looks.index(cap) + 1
+    targets = alpha * (1 - MARGIN) * (np.array(looks[:k_end]) / cap) ** rho
+    tail = alpha * PRECISE_TAIL if alpha < PRECISE_BELOW else None
+    row = np.full(len(looks), -1, dtype=np.int64)
+    row[:k_end] = _dp(looks[:k_end], float(ndtr(-z)), targets=targets, ceiling=ceiling[:k_end], tail=tail)[0]
+    return row
 
 
 @functools.lru_cache(maxsize=64)
@@ -110,14 +127,12 @@ def boundary_table(looks: tuple[int, ...], z: tuple[float, ...], alpha: float, c
     table = np.full((len(z), len(looks)), -1, dtype=np.int64)
     rhos = np.full(len(z), np.nan)
     ceiling = looks_array  # monotone in j: no level is rejected where the one below is not
-    tail = alpha * PRECISE_TAIL if alpha < PRECISE_BELOW else None
     for j, (zj, cap) in enumerate(zip(z, caps)):
-        k_end, q = looks.index(cap) + 1, float(ndtr(-zj))
-        if cap * math.log1p(-q) <= math.log(alpha):  # else not even cap votes out of cap for cA reject H_j
+        k_end = looks.index(cap) + 1
+        if reachable(cap, alpha, zj):
             wanted = fixed_n_failures(cap, alpha, zj + final_shift)
             for rho in spending:
-                targets = alpha * (1 - MARGIN) * (looks_array[:k_end] / cap) ** rho
-                table[j, :k_end] = _dp(looks[:k_end], q, targets=targets, ceiling=ceiling[:k_end], tail=tail)[0]
+                table[j] = spending_bounds(looks, zj, alpha, cap, rho, ceiling)
                 rhos[j] = rho
                 if table[j, k_end - 1] >= wanted:
                     break

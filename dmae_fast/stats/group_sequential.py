@@ -43,12 +43,15 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.special import ndtr
 
 from dmae_fast.base.errors import UserError
 from dmae_fast.stats.boundary_dp import boundary_table
 from dmae_fast.stats.decisions import ABSTAIN, Certificate
+from dmae_fast.stats.radii import default_lower_cap, default_radii
 from dmae_fast.stats.sequential import LookStopping, min_counts, upper_bounds
-from dmae_fast.stats.settings import FUTILITY_MODES, PAPER_RADII, SMALLEST_SEQUENTIAL_ALPHA
+from dmae_fast.stats.sequential_radius import Z_STEP, RadiusFamily
+from dmae_fast.stats.settings import FUTILITY_MODES, SMALLEST_SEQUENTIAL_ALPHA
 
 PROCEDURE = "group-sequential-exact"
 STEP, DENSE, GROWTH = 100, 2_000, 1.1  # default looks: every STEP samples up to DENSE, then x GROWTH
@@ -67,7 +70,8 @@ def default_looks(n: int) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class GroupSequentialConfig:
-    """Parameters of group-sequential CERTIFY; ``looks=None`` means :meth:`resolved_looks`.
+    """Parameters of group-sequential CERTIFY; ``looks=None`` means :meth:`resolved_looks`, ``radii=None``
+    :meth:`resolved_radii` and ``lower_cap=None`` :meth:`resolved_lower_cap` (the command's defaults).
 
     ``n`` is the cap. ``spending``: the exponents rho tried for each level, most aggressive first; ``final_shift``:
     how far (radius / sigma) beyond fixed-n Clopper-Pearson a level's last boundary may sit (see
@@ -80,7 +84,7 @@ class GroupSequentialConfig:
     n: int
     alpha: float
     sigma: float
-    radii: tuple[float, ...] = PAPER_RADII
+    radii: tuple[float, ...] | None = None
     looks: tuple[int, ...] | None = None
     spending: tuple[float, ...] = SPENDING
     final_shift: float = FINAL_SHIFT
@@ -99,7 +103,7 @@ class GroupSequentialConfig:
                             "Bonferroni sequential test down to about 1e-307")
         if not (self.sigma > 0 and math.isfinite(self.sigma)):
             raise UserError(f"sigma must be positive and finite, got {self.sigma}")
-        if not self.radii or not all(math.isfinite(r) and r >= 0 for r in self.radii):
+        if self.radii is not None and not (self.radii and all(math.isfinite(r) and r >= 0 for r in self.radii)):
             raise UserError(f"radii must be a non-empty tuple of finite radii >= 0, got {self.radii}")
         if not self.spending or not all(rho > 0 and math.isfinite(rho) for rho in self.spending):
             raise UserError(f"spending must be a non-empty tuple of positive, finite exponents, got {self.spending}")
@@ -112,14 +116,26 @@ class GroupSequentialConfig:
         looks = self.resolved_looks()
         if looks[0] < 1 or any(b <= a for a, b in itertools.pairwise(looks)) or looks[-1] != self.n:
             raise UserError(f"looks must be positive, strictly increasing and end at n={self.n}, got {looks}")
-        if self.lower_cap is not None and (self.lower_cap not in looks or self.lower_cap == self.n):
-            raise UserError(f"lower_cap must be one of the looks below n={self.n}, got {self.lower_cap}")
+        lower_cap = self.resolved_lower_cap()
+        if lower_cap is not None and (lower_cap not in looks or lower_cap == self.n):
+            raise UserError(f"lower_cap must be one of the looks below n={self.n}, got {lower_cap}")
+
+    def resolved_radii(self) -> tuple[float, ...]:
+        """``radii``, or :func:`~.radii.default_radii`."""
+        return self.radii if self.radii is not None else default_radii(self.n, self.alpha, self.sigma)
+
+    def resolved_lower_cap(self) -> int | None:
+        """``lower_cap``; with the default radii and none given, :func:`~.radii.default_lower_cap`."""
+        if self.lower_cap is not None or self.radii is not None:
+            return self.lower_cap
+        return default_lower_cap(self.n, self.looks)
 
     def resolved_looks(self) -> tuple[int, ...]:
-        """``looks``, or :func:`default_looks` (with ``lower_cap`` added)."""
+        """``looks``, or :func:`default_looks` (with the lower cap added)."""
         if self.looks:
             return self.looks
-        return tuple(sorted(set(default_looks(self.n)) | ({self.lower_cap} if self.lower_cap else set())))
+        lower_cap = self.resolved_lower_cap()
+        return tuple(sorted(set(default_looks(self.n)) | ({lower_cap} if lower_cap else set())))
 
 
 class GroupSequentialCertifier(LookStopping):
@@ -127,7 +143,7 @@ class GroupSequentialCertifier(LookStopping):
     most failures at look k that reject level j (-1: none), and ``rhos[j]``, level j's spending exponent."""
 
     def __init__(self, config: GroupSequentialConfig) -> None:
-        super().__init__(config.resolved_looks(), config.alpha, config.radii, config.sigma, config.futility)
+        super().__init__(config.resolved_looks(), config.alpha, config.resolved_radii(), config.sigma, config.futility)
         self.config = config
         z = tuple(float(v) for v in self.level_radii / config.sigma)
         settings = (config.spending, config.final_shift)
@@ -135,22 +151,26 @@ class GroupSequentialCertifier(LookStopping):
         self.target = int(max(np.flatnonzero(full[:, -1] >= 0), default=0))
         self.caps = np.full(len(z), config.n)
         self.failures = full.copy()
-        if config.lower_cap is not None and self.target > 0:
-            self.caps[:self.target] = config.lower_cap
+        lower_cap = config.resolved_lower_cap()
+        if lower_cap is not None and self.target > 0:
+            self.caps[:self.target] = lower_cap
             table, self.rhos = boundary_table(self.looks, z, config.alpha, tuple(int(c) for c in self.caps), *settings)
             looks = np.array(self.looks)
-            beyond = looks > config.lower_cap  # images here had levels < target rejected
+            beyond = looks > lower_cap  # images here had levels < target rejected
             self.failures = table.copy()
             self.failures[:self.target, beyond] = looks[beyond]
         self.final = self.failures[np.arange(len(z)), [self.looks.index(c) for c in self.caps]]
         need = 1.0 - self.final / self.caps  # the rate of cA votes that just meets a level's last bound
         self.upper_need = np.stack([min_counts(upper_bounds, n, config.futility_alpha, need) for n in self.looks])
+        self.radii = RadiusFamily(self.looks, np.array(z), self.failures, self.rhos, self.caps, self.target,
+                                  config.alpha)
 
     @property
     def procedure(self) -> str:
         """The ``procedure`` column of results made with this certifier: the name, the number of looks
-        and a digest of the failure bounds (equal names certify equal counts alike)."""
-        digest = hashlib.sha256(np.ascontiguousarray(self.failures).tobytes()).hexdigest()[:8]
+        and a digest of the failure bounds and the radius family's step (equal names certify equal counts alike)."""
+        family = f"continuous radius, step {Z_STEP}".encode()
+        digest = hashlib.sha256(np.ascontiguousarray(self.failures).tobytes() + family).hexdigest()[:8]
         return f"{PROCEDURE}-K{len(self.looks)}-{digest}"
 
     def levels(self, look: int, n_a: np.ndarray | int) -> np.ndarray:
@@ -165,7 +185,13 @@ class GroupSequentialCertifier(LookStopping):
         return np.where(level >= 0, self.level_radii[np.maximum(level, 0)], -1.0)
 
     def _certificate(self, guess: int, n0: int, n_a: int, n: int) -> Certificate:
-        level = int(self.levels(self.looks.index(n), n_a)) - 1
+        """The grid level the test certified, and the radius of :mod:`.sequential_radius`'s limit (the level's
+        own radius and threshold where no test above it rejects)."""
+        look = self.looks.index(n)
+        level = int(self.levels(look, n_a)) - 1
         if level < 0:
             return Certificate(ABSTAIN, 0.0, n0, n, n_a, 0.0)
-        return Certificate(guess, float(self.level_radii[level]), n0, n, n_a, float(self.thresholds[level]))
+        z = self.radii.limit_z(look, n - n_a, level)
+        if z == self.radii.z[level]:
+            return Certificate(guess, float(self.level_radii[level]), n0, n, n_a, float(self.thresholds[level]))
+        return Certificate(guess, self.config.sigma * z, n0, n, n_a, float(ndtr(z)))

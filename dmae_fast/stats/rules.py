@@ -20,7 +20,7 @@ class RowRules:
     level: float | None  # the Clopper-Pearson level of the bound (alpha, or alpha / K) or PREDICT's alpha
     sigma: float | None
     procedure: str | None  # the `procedure` column (certify only)
-    # (nA, n) -> the Certificate the procedure gives (grid-radius procedures); None: Clopper-Pearson at level
+    # (nA, n) -> the Certificate the procedure gives (the exact sequential test's); None: Clopper-Pearson at level
     certificate: Callable[[int, int], Certificate] | None = None
 
     @classmethod

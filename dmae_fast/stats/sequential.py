@@ -28,7 +28,8 @@ from scipy.special import betaincinv, ndtr
 from dmae_fast.base.errors import UserError
 from dmae_fast.stats.bounds import lower_confidence_bounds
 from dmae_fast.stats.decisions import Certificate, bound_certificate
-from dmae_fast.stats.settings import FUTILITY_MODES, PAPER_RADII
+from dmae_fast.stats.radii import default_radii
+from dmae_fast.stats.settings import FUTILITY_MODES
 
 LAST_EARLY, EARLY_LOOKS, FIRST_LOOK = 0.65, 5, 5_000
 BONFERRONI_NAME = "sequential-cp-bonferroni"  # the procedure column's prefix
@@ -45,13 +46,14 @@ def default_looks(n_max: int) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class SequentialConfig:
-    """Parameters of sequential CERTIFY; ``looks=None`` means :func:`default_looks`."""
+    """Parameters of sequential CERTIFY; ``looks=None`` means :func:`default_looks`, ``radii=None``
+    :meth:`resolved_radii` (the command's default)."""
 
     n0: int
     n_max: int
     alpha: float
     sigma: float
-    radii: tuple[float, ...] = PAPER_RADII
+    radii: tuple[float, ...] | None = None
     looks: tuple[int, ...] | None = None
     futility: str = "deterministic"
     futility_alpha: float = 0.01
@@ -63,7 +65,7 @@ class SequentialConfig:
             raise UserError(f"alpha must be in (0, 1), got {self.alpha}")
         if not self.sigma > 0:
             raise UserError(f"sigma must be positive, got {self.sigma}")
-        if not all(np.isfinite(r) and r >= 0 for r in self.radii):
+        if not all(np.isfinite(r) and r >= 0 for r in self.resolved_radii()):
             raise UserError(f"radii must be finite and >= 0, got {self.radii}")
         if self.futility not in FUTILITY_MODES:
             raise UserError(f"futility must be one of {FUTILITY_MODES}, got {self.futility!r}")
@@ -73,6 +75,10 @@ class SequentialConfig:
         if looks is not None and (not looks or looks[0] < 1 or looks[-1] != self.n_max
                                   or any(b <= a for a, b in itertools.pairwise(looks))):
             raise UserError(f"looks must be positive, strictly increasing and end at n_max={self.n_max}, got {looks}")
+
+    def resolved_radii(self) -> tuple[float, ...]:
+        """``radii``, or :func:`~.radii.default_radii`."""
+        return self.radii if self.radii is not None else default_radii(self.n_max, self.alpha, self.sigma)
 
 
 def lower_bounds(n_a: np.ndarray, n: np.ndarray | int, alpha: float) -> np.ndarray:
@@ -179,7 +185,7 @@ class SequentialCertifier(LookStopping):
 
     def __init__(self, config: SequentialConfig) -> None:
         looks = config.looks or default_looks(config.n_max)
-        super().__init__(looks, config.alpha / len(looks), config.radii, config.sigma, config.futility)
+        super().__init__(looks, config.alpha / len(looks), config.resolved_radii(), config.sigma, config.futility)
         self.config = config
         if self.level < np.finfo(float).tiny:  # a subnormal alpha / K may round up by far more than 1e-16 relative
             raise UserError(f"alpha {config.alpha:g} over {len(self.looks)} looks is below the smallest normal double "

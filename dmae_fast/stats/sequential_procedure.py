@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 
 import numpy as np
 
@@ -20,30 +19,15 @@ from dmae_fast.stats.procedure_base import CERTIFY, SEQUENTIAL, Procedure, Proce
 from dmae_fast.stats.rules import RowRules
 from dmae_fast.stats.sequential import BONFERRONI_NAME, SequentialCertifier, SequentialConfig
 
-RADIUS_STEP = 0.25  # the summary table's radii (dmae_fast.analysis.DEFAULT_RADII)
-LOWER_CAP = 10_000  # the paper's n: with the default radii, the most samples a level below the top one takes
-
-
-def default_radii(n: int, alpha: float, sigma: float) -> tuple[float, ...]:
-    """The radii of interest when none are named: the summary table's 0.25 steps up to the largest radius
-    min(n, LOWER_CAP) samples certify (at least the first step)."""
-    top = max_radius(min(n, LOWER_CAP), alpha, sigma)
-    return tuple(RADIUS_STEP * i for i in range(1, max(1, math.floor(top / RADIUS_STEP)) + 1))
-
 
 @functools.lru_cache(maxsize=64)
 def sequential_certifier(n0: int, n: int, alpha: float, sigma: float, radii: tuple[float, ...] | None = None,
                          looks: tuple[int, ...] | None = None, futility: str | None = None,
                          test: str = "exact") -> GroupSequentialCertifier | SequentialCertifier:
-    """The sequential certifier of these settings (``radii`` None: :func:`default_radii`, and with the exact
-    test and a cap above LOWER_CAP the levels below the top one tested up to LOWER_CAP samples: the summary
-    table's radii at about the paper's n, the top one up to the cap); cached (tables take up to a second)."""
-    lower_cap = None
-    if radii is None:
-        radii = default_radii(n, alpha, sigma)
-        lower_cap = LOWER_CAP if n > LOWER_CAP and (looks is None or LOWER_CAP in looks) else None
+    """The sequential certifier of these settings (``radii`` None: :mod:`.radii`'s defaults, as the configs');
+    cached (tables take up to a second)."""
     if test == "exact":
-        exact = GroupSequentialConfig(n0, n, alpha, sigma, radii, looks, lower_cap=lower_cap)
+        exact = GroupSequentialConfig(n0, n, alpha, sigma, radii, looks)
         return GroupSequentialCertifier(exact if futility is None else dataclasses.replace(exact, futility=futility))
     bonferroni = SequentialConfig(n0, n, alpha, sigma, radii, looks)
     return SequentialCertifier(bonferroni if futility is None else dataclasses.replace(bonferroni, futility=futility))
@@ -74,20 +58,21 @@ class SequentialCertify(Procedure):
         return {**super().fields(result), "level": self.level}
 
     def max_radius(self) -> float:
-        """All of the cap's samples for the top class: the top reachable grid radius (exact test), or the bound's."""
+        """The largest radius the test can certify: the top of the exact test's continuous radius, or the bound's with
+        all of the cap's samples for the top class."""
         if isinstance(self.certifier, GroupSequentialCertifier):
-            return self.certifier.target_radius
+            return self.spec.sigma * self.certifier.radii.max_z()
         return max_radius(self.spec.n, self.level, self.spec.sigma)
 
     def rules(self) -> RowRules:
-        grid = isinstance(self.certifier, GroupSequentialCertifier)  # grid radii, not a Clopper-Pearson bound
+        grid = isinstance(self.certifier, GroupSequentialCertifier)  # the design's limit, not Clopper-Pearson
         certificate = functools.partial(self.certifier.certify, np.ones(1)) if grid else None
         return RowRules(CERTIFY, self.spec.n0, self.certifier.looks, self.level, self.spec.sigma, self.name,
                         certificate)
 
     def summary_radii(self, asked: tuple[float, ...] | None, default: tuple[float, ...]) -> tuple[float, ...]:
         """Radius 0 ("certified at all") and the radii of interest: the levels it tests."""
-        return tuple(sorted({0.0, *self.certifier.config.radii}))
+        return tuple(sorted({0.0, *self.certifier.config.resolved_radii()}))
 
     @classmethod
     def receipt_spec(cls, name: str, n: int, alpha: float, sigma: float, n0: int | None) -> ProcedureSpec:

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cfloat>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -11,14 +12,38 @@
 #include "dmae_smooth/results.h"
 #include "dmae_smooth/sha256.h"
 
+#if LDBL_MANT_DIG < 113 && defined(__SIZEOF_FLOAT128__)
+#include <quadmath.h>
+#elif LDBL_MANT_DIG < 113
+#error "dmae_smooth checks sound tables in 113-bit floating point: it needs a 113-bit long double or __float128 (libquadmath)"
+#endif
+
 namespace dmae_smooth {
 namespace {
 
+// 113-bit binary floating point, to check floor(2^64 Phi) exactly (long double's 64 bits cannot near Phi = 1/2).
+#if LDBL_MANT_DIG >= 113
+using Quad = long double;
+Quad quad_erfc(Quad x) { return std::erfc(x); }
+Quad quad_sqrt(Quad x) { return std::sqrt(x); }
+#else
+using Quad = __float128;
+Quad quad_erfc(Quad x) { return erfcq(x); }
+Quad quad_sqrt(Quad x) { return sqrtq(x); }
+#endif
+
 constexpr std::int64_t kMaxSum = std::int64_t{1} << 24;  // X + Z stays exact in float32 below this
 constexpr long double kMinSteps = 1e-6L;                 // the smallest L * sigma (dmae_fast's table_problem)
-constexpr long double kTail = 0x1p-70L;                  // the most P(|Z| > K) the truncation may cut
-constexpr long double kPhiTolerance = 1e-12L;            // |T_k / 2^64 - Phi((k + 1/2) / s)| of a valid table
-constexpr long double kSlack = 1e-9L;                    // relative, for erfc near the truncation's cut
+constexpr double kTail = 0x1p-70;                        // the most P(|Z| > K) the truncation may cut
+constexpr double kSlack = 1e-9;                          // relative, for P(|Z| > K) near the truncation's cut
+constexpr double kTvSlack = 1e-6;                        // relative: how far above its thresholds' a stated tv may be
+// The most error, in units of 2^-64, of y_k = 2^64 Phi((k + 1/2) / s) and of T_k - y_k as computed below.
+// s = L * sigma is exact (24 + 53 bits) and z = (m + 1/2) / s / sqrt(2) relatively within 2^-111 (three roundings),
+// which moves P_m = erfc(z) / 2 by < 2^-113 (|d/dz erfc(z) / 2| z = z e^-z^2 / sqrt(pi) < 1/4); erfc itself is
+// within a few ulps (glibc's ldbl-128 erfc, libquadmath's erfcq: 1.3 measured), so with 16 ulps P_m <= 1/2 is
+// within 2^-113 + 2^-109 < 2^-108; 2^64 P_m is exact, and T_k - y_k (below 2 where it matters) rounds by < 2^-111.
+// T_k - y_k is thus within 2^-43: e = 2^-34 leaves a factor 512.
+constexpr double kThresholdError = 0x1p-34;
 
 double from_bits(std::int64_t bits) {
   double value;
@@ -36,32 +61,45 @@ std::array<std::int64_t, 4> digest_words(const std::vector<std::int64_t>& words)
   return out;
 }
 
-// The checks that the thresholds, K and the total variation are those of the header's sigma and grid:
-// "" when they are, else the problem.
-std::string semantic_problem(const SoundTable& table) {
-  const long double s = static_cast<long double>(table.grid) * table.sigma;
-  const long double root2 = std::sqrt(2.0L);
-  const auto cut = [&](std::int64_t k) { return std::erfc((k + 0.5L) / s / root2); };  // P(|Z| > k)
+// The checks that K, the thresholds and the total variation are those of the header's sigma and grid: "" when
+// they are, else the problem. Sets table.tv_per_element to a true bound: the stated one or, if larger, the one
+// recomputed from the thresholds.
+std::string semantic_problem(SoundTable& table) {
+  const Quad s = static_cast<Quad>(table.grid) * table.sigma, root2 = quad_sqrt(2), two64 = 0x1p64;
+  const auto tail = [&](std::int64_t m) { return quad_erfc((m + static_cast<Quad>(0.5)) / s / root2) / 2; };  // P_m
   const std::string of = " of sigma " + format_repr(table.sigma) + " on the 1/" + std::to_string(table.grid) + " grid";
-  if (!(cut(table.K) <= kTail * (1 + kSlack) && (table.K == 1 || cut(table.K - 1) > kTail * (1 - kSlack)))) {
-    return "its K = " + std::to_string(table.K) + " is not the truncation" + of;
+  const std::int64_t K = table.K;
+  if (!(2 * tail(K) <= kTail * (1 + kSlack) && (K == 1 || 2 * tail(K - 1) > kTail * (1 - kSlack)))) {
+    return "its K = " + std::to_string(K) + " is not the truncation" + of;
   }
+  std::vector<Quad> z(K + 1);  // 2^64 P_m = 2^64 Phi(-(m + 1/2) / s)
+  for (std::int64_t m = 0; m <= K; ++m) z[m] = two64 * tail(m);
+  // D = T_k - y_k for k = -K-1 .. K (T_-K-1 = 0, T_K = 2^64): each T_k is floor(y_k) exactly when D is in
+  // (-1 - e, e], i.e. floor(y~ - e) <= T_k <= floor(y~ + e) of the computed y~; the total variation
+  // 1/2 (sum of |q - p| + P(|Z| > K)) is 2^-65 (sum of |D_k - D_k-1| + 2 z_K), within (K + 1) e 2^-64.
   const std::vector<std::int64_t>& t = table.thresholds;
-  for (std::size_t i = 0; i < t.size(); ++i) {
-    const std::int64_t k = static_cast<std::int64_t>(i) - table.K;
-    const long double phi = std::erfc(-(k + 0.5L) / s / root2) / 2;
-    const long double threshold = std::ldexp(static_cast<long double>(t[i]), -64) + 0.5L;  // T_k / 2^64
-    if (!(std::abs(threshold - phi) <= kPhiTolerance)) {
-      return "its threshold T_" + std::to_string(k) + " / 2^64 is more than 1e-12 from Phi((k + 1/2) / (L * sigma))" +
-             of;
+  Quad previous = -z[K], gap = 0;
+  for (std::size_t i = 0; i <= t.size(); ++i) {
+    const std::int64_t k = static_cast<std::int64_t>(i) - K;
+    Quad d = z[K];
+    if (i < t.size()) {
+      const Quad threshold = static_cast<std::uint64_t>(t[i]) ^ std::uint64_t{1} << 63;  // T_k
+      d = k < 0 ? threshold - z[-k - 1] : (threshold - two64) + z[k];
+      if (!(d > -1 - kThresholdError && d <= kThresholdError)) {
+        return "its threshold T_" + std::to_string(k) + " is not floor(2^64 Phi((k + 1/2) / (L * sigma)))" + of;
+      }
     }
+    gap += d > previous ? d - previous : previous - d;
+    previous = d;
   }
-  // tv = 1/2 (sum of |q_k - p_k| + P(|Z| > K)): at least P(|Z| > K) / 2 and, each T_k being floor(2^64 Phi),
-  // at most (2K + 1) 2^-65 + P(|Z| > K)
-  const long double tail = cut(table.K), tv = table.tv_per_element;
-  if (!(tv >= tail / 2 * (1 - kSlack) && tv <= (std::ldexp((2.0L * table.K + 1), -65) + tail) * (1 + kSlack))) {
+  const Quad tv = (gap + 2 * z[K]) / 2 / two64, margin = (K + 1) * kThresholdError / two64;
+  const Quad stated = table.tv_per_element;
+  if (!(stated >= tv - margin && stated <= tv * (1 + kTvSlack) + margin)) {
     return "its total variation " + format_repr(table.tv_per_element) + " is not that of its thresholds" + of;
   }
+  double bound = static_cast<double>(tv + margin);
+  if (bound < tv + margin) bound = std::nextafter(bound, INFINITY);
+  table.tv_per_element = std::max(table.tv_per_element, bound);
   return "";
 }
 

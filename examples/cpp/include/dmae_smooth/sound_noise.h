@@ -39,8 +39,9 @@ struct SoundTable {
 // Reads and checks a table written by dmae-sound-table; throws UserError naming the file and
 // the problem: not a table (or the first format), a digest that does not match, L * sigma beyond
 // kSoundMaxSteps, truncated, thresholds out of order or not symmetric, a K that is not the truncation
-// of the header's sigma and grid, a T_k / 2^64 more than 1e-12 from Phi((k + 1/2) / (L * sigma)), or a
-// total variation outside the bounds the thresholds imply.
+// of the header's sigma and grid, a T_k that is not floor(2^64 Phi((k + 1/2) / (L * sigma))) (checked
+// exactly, in 113-bit floating point), or a total variation that is not its thresholds'. The table's
+// tv_per_element is the larger of the file's and the one recomputed from the thresholds: a true bound.
 SoundTable read_sound_table(const std::string& path);
 
 // The integer noise Z of one draw: numel values written to `out`.
