@@ -237,7 +237,7 @@ def test_a_sound_run_resumes_as_sound_only(one_torch_thread, tmp_path, capsys):
     rows = out.read_text().splitlines()
     out.write_text("\n".join(rows[:-1]) + "\n")  # the last image lost, as by a crash
     assert certify_main([*args, "--resume"]) == 2  # the kept rows are sound ones: refused in one line
-    assert "--resume: sound differ from the run recorded in" in capsys.readouterr().err
+    assert "--resume: sound differs from the run recorded in" in capsys.readouterr().err
     assert certify_main([*args, "--sound", "--resume"]) == 0
     assert out.read_text().splitlines()[:-1] == rows[:-1] and read_results(out).idx.tolist() == [0, 1, 2]
     assert set(read_results(out).extra["procedure"]) == {"cohen-fixed-n sound"}
