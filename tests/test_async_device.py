@@ -7,45 +7,24 @@ where it stopped are counted as unused; the idle figures of the emulated device 
 from __future__ import annotations
 
 import threading
-from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from helpers import LazyDevice
 
 from dmae_fast.batching.engine_loop import EngineLoop
 from dmae_fast.batching.job import Job, phase_ids
 from dmae_fast.batching.stream import ImageBatches, StreamingCertifier
-from dmae_fast.bench.async_device import AsyncBody, EmulatedDevice, QueuedDevice
+from dmae_fast.bench.async_device import AsyncBody, EmulatedDevice
 from dmae_fast.bench.stall import VoteEngine, vote_image
 from dmae_fast.cli.bench_stall import main as stall_main
 from dmae_fast.stats.plan import SamplingPlan
 
 SIGMA, SEED, SHAPE, BATCH = 0.5, 21, (3, 8, 8), 16
 PLAN = SamplingPlan.sequential(6, (10, 20, 30, 40))  # looks after 16, 26, 36 rows; 46 in all
-
-
-class LazyDevice(QueuedDevice):
-    """Runs queued work, in order, only when the host waits for it (or drains): every snapshot is still on its
-    way when the next batch is packed, so the schedule is the same on every run and rows always run ahead."""
-
-    batch_s = 0.0
-
-    def __init__(self) -> None:
-        self._items: deque[Callable[[], object]] = deque()
-
-    def submit(self, work: Callable[[], object], batch: bool = False) -> None:
-        self._items.append(work)
-
-    def host_waits(self, done: threading.Event) -> None:
-        while not done.is_set():
-            self._items.popleft()()
-
-    def drain(self) -> None:
-        while self._items:
-            self._items.popleft()()
 
 
 class RowSpy(ImageBatches):

@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import itertools
 import json
-import threading
-from collections import deque
 from collections.abc import Callable
 
 import numpy as np
 import pytest
 import torch
-from helpers import random_images, rows_without, stream_counts
+from helpers import LazyDevice, random_images, rows_without, stream_counts
 
 from dmae_fast.batching import fallback
 from dmae_fast.batching.bodies import BodyOptions, batch_body
@@ -30,7 +28,7 @@ from dmae_fast.batching.fallback import BodyChain, Candidate
 from dmae_fast.batching.fast_body import FastBatches
 from dmae_fast.batching.job import Job
 from dmae_fast.batching.stream import ImageBatches
-from dmae_fast.bench.async_device import AsyncBody, QueuedDevice
+from dmae_fast.bench.async_device import AsyncBody
 from dmae_fast.cli.certify import main
 from dmae_fast.stats.plan import SamplingPlan
 
@@ -103,27 +101,6 @@ def test_a_body_call_that_fails_mid_run_gives_way_to_the_next_body_with_the_same
     got = _counts(engine, body, sequential)
     assert injected["failed"]
     _assert_fell_back(got, expected, body, capsys, "the fast body (compiled)", "the fast body (eager)")
-
-
-class LazyDevice(QueuedDevice):
-    """Runs queued work in order only when the host waits for it (or drains): every copy of counts is still on
-    its way when the next batch is packed, so rows run ahead of decisions and past looks in spare slots."""
-
-    batch_s = 0.0
-
-    def __init__(self) -> None:
-        self._items: deque[Callable[[], object]] = deque()
-
-    def submit(self, work: Callable[[], object], batch: bool = False) -> None:
-        self._items.append(work)
-
-    def host_waits(self, done: threading.Event) -> None:
-        while not done.is_set():
-            self._items.popleft()()
-
-    def drain(self) -> None:
-        while self._items:
-            self._items.popleft()()
 
 
 def _asynchronous_body(engine, monkeypatch):
