@@ -17,12 +17,13 @@ from dmae_fast.results.checks import BELOW_ONE, COUNT_COLUMNS, row_problems
 from dmae_fast.results.format import RADIUS_DECIMALS, ResultsTable
 from dmae_fast.stats.bounds import radius as certified_radius
 from dmae_fast.stats.decisions import ABSTAIN
+from dmae_fast.stats.radii import RADIUS_STEP
 from dmae_fast.stats.rules import RowRules
 
 if TYPE_CHECKING:
     from dmae_fast.stats.procedure import Procedure
 
-DEFAULT_RADII: tuple[float, ...] = tuple(0.25 * i for i in range(13))
+DEFAULT_RADII: tuple[float, ...] = tuple(RADIUS_STEP * i for i in range(13))
 PLOT_RADIUS_STEP = 0.01
 PLOT_FORMATS = (".png", ".pdf")
 # No certificate states more: sigma <= MAX_SIGMA (100, the most dmae-certify accepts; images are in [0, 1])

@@ -82,7 +82,7 @@ def test_false_certificates_stay_within_alpha_at_every_p(design):
     (bench/results/2026-12-06-sequential-radius checks the default designs at 2,000+ values)."""
     c, table = design
     alpha = c.config.alpha
-    z_family = np.concatenate([c.radii.z] + [c.radii.interval(j)[0] for j in range(c.target + 1)])
+    z_family = np.concatenate([c.radius_family.z] + [c.radius_family.interval(j)[0] for j in range(c.target + 1)])
     just_below = ndtr(z_family[z_family > 0]) - 1e-9
     grid_p = np.concatenate([np.linspace(0.001, 0.999, 200), just_below, ndtr(np.linspace(0, 4, 300))])
     lookup = {k: (failures, p_lower) for k, failures, _, _, p_lower in table}

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from dmae_fast.run.opened import OpenedRun
 
 RECOUNTED = {"certify": ("predict", "n0", "n", "nA"), "predict": ("predict", "n", "count1", "count2")}  # by kind
-RECOUNT_ROWS = 3  # kept rows a resumed run counts again (another seed gives all their counts with p ~ 1e-4 .. 1e-2)
+RECOUNT_ROWS = 3  # kept rows a resumed run counts again (another seed matches one with p ~ 1 / (2.5 sd of nA))
 
 
 def check_out_directory(out: Path) -> None:

@@ -162,7 +162,7 @@ class GroupSequentialCertifier(LookStopping):
         self.final = self.failures[np.arange(len(z)), [self.looks.index(c) for c in self.caps]]
         need = 1.0 - self.final / self.caps  # the rate of cA votes that just meets a level's last bound
         self.upper_need = np.stack([min_counts(upper_bounds, n, config.futility_alpha, need) for n in self.looks])
-        self.radii = RadiusFamily(self.looks, np.array(z), self.failures, self.rhos, self.caps, self.target,
+        self.radius_family = RadiusFamily(self.looks, np.array(z), self.failures, self.rhos, self.caps, self.target,
                                   config.alpha)
 
     @property
@@ -191,7 +191,7 @@ class GroupSequentialCertifier(LookStopping):
         level = int(self.levels(look, n_a)) - 1
         if level < 0:
             return Certificate(ABSTAIN, 0.0, n0, n, n_a, 0.0)
-        z = self.radii.limit_z(look, n - n_a, level)
-        if z == self.radii.z[level]:
+        z = self.radius_family.limit_z(look, n - n_a, level)
+        if z == self.radius_family.z[level]:
             return Certificate(guess, float(self.level_radii[level]), n0, n, n_a, float(self.thresholds[level]))
         return Certificate(guess, self.config.sigma * z, n0, n, n_a, float(ndtr(z)))

@@ -10,7 +10,7 @@ import math
 
 from dmae_fast.stats.bounds import max_radius
 
-RADIUS_STEP = 0.25  # the summary table's step (dmae_fast.analysis.DEFAULT_RADII)
+RADIUS_STEP = 0.25  # the summary table's step (dmae_fast.analysis.DEFAULT_RADII) and the default radii's
 LOWER_CAP = 10_000  # the paper's n: with the default radii, the most samples a level below the top one takes
 
 

@@ -61,7 +61,7 @@ class SequentialCertify(Procedure):
         """The largest radius the test can certify: the top of the exact test's continuous radius, or the bound's with
         all of the cap's samples for the top class."""
         if isinstance(self.certifier, GroupSequentialCertifier):
-            return self.spec.sigma * self.certifier.radii.max_z()
+            return self.spec.sigma * self.certifier.radius_family.max_z()
         return max_radius(self.spec.n, self.level, self.spec.sigma)
 
     def rules(self) -> RowRules:

@@ -90,7 +90,7 @@ class RadiusFamily:
     def _row(self, z: float, cap: int, rho: float, ceiling: np.ndarray) -> np.ndarray:
         """The calibrated bounds of the test at z (to ``cap``, at most ``ceiling``); past a lower cap below the top
         level's, every look counts as rejecting (the image went on only after the levels below the top did)."""
-        row = spending_bounds(self.looks, z, self.alpha, cap, rho, np.minimum(ceiling, np.array(self.looks)))
+        row = spending_bounds(self.looks, z, self.alpha, cap, rho, ceiling)
         beyond = np.array(self.looks) > cap
         row[beyond] = np.array(self.looks)[beyond]
         return row

@@ -65,7 +65,7 @@ def p_lower(c, k: int, failures: np.ndarray) -> np.ndarray:
 def check(n: int, alpha: float, sigma: float) -> dict[str, object]:
     start = time.perf_counter()
     c = sequential_certifier(N0, n, alpha, sigma)
-    family = np.concatenate([c.radii.z] + [c.radii.interval(j)[0] for j in range(c.target + 1)])
+    family = np.concatenate([c.radius_family.z] + [c.radius_family.interval(j)[0] for j in range(c.target + 1)])
     built = time.perf_counter() - start
     just_below = ndtr(family[family > 0]) * (1 - 1e-12)
     p_grid = np.unique(np.concatenate([np.linspace(1e-3, 1 - 1e-3, 500), ndtr(np.linspace(0, 4.2, 1500)),
