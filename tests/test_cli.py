@@ -645,7 +645,7 @@ def test_exact_sequential_mode_certifies_continuous_radii_from_a_prefix_and_resu
     steps = [float(r["radius"]) / 0.25 / Z_STEP for r in rows]  # radii are written rounded down to 6 decimals
     assert all(abs(s - round(s)) < 1e-3 for s in steps) and all(float(r["radius"]) < reach for r in rows)
     assert any(float(r["radius"]) not in (0.0, 0.25, 0.5) for r in rows)  # beyond the grid's 0.25 steps
-    assert any(int(r["n"]) < 1000 for r in rows)  # the confident demo digits stop early
+    assert any(r["n"] == r["nA"] == "1000" for r in rows)  # confident digits draw on while the radius grows (--grow)
     certified = [r for r in rows if r["predict"] != "-1"]
     assert certified and all(float(r["pA_lower"]) == pytest.approx(norm.cdf(float(r["radius"]) / 0.25), abs=1e-6)
                              for r in certified)

@@ -5,6 +5,7 @@ A certificate fails when it claims a grid radius r with Phi(r / sigma) >= p_c fo
 class c (r = 0: p_c <= 1/2): the hypothesis it rejected was true.
 """
 
+import math
 import time
 
 import numpy as np
@@ -30,7 +31,9 @@ TRIALS, SIM_ALPHA = 100_000, 0.01
 
 
 def certifier(sigma: float, n: int, alpha: float = 0.001, **options) -> GroupSequentialCertifier:
-    return GroupSequentialCertifier(GroupSequentialConfig(N0, n, alpha, sigma, **{"radii": PAPER_RADII, **options}))
+    """The grid test (``grow`` off unless given: these tests are of its boundaries and stops)."""
+    settings = {"radii": PAPER_RADII, "grow": math.inf, **options}
+    return GroupSequentialCertifier(GroupSequentialConfig(N0, n, alpha, sigma, **settings))
 
 
 def brute_force(looks: tuple[int, ...], bounds: np.ndarray, q: float) -> np.ndarray:

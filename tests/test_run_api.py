@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch.distributed as dist
@@ -75,7 +76,7 @@ def test_a_config_is_validated_once_at_the_edge(tmp_path, monkeypatch):
 
 RECORDED_SETTINGS = {  # the run record's "config" keys (docs/certify.md): flat, one per setting
     "engine", "device", "precision", "input_size", "normalize", "data", "split", "labels", "image_size", "skip",
-    "max_images", "workers", "sigma", "n0", "n", "alpha", "seed", "predict", "sequential", "looks", "futility",
+    "max_images", "workers", "sigma", "n0", "n", "alpha", "seed", "predict", "sequential", "looks", "futility", "grow",
     "sequential_test", "radii", "out", "overwrite", "resume", "progress", "profile", "fast", "body_reason", "fused",
     "compile", "cuda_graphs", "noise", "cpu_runtime", "batch", "shard", "sound", "quantize"}
 
@@ -86,18 +87,18 @@ def test_a_config_is_made_of_parts_and_its_record_stays_flat():
     from dmae_fast.run.config import ClassifierOptions, DataOptions, OutputOptions, ProcedureOptions
 
     settings = dict(engine="m.safetensors", data="demo", out="r.tsv", sigma=0.5, n=500, skip=2, device="cpu",
-                    sequential=True, looks=(100, 500), fused=True, body_reason="--fast-parts fused", sound=True,
-                    profile="prof", batch=64)
+                    sequential=True, looks=(100, 500), grow="off", fused=True, body_reason="--fast-parts fused",
+                    sound=True, profile="prof", batch=64)
     config = CertifyConfig.from_settings(settings)
     assert config.classifier == ClassifierOptions("m.safetensors", device="cpu")
     assert config.data == DataOptions("demo", skip=2) and config.output == OutputOptions("r.tsv", profile="prof")
-    assert config.procedure == ProcedureOptions(sigma=0.5, n=500, sequential=True, looks=(100, 500))
+    assert config.procedure == ProcedureOptions(sigma=0.5, n=500, sequential=True, looks=(100, 500), grow=math.inf)
     assert (config.body.fused, config.body.sound.grid, config.batch) == (True, 16, 64)
     config.validate()
     recorded = config.recorded()
     assert set(recorded) == RECORDED_SETTINGS
     assert {key: recorded[key] for key in settings} == settings
-    assert CertifyConfig.from_settings(json.loads(json.dumps(recorded), object_hook=_tuples)) == config
+    assert CertifyConfig.from_settings(json.loads(json.dumps(recorded, allow_nan=False), object_hook=_tuples)) == config
     with pytest.raises(UserError, match="unknown certification settings: colour"):
         CertifyConfig.from_settings({**settings, "colour": "red"})
 

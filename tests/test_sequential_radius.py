@@ -7,28 +7,31 @@ floating-point rounding)."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from scipy.signal import fftconvolve
 from scipy.special import ndtr
 from scipy.stats import binom
 
-from dmae_fast.stats.group_sequential import GroupSequentialCertifier, GroupSequentialConfig
+from dmae_fast.stats.group_sequential import GROW, GroupSequentialCertifier, GroupSequentialConfig
 
 N0 = 100
-DESIGNS = {  # (n, alpha, sigma, lower_cap, futility): small enough to enumerate every outcome in seconds
-    "upper futility": (2_000, 0.01, 0.5, None, "upper"),
-    "no futility": (2_000, 0.01, 0.25, None, "none"),
-    "lower cap": (4_000, 0.01, 1.0, 1_000, "upper"),
-    "alpha 0.001": (3_000, 0.001, 0.5, None, "deterministic"),
+DESIGNS = {  # (n, alpha, sigma, lower_cap, futility, grow): small enough to enumerate every outcome in seconds
+    "upper futility, grid stops": (2_000, 0.01, 0.5, None, "upper", math.inf),
+    "no futility": (2_000, 0.01, 0.25, None, "none", GROW),
+    "lower cap, grow 0": (4_000, 0.01, 1.0, 1_000, "upper", 0.0),
+    "alpha 0.001": (3_000, 0.001, 0.5, None, "deterministic", GROW),
 }
 
 
-def certifier(n: int, alpha: float, sigma: float, lower_cap: int | None, futility: str) -> GroupSequentialCertifier:
+def certifier(n: int, alpha: float, sigma: float, lower_cap: int | None, futility: str,
+              grow: float) -> GroupSequentialCertifier:
     radii = tuple(0.25 * i for i in range(1, 13))
     looks = tuple(range(100, n + 1, 100))
     return GroupSequentialCertifier(GroupSequentialConfig(N0, n, alpha, sigma, radii, looks, futility=futility,
-                                                          lower_cap=lower_cap))
+                                                          lower_cap=lower_cap, grow=grow))
 
 
 def outcomes(c: GroupSequentialCertifier, p: float) -> list[tuple[int, np.ndarray, np.ndarray]]:
@@ -96,3 +99,25 @@ def test_false_certificates_stay_within_alpha_at_every_p(design):
         assert false <= alpha, (p, false)
     assert worst > alpha / 10  # the check bites: some p comes near alpha
 
+
+
+def test_grow_only_lets_images_draw_on_and_the_radius_grows_with_it():
+    """``grow`` turns stops of the grid test into draws, never the reverse (smaller grow: a subset of the stops),
+    and an image whose every vote is for cA, stopped by the grid test as soon as the top level is certified, draws
+    on towards the cap under the default and ends with a larger radius (inf: exactly the grid test's stops)."""
+    designs = {grow: GroupSequentialCertifier(GroupSequentialConfig(N0, 10_000, 0.001, 0.25, grow=grow))
+               for grow in (math.inf, 0.5, GROW, 0.0)}
+    grid = designs[math.inf]
+    for k, look in enumerate(grid.looks):
+        n_a = np.arange(look + 1)
+        stops = [c.stop(k, n_a) for c in designs.values()]
+        assert np.array_equal(stops[0], super(GroupSequentialCertifier, grid).stop(k, n_a))
+        for looser, tighter in zip(stops, stops[1:]):
+            assert np.all(looser | ~tighter)
+    ends = {}
+    for grow, c in designs.items():
+        stopped, n_a = c.run(np.array(c.looks)[:, None])
+        look = c.looks[int(stopped[0])]
+        ends[grow] = (look, c.certify(np.array([N0, 0]), look, look).radius)
+    assert ends[math.inf][0] < 7_000 and ends[GROW][0] > ends[math.inf][0] * 1.3
+    assert ends[GROW][1] > ends[math.inf][1] + 0.02 and ends[0.0][1] >= ends[GROW][1]

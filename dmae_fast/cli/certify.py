@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from datetime import datetime
@@ -92,6 +93,10 @@ def build_parser() -> argparse.ArgumentParser:
     seq.add_argument("--futility", choices=FUTILITY_MODES, help="early abstain/lower-radius stop (it never certifies): "
                      "deterministic (only when even all remaining samples could not reach the next radius), upper "
                      "(also by a 99%% upper bound), none; default upper for exact, deterministic for bonferroni")
+    seq.add_argument("--grow", type=number_or_off, metavar="Z|off", help="exact test: an image it would stop draws "
+                     "on while its radius is expected to grow by more than Z * sigma per 10,000 further samples, up to "
+                     "--n (no alpha spent; smaller Z: more samples, larger radii; default 0.1; off: stop where the "
+                     "grid test stops)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument("--nproc-per-node", type=int, help="run as this many processes on this machine (torch's "
                      "elastic launcher, like torchrun --standalone; one per GPU, or CPU processes sharing the cores)")
@@ -105,6 +110,14 @@ def build_parser() -> argparse.ArgumentParser:
                       "a per-stage breakdown (front end, body, counting, host) of the fast body with the parts "
                       "named; use with a small --max")
     return parser
+
+
+def number_or_off(text: str) -> float:
+    """``--grow``: a number >= 0, or off (infinity: no image draws on)."""
+    value = math.inf if text == "off" else float(text)
+    if not value >= 0:
+        raise ValueError(text)
+    return value
 
 
 def _config_from_args(args: argparse.Namespace) -> CertifyConfig:

@@ -13,6 +13,7 @@ import numpy as np
 from dmae_fast.base.errors import UserError
 from dmae_fast.model.config import MAX_SIGMA, sigma_problem
 from dmae_fast.results.format import COLUMNS, P_LOWER_DECIMALS, RADIUS_DECIMALS, REQUIRED_COLUMNS, ResultsTable
+from dmae_fast.results.writer import floor_decimals
 from dmae_fast.stats.bounds import lower_confidence_bound, radius, top_two_pvalue
 from dmae_fast.stats.decisions import ABSTAIN, bound_certificate
 from dmae_fast.stats.rules import RowRules
@@ -98,11 +99,11 @@ def _certify_problem(predict: int, written_radius: float, n: int, n_a: int, writ
                 else rules.certificate(n_a, n))
     bound, abstains, exact = expected.p_a_lower, expected.prediction == ABSTAIN, expected.radius
     if not bound - BOUND_SLACK <= written_bound <= bound + 1e-12:
-        return f"has pA_lower {written_bound}, its counts give {bound:.10f}"
+        return f"has pA_lower {written_bound}, its counts give {floor_decimals(bound, P_LOWER_DECIMALS)}"
     if (predict == ABSTAIN) != abstains:
         return "abstains where its counts certify" if predict == ABSTAIN else "certifies where its counts abstain"
     if not exact - RADIUS_SLACK <= written_radius <= exact + 1e-12:
-        return f"has radius {written_radius}, its counts give {exact:.6f}"
+        return f"has radius {written_radius}, its counts give {floor_decimals(exact, RADIUS_DECIMALS)}"  # as written
     return None
 
 

@@ -77,6 +77,7 @@ class ProcedureOptions:
     looks: tuple[int, ...] | None = None
     futility: str | None = None  # None: the sequential test's own default (exact: upper; bonferroni: deterministic)
     sequential_test: str = "exact"
+    grow: float | None = None  # None: the exact test's default (dmae_fast.stats.group_sequential.GROW); inf: off
     procedure_name: str | None = None  # a registered procedure's key; None: the one predict / sequential name
     # summary radii (how); radii of interest with --sequential (must match when the procedure reads them)
     radii: tuple[float, ...] | None = how(None)
@@ -87,9 +88,8 @@ class ProcedureOptions:
 
         if self.predict:
             return ProcedureSpec(PREDICT, self.n, self.alpha, self.sigma, name=self.procedure_name, sound=sound)
-        return ProcedureSpec(CERTIFY, self.n, self.alpha, self.sigma, self.n0, self.sequential,
-                             self.radii, self.looks, self.futility, self.sequential_test,
-                             self.procedure_name, sound)
+        return ProcedureSpec(CERTIFY, self.n, self.alpha, self.sigma, self.n0, self.sequential, self.radii,
+                             self.looks, self.futility, self.sequential_test, self.grow, self.procedure_name, sound)
 
     def validate(self) -> None:
         raise_first([
@@ -104,6 +104,9 @@ class ProcedureOptions:
              f"--sequential-test must be one of {', '.join(SEQUENTIAL_TESTS)}, got {self.sequential_test!r}"),
             (self.sequential or (self.looks is None and self.futility is None and self.sequential_test == "exact"),
              "--looks, --futility and --sequential-test apply to --sequential; add --sequential"),
+            (self.grow is None or (self.sequential and self.sequential_test == "exact"),
+             "--grow applies to --sequential with the exact test (the default --sequential-test)"),
+            (self.grow is None or self.grow >= 0, f"--grow must be >= 0 or off, got {self.grow}"),
             (self.futility is None or self.futility in FUTILITY_MODES,
              f"--futility must be one of {', '.join(FUTILITY_MODES)}, got {self.futility!r}"),
         ])
@@ -160,6 +163,8 @@ class CertifyConfig:
         """The config of flat settings (the run record's keys; ``engine``, ``data`` and ``out`` required,
         the rest defaulted), with ``body`` (else the body settings among them) and its ``--sound`` part
         set from ``sound`` and ``quantize``."""
+        if settings.get("grow") == "off":
+            settings = {**settings, "grow": math.inf}
         unknown = sorted(set(settings) - SETTINGS - set(BODY_SETTINGS))
         if unknown:
             raise UserError(f"unknown certification settings: {', '.join(unknown)}")
@@ -186,6 +191,8 @@ class CertifyConfig:
                         quantize=sound is not None and sound.quantize)
         if self.procedure.procedure_name is None:
             del settings["procedure_name"]
+        if settings["grow"] == math.inf:
+            settings["grow"] = "off"  # JSON has no infinity
         return settings
 
     def resolved(self, sigma: float, precision: str) -> CertifyConfig:

@@ -29,9 +29,10 @@ p are fixed and F_1 <= F_2 <= ... are the failure counts of one Bernoulli(1 - p)
 4. Claim. With probability >= 1 - alpha, p > t_J: then g(x) = cA and g is constant within sigma * Phi^-1(p) > r_J
    (Cohen et al.). The certificate reports radius r_J exactly and pA_lower = t_J (1/2 for "certified at all"), a
    valid (1 - alpha) lower bound on p; abstentions report pA_lower = 0 (nothing is proven).
-5. Futility costs no alpha: it only stops an image (it never rejects a level), and any stopping rule is covered
-   by 3. With ``lower_cap``, the levels below the top reachable one are tested up to lower_cap only and an image
-   continues past lower_cap only if they are all rejected there, so a certificate past it still rests on 1-3.
+5. Futility and ``grow`` cost no alpha: they only stop an image or let it go on (they never reject a level), and
+   any stopping rule is covered by 3. With ``lower_cap``, the levels below the top reachable one are tested up to
+   lower_cap only and an image continues past lower_cap only if they are all rejected there (``grow`` keeps an
+   image only up to the cap of the next level it tests), so a certificate past it still rests on 1-3.
 
 "Clopper-Pearson at alpha at every look" is not valid (:mod:`.sequential`; tests/test_group_sequential.py)."""
 
@@ -43,19 +44,20 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import ndtr
+from scipy.special import ndtr, ndtri
 
 from dmae_fast.base.errors import UserError
 from dmae_fast.stats.boundary_dp import boundary_table
 from dmae_fast.stats.decisions import ABSTAIN, Certificate
 from dmae_fast.stats.radii import default_lower_cap, default_radii
-from dmae_fast.stats.sequential import LookStopping, min_counts, upper_bounds
+from dmae_fast.stats.sequential import LookStopping, lower_bounds, min_counts, upper_bounds
 from dmae_fast.stats.sequential_radius import Z_STEP, RadiusFamily
 from dmae_fast.stats.settings import FUTILITY_MODES, SMALLEST_SEQUENTIAL_ALPHA
 
 PROCEDURE = "group-sequential-exact"
 STEP, DENSE, GROWTH = 100, 2_000, 1.1  # default looks: every STEP samples up to DENSE, then x GROWTH
 SPENDING = (0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0)  # spending exponents rho tried in order (see boundary_table)
+GROW, GROW_PER = 0.1, 10_000  # the default ``grow``: z = radius / sigma per GROW_PER further samples
 FINAL_SHIFT = 0.01  # a level's last bound may sit this far (in radius / sigma) beyond fixed-n CP at alpha
 
 
@@ -78,7 +80,10 @@ class GroupSequentialConfig:
     :func:`boundary_table`). ``lower_cap`` (optional, a look) caps every level below the top reachable one.
     ``futility`` (it never certifies, so it costs no alpha): "none"; "deterministic" (stop when even all remaining
     votes for cA cannot reach the next level's last boundary); "upper" (also stop when the (1 - futility_alpha)
-    Clopper-Pearson upper bound on p is below the rate of cA votes that boundary needs)."""
+    Clopper-Pearson upper bound on p is below the rate of cA votes that boundary needs). ``grow``: an image the
+    grid test would stop draws on while its continuous radius is expected to grow by more than ``grow`` in
+    z = radius / sigma per GROW_PER further samples (inf: stop where the grid test stops); a stopping rule, so it
+    costs no alpha either."""
 
     n0: int
     n: int
@@ -91,6 +96,7 @@ class GroupSequentialConfig:
     futility: str = "upper"
     futility_alpha: float = 0.01
     lower_cap: int | None = None
+    grow: float = GROW
 
     def __post_init__(self) -> None:
         if self.n0 < 1 or self.n < 1:
@@ -113,6 +119,8 @@ class GroupSequentialConfig:
             raise UserError(f"futility must be one of {FUTILITY_MODES}, got {self.futility!r}")
         if not 0 < self.futility_alpha < 1:
             raise UserError(f"futility_alpha must be in (0, 1), got {self.futility_alpha}")
+        if not self.grow >= 0:
+            raise UserError(f"grow must be >= 0 (inf: stop where the grid test stops), got {self.grow}")
         looks = self.resolved_looks()
         if looks[0] < 1 or any(b <= a for a, b in itertools.pairwise(looks)) or looks[-1] != self.n:
             raise UserError(f"looks must be positive, strictly increasing and end at n={self.n}, got {looks}")
@@ -164,14 +172,53 @@ class GroupSequentialCertifier(LookStopping):
         self.upper_need = np.stack([min_counts(upper_bounds, n, config.futility_alpha, need) for n in self.looks])
         self.radius_family = RadiusFamily(self.looks, np.array(z), self.failures, self.rhos, self.caps, self.target,
                                   config.alpha)
+        self._grows: dict[int, np.ndarray] = {}  # per look, per n_a: whether drawing on pays (-1: not known yet)
 
     @property
     def procedure(self) -> str:
-        """The ``procedure`` column of results made with this certifier: the name, the number of looks
-        and a digest of the failure bounds and the radius family's step (equal names certify equal counts alike)."""
-        family = f"continuous radius, step {Z_STEP}".encode()
+        """The ``procedure`` column of results made with this certifier: the name, the number of looks and a digest
+        of the failure bounds, the radius family's step and ``grow`` (equal names certify and stop alike)."""
+        family = f"continuous radius, step {Z_STEP}, grow {self.config.grow}".encode()
         digest = hashlib.sha256(np.ascontiguousarray(self.failures).tobytes() + family).hexdigest()[:8]
         return f"{PROCEDURE}-K{len(self.looks)}-{digest}"
+
+    def stop(self, look: int, n_a: np.ndarray) -> np.ndarray:
+        """The grid test's stops (:meth:`LookStopping.stop`), less those where the radius can still grow enough."""
+        stop = super().stop(look, n_a)
+        if math.isinf(self.config.grow) or look == len(self.looks) - 1:
+            return stop
+        flat, n_a = stop.reshape(-1), np.asarray(n_a).reshape(-1)
+        flat[flat] = ~self._worth_growing(look, n_a[flat])
+        return flat.reshape(stop.shape)
+
+    def _worth_growing(self, look: int, n_a: np.ndarray) -> np.ndarray:
+        """Whether, with n_a votes for cA at look ``look``, drawing on is worth it; kept per (look, n_a)."""
+        known = self._grows.setdefault(look, np.full(self.looks[look] + 1, -1, dtype=np.int8))
+        new = np.unique(n_a[known[n_a] < 0])
+        if new.size:
+            known[new] = self._expected_growth_pays(look, new)
+        worth: np.ndarray = known[n_a] == 1
+        return worth
+
+    def _expected_growth_pays(self, look: int, n_a: np.ndarray) -> np.ndarray:
+        """Whether some later look up to the horizon of the image's radius tests (the cap of the interval it is in)
+        is expected to raise z = radius / sigma by more than ``grow`` per GROW_PER further samples: Clopper-Pearson's
+        z there with the votes scaled from the rate so far, against Clopper-Pearson's z now."""
+        now = self.looks[look]
+        level = self.levels(look, n_a) - 1
+        horizon = np.where(level < 0, now, self.caps[np.clip(level + 1, 0, self.target)])
+        pays = np.zeros(n_a.size, dtype=bool)
+        open_ = np.flatnonzero(horizon > now)
+        later = np.array([m for m in self.looks[look + 1:] if m <= horizon.max(initial=now)])[:, None]
+        if open_.size == 0 or later.size == 0:
+            return pays
+        a = n_a[open_]
+        z_now = ndtri(np.maximum(lower_bounds(a, now, self.config.alpha), 0.5))
+        z_later = ndtri(np.maximum(lower_bounds(np.floor(a * (later / now)).astype(np.int64), later,
+                                                self.config.alpha), 0.5))
+        gain = (later <= horizon[open_]) & (z_later - z_now > self.config.grow * (later - now) / GROW_PER)
+        pays[open_] = gain.any(axis=0)
+        return pays
 
     def levels(self, look: int, n_a: np.ndarray | int) -> np.ndarray:
         """How many levels n_a votes for cA reject at look ``look`` (0-based); minus 1: the certified level."""

@@ -27,7 +27,7 @@ SOUND_SUFFIX = " sound"  # ends the name of a procedure run with --sound ("certi
 class ProcedureSpec:
     """What is asked: PREDICT with ``n`` samples, or CERTIFY with ``n0`` + ``n``; ``name``: the key of a
     registered procedure (None: the kind's own, or sequential CERTIFY with ``sequential``, ``n`` its cap).
-    ``radii``, ``looks``, ``futility`` (None: the test's own default) and ``test`` matter only to the
+    ``radii``, ``looks``, ``futility``, ``grow`` (None: the test's own default) and ``test`` matter only to the
     procedures whose :attr:`Procedure.reads` name them."""
 
     kind: str  # PREDICT or CERTIFY
@@ -40,6 +40,7 @@ class ProcedureSpec:
     looks: tuple[int, ...] | None = None
     futility: str | None = None
     test: str = "exact"  # sequential CERTIFY's test: "exact" (group-sequential) or "bonferroni"
+    grow: float | None = None  # the exact test's: draw on while the radius grows this much (z per 10,000 samples)
     name: str | None = None
     sound: bool = False  # --sound: counts of the exact rounded Gaussian on the inputs' grid (docs/sound.md)
 

@@ -23,12 +23,14 @@ from dmae_fast.stats.sequential import BONFERRONI_NAME, SequentialCertifier, Seq
 @functools.lru_cache(maxsize=64)
 def sequential_certifier(n0: int, n: int, alpha: float, sigma: float, radii: tuple[float, ...] | None = None,
                          looks: tuple[int, ...] | None = None, futility: str | None = None,
-                         test: str = "exact") -> GroupSequentialCertifier | SequentialCertifier:
-    """The sequential certifier of these settings (``radii`` None: :mod:`.radii`'s defaults, as the configs');
+                         test: str = "exact",
+                         grow: float | None = None) -> GroupSequentialCertifier | SequentialCertifier:
+    """The sequential certifier of these settings (None: the configs' defaults; ``grow`` is the exact test's);
     cached (tables take up to a second)."""
     if test == "exact":
         exact = GroupSequentialConfig(n0, n, alpha, sigma, radii, looks)
-        return GroupSequentialCertifier(exact if futility is None else dataclasses.replace(exact, futility=futility))
+        exact = exact if futility is None else dataclasses.replace(exact, futility=futility)
+        return GroupSequentialCertifier(exact if grow is None else dataclasses.replace(exact, grow=grow))
     bonferroni = SequentialConfig(n0, n, alpha, sigma, radii, looks)
     return SequentialCertifier(bonferroni if futility is None else dataclasses.replace(bonferroni, futility=futility))
 
@@ -40,13 +42,13 @@ class SequentialCertify(Procedure):
     title = "sequential CERTIFY"
     sequential = True
     flag = "sequential"
-    reads = ("radii", "looks", "futility", "test")
+    reads = ("radii", "looks", "futility", "test", "grow")
 
     def __init__(self, spec: ProcedureSpec) -> None:
         super().__init__(spec)
         assert spec.n0 is not None, "a CERTIFY spec has n0"
         self.certifier = sequential_certifier(spec.n0, spec.n, spec.alpha, spec.sigma, spec.radii, spec.looks,
-                                              spec.futility, spec.test)
+                                              spec.futility, spec.test, spec.grow)
         self.name, self.level = self.certifier.procedure, self.certifier.level
         self.plan = SamplingPlan.sequential(spec.n0, self.certifier.looks)
         self.decide = self.certifier.decide
