@@ -1,6 +1,6 @@
-/* The sound noise of --sound on a CPU, bit for bit with dmae_fast.sound_noise (the reference).
+/* The sound noise of --sound on a CPU, bit for bit with dmae_fast.noise.sound (the reference).
 
-   The contract (dmae_fast/sound_noise.py): element e of the flat [C, H, W] image takes the
+   The contract (dmae_fast/noise/sound.py): element e of the flat [C, H, W] image takes the
    Philox4x32-10 words of counter (e / 2, sample, image, phase) under the seed's key, (w0, w1) for
    even e and (w2, w3) for odd e, as U = w_hi * 2^32 + w_lo; with the 2K ascending thresholds
    S_k (int64, the table's T_k - 2^63) the noise is Z = -K + #{k : S_k <= U - 2^63}, and the

@@ -204,22 +204,3 @@ def test_no_module_of_the_package_is_over_350_lines():
     long = {name: lines for name, path in modules().items()
             if path.is_relative_to(ROOT / "dmae_fast") and (lines := len(path.read_text().splitlines())) > 350}
     assert not long, f"split these modules: {long}"
-
-
-def test_modules_moved_to_their_concepts_folder_still_import_by_their_former_names():
-    """A fresh interpreter: each former name gives the very module at its new home, and the package's own code
-    names no former module (so the aliases are for users' code only)."""
-    code = ("import importlib, dmae_fast\n"
-            "moves = {'dmae_fast.fast_noise': 'dmae_fast.noise.compiled',\n"
-            "         'dmae_fast.errors': 'dmae_fast.base.errors',\n"
-            "         'dmae_fast.run.results': 'dmae_fast.results.format',\n"
-            "         'dmae_fast.checkpoints': 'dmae_fast.model.checkpoints'}\n"
-            "print(all(importlib.import_module(old) is importlib.import_module(new) for old, new in moves.items()))\n"
-            "from dmae_fast.errors import UserError\nfrom dmae_fast.base.errors import UserError as same\n"
-            "print(UserError is same)")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, cwd=ROOT)
-    assert done.returncode == 0 and done.stdout.split() == ["True", "True"], done.stderr[-2000:]
-    known = modules()
-    former = {"dmae_fast.fast_noise", "dmae_fast.errors", "dmae_fast.sound_noise", "dmae_fast.run.results"}
-    for name, path in known.items():
-        assert not imported(name, path) & former, f"{name} imports a former module name"
