@@ -27,6 +27,7 @@ MAX_RESULTS_BYTES = 256 * 2**20  # ~2.5M rows of ours (about 110 bytes each); a 
 
 Kind = Literal["certify", "predict"]
 Mode = Literal["new", "append", "overwrite"]
+PARTIAL_SUFFIX = ".partial"  # an --overwrite run writes path + PARTIAL_SUFFIX and renames it over path when done
 PathLike = str | os.PathLike[str]
 # as written: decimals of the radius and of pA_lower, significant digits of the p-value (see results_writer)
 RADIUS_DECIMALS = 6

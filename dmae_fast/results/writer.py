@@ -20,6 +20,7 @@ from dmae_fast.results.format import (
     COLUMNS,
     MAX_RESULTS_BYTES,
     P_LOWER_DECIMALS,
+    PARTIAL_SUFFIX,
     PVALUE_DIGITS,
     RADIUS_DECIMALS,
     Kind,
@@ -138,7 +139,7 @@ class ResultsWriter:
             raise ValueError(f"unknown ResultsWriter mode {mode!r}")
         if mode == "overwrite" and os.path.isdir(self.path):
             raise UserError(f"{self.path} is a directory, not a results file")
-        self._target = self.path + ".partial" if mode == "overwrite" else self.path
+        self._target = self.path + PARTIAL_SUFFIX if mode == "overwrite" else self.path
         needs_header = mode != "append" or _prepare_append(self.path, header, kind)
         self._file = self._open(self._target, _OPEN_MODES[mode])
         if needs_header:

@@ -16,7 +16,7 @@ import numpy as np
 from dmae_fast.base.errors import UserError
 from dmae_fast.distributed.torchrun_env import restart_count
 from dmae_fast.results.checks import check_kept_rows, dataset_labels
-from dmae_fast.results.format import Mode, ResultsTable, read_kept_rows
+from dmae_fast.results.format import PARTIAL_SUFFIX, Mode, ResultsTable, read_kept_rows
 from dmae_fast.results.parts import clear_parts, has_parts, merge_parts, parts_dir, replaces_out, replacing_seed
 
 # Light modules only (no torch): the command checks --out before its slow imports.
@@ -135,7 +135,7 @@ def _as_recorded(value):
 
 def rows_file(config: CertifyConfig, mode: Mode) -> str:
     """Where the rows of this run go: ``--out``, or ``--out.partial`` until an --overwrite run completes."""
-    return config.output.out + ".partial" if mode == "overwrite" else config.output.out
+    return config.output.out + PARTIAL_SUFFIX if mode == "overwrite" else config.output.out
 
 @dataclass(frozen=True)
 class KeptRow:
