@@ -15,9 +15,9 @@ import pytest
 from dmae_fast.analysis import DEFAULT_RADII, RADIUS_CEILING, format_table, reachable_radii, recorded_cap
 from dmae_fast.batching.stream import ImageCounts
 from dmae_fast.cli.analyze import main as analyze_main
+from dmae_fast.results import format as results_format
 from dmae_fast.results.format import read_results
 from dmae_fast.results.writer import ResultsWriter
-from dmae_fast.run import results
 from dmae_fast.run.config import CertifyConfig
 from dmae_fast.run.record import result_row
 from dmae_fast.stats.procedure import Procedure
@@ -223,5 +223,5 @@ def test_a_fifo_as_the_run_record_is_not_read(tmp_path, capsys, files):
 
 
 def test_a_file_beyond_the_size_limit_is_refused_unread(tmp_path, capsys, monkeypatch, files):
-    monkeypatch.setattr(results, "MAX_RESULTS_BYTES", 100)
+    monkeypatch.setattr(results_format, "MAX_RESULTS_BYTES", 100)
     _refused(capsys, [str(files["fixed"])], "larger than", "MiB")

@@ -646,6 +646,9 @@ def test_exact_sequential_mode_certifies_continuous_radii_from_a_prefix_and_resu
     assert all(abs(s - round(s)) < 1e-3 for s in steps) and all(float(r["radius"]) < reach for r in rows)
     assert any(float(r["radius"]) not in (0.0, 0.25, 0.5) for r in rows)  # beyond the grid's 0.25 steps
     assert any(r["n"] == r["nA"] == "1000" for r in rows)  # confident digits draw on while the radius grows (--grow)
+    assert header[-1] == "grid_radius"  # the level the decision rests on: a step of the grid, at most the radius
+    assert all(float(r["grid_radius"]) in (0.0, 0.25, 0.5) and float(r["grid_radius"]) <= float(r["radius"])
+               for r in rows) and any(float(r["grid_radius"]) < float(r["radius"]) for r in rows)
     certified = [r for r in rows if r["predict"] != "-1"]
     assert certified and all(float(r["pA_lower"]) == pytest.approx(norm.cdf(float(r["radius"]) / 0.25), abs=1e-6)
                              for r in certified)
@@ -669,6 +672,12 @@ def test_exact_sequential_mode_certifies_continuous_radii_from_a_prefix_and_resu
     seq.write_text("\n".join("\t".join(t) for t in tampered) + "\n")
     resumed = certify(capsys, *args, "--n", "1000", "--sequential", "--resume", "--out", seq)
     assert resumed.rc != 0 and f"has radius 1.0, its counts give {written}" in resumed.err
+    tampered[row][column] = written  # the radius as written, the grid level edited: refused too
+    grid = tampered[0].index("grid_radius")
+    tampered[row][grid] = "0.750000"
+    seq.write_text("\n".join("\t".join(t) for t in tampered) + "\n")
+    resumed = certify(capsys, *args, "--n", "1000", "--sequential", "--resume", "--out", seq)
+    assert resumed.rc != 0 and "has grid_radius 0.75, its counts give" in resumed.err
 
 
 # --------------------------------------------------------------------------- classifiers that certify nothing

@@ -191,6 +191,8 @@ EDITS = [
      "counts served hold 21 selection and 100 estimation samples, where the receipt's plan"),
     ("sequential", ("results", 0, "level"), 0.01, "level served 0.01, recomputed 0.001"),
     ("sequential", ("results", 0, "radius"), 0.75, "radius served 0.75, recomputed {old}"),
+    ("sequential", ("results", 0, "grid_radius"), 0.75, "grid_radius served 0.75, recomputed {old}"),
+    ("certify", ("results", 0, "grid_radius"), 0.5, "states 'grid_radius', which a cohen-fixed-n answer does not have"),
     ("predict", ("results", 1, "pvalue"), 0.5, "index {index}: pvalue served 0.5, recomputed {old}"),
     ("predict", ("results", 1, "count2"), _plus_one, "count2 served {new}, recomputed {old}"),
     ("certify", ("procedure",), "predict", 'procedure served "predict", recomputed "cohen-fixed-n"'),

@@ -84,8 +84,13 @@ def _row_problem(table: ResultsTable, row: int, wanted: set[int] | None, labels:
     if rules.procedure is not None and (int(extra["n0"]) != rules.n0 or str(extra["procedure"]) != rules.procedure):
         return (f"was made with n0 {extra['n0']} and procedure {extra['procedure']}, "
                 f"not {rules.n0} and {rules.procedure}")
-    return _certify_problem(predict, float(table.radius[row]), n, int(extra["nA"]), float(extra["pA_lower"]),
-                            sigma, rules)
+    problem = _certify_problem(predict, float(table.radius[row]), n, int(extra["nA"]), float(extra["pA_lower"]),
+                               sigma, rules)
+    if problem is None and rules.grid_radius is not None and "grid_radius" in extra:
+        grid = rules.grid_radius(int(extra["nA"]), n)
+        if not grid - RADIUS_SLACK <= float(extra["grid_radius"]) <= grid + 1e-12:
+            return f"has grid_radius {extra['grid_radius']}, its counts give {floor_decimals(grid, RADIUS_DECIMALS)}"
+    return problem
 
 
 def _certify_problem(predict: int, written_radius: float, n: int, n_a: int, written_bound: float, sigma: float,

@@ -96,6 +96,8 @@ _PARSERS: dict[str, tuple[Callable[[str], object], str, str]] = {
     "radius": (_ascii(float, lambda value: math.isfinite(value) and value >= 0), "a finite radius >= 0", "float64"),
     "time": (_ascii(_parse_time, math.isfinite), "a duration like 0:00:01.234567", "float64"),
     "procedure": (str, "text", "object"),
+    "grid_radius": (_ascii(float, lambda value: math.isfinite(value) and value >= 0), "a finite radius >= 0",
+                    "float64"),
 }
 
 
@@ -180,11 +182,12 @@ def read_kept_rows(path: PathLike) -> ResultsTable | None:
     return _parse_table(path, _read_lines(path, drop_torn=True)) if os.path.exists(path) else None
 
 
-def read_row_lines(path: PathLike, kind: Kind) -> list[str]:
-    """The complete data lines of a results file we wrote, after checking its header is a ``kind`` file's."""
+def read_row_lines(path: PathLike, kind: Kind, extra: tuple[str, ...] = ()) -> list[str]:
+    """The complete data lines of a results file we wrote, after checking its header is a ``kind`` file's (with the
+    procedure's ``extra`` columns)."""
     path = os.fspath(path)
     lines = _read_lines(path, drop_torn=True)
-    header = "\t".join(COLUMNS[kind])
+    header = "\t".join(COLUMNS[kind] + extra)
     if lines and lines[0] != header:
         raise UserError(f"{path}: its header {lines[0]!r} is not that of a {kind} results file ({header!r})")
     return [line for line in lines[1:] if line.strip()]

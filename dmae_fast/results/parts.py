@@ -61,7 +61,8 @@ def clear_parts(out: str | os.PathLike[str]) -> None:
     shutil.rmtree(parts_dir(out), ignore_errors=True)
 
 
-def merge_parts(out: str | os.PathLike[str], kind: Kind, into: str | os.PathLike[str]) -> int:
+def merge_parts(out: str | os.PathLike[str], kind: Kind, into: str | os.PathLike[str],
+                extra: tuple[str, ...] = ()) -> int:
     """Write ``into`` (``out``, or ``out.partial`` for an --overwrite run) = its own rows + the rows of every part of
     ``out``, sorted by idx, replacing it only by a complete file; then remove the parts. Returns the number of rows."""
     into = os.fspath(into)
@@ -70,14 +71,14 @@ def merge_parts(out: str | os.PathLike[str], kind: Kind, into: str | os.PathLike
     sources = ([Path(into)] if os.path.exists(into) else []) + parts
     rows: dict[int, tuple[str, Path]] = {}
     for source in sources:
-        for line in read_row_lines(source, kind):
+        for line in read_row_lines(source, kind, extra):
             idx = _row_index(line, source)
             seen = rows.get(idx)
             if seen is not None and seen[0] != line:
                 raise UserError(f"image idx {idx} has two different rows, in {seen[1]} and {source}: the files were "
                                 "edited or come from two runs (remove one row, or start over with --overwrite)")
             rows[idx] = (line, source)
-    text = "".join(line + "\n" for line in ["\t".join(COLUMNS[kind]), *(rows[idx][0] for idx in sorted(rows))])
+    text = "".join(line + "\n" for line in ["\t".join(COLUMNS[kind] + extra), *(rows[idx][0] for idx in sorted(rows))])
     write_regular_file(into, text.encode("utf-8"), overwrite=True, what="results file")
     _sync_directory(os.path.dirname(os.path.abspath(into)))
     clear_parts(out)

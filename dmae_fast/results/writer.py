@@ -10,7 +10,7 @@ import datetime
 import decimal
 import os
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Callable, TextIO
 
@@ -48,6 +48,7 @@ class CertifyRow:
     pA_lower: float
     sigma: float
     procedure: str
+    grid_radius: float | None = None  # the exact sequential test's certified grid radius (its own column)
 
 
 @dataclass(frozen=True)
@@ -112,12 +113,13 @@ _FORMATTERS: dict[str, Callable[[object], str]] = {
     "pvalue": lambda v: ceil_significant(v, PVALUE_DIGITS),
     "sigma": lambda v: repr(float(v)),
     "procedure": lambda v: _fmt_text(str(v)),
+    "grid_radius": lambda v: floor_decimals(v, RADIUS_DECIMALS),
 }
 
 
-def _format_row(row: Row) -> str:
-    """One row's line: each field (a column, in order) written by its formatter, integers as integers."""
-    cells = [_FORMATTERS.get(f.name, lambda v: str(int(v)))(getattr(row, f.name)) for f in fields(row)]
+def _format_row(row: Row, columns: tuple[str, ...]) -> str:
+    """One row's line: each column, in order, written by its formatter, integers as integers."""
+    cells = [_FORMATTERS.get(name, lambda v: str(int(v)))(getattr(row, name)) for name in columns]
     return "\t".join(cells) + "\n"
 
 
@@ -129,12 +131,13 @@ class ResultsWriter:
     over ``path`` only when the ``with`` block ends without an exception. Each row reaches the operating system as
     it is written, the disk within ``SYNC_SECONDS`` and on close."""
 
-    def __init__(self, path: PathLike, kind: Kind = "certify", mode: Mode = "new") -> None:
+    def __init__(self, path: PathLike, kind: Kind = "certify", mode: Mode = "new", extra: tuple[str, ...] = ()) -> None:
         if kind not in COLUMNS:
             raise ValueError(f"unknown results kind {kind!r}")
         self.path, self.kind, self.mode = os.fspath(path), kind, mode
         self._row_type = CertifyRow if kind == "certify" else PredictRow
-        header = "\t".join(COLUMNS[kind])
+        self.columns = COLUMNS[kind] + extra  # extra: the procedure's own columns (e.g. grid_radius)
+        header = "\t".join(self.columns)
         if mode not in _OPEN_MODES:
             raise ValueError(f"unknown ResultsWriter mode {mode!r}")
         if mode == "overwrite" and os.path.isdir(self.path):
@@ -167,7 +170,7 @@ class ResultsWriter:
         """Append one row: to the operating system at once, to the disk within SYNC_SECONDS."""
         if not isinstance(row, self._row_type):
             raise TypeError(f"a {self.kind} results file takes {self._row_type.__name__}, got {type(row).__name__}")
-        self._file.write(_format_row(row))
+        self._file.write(_format_row(row, self.columns))
         self._file.flush()
         if time.monotonic() - self._synced >= SYNC_SECONDS:
             self._sync()

@@ -185,7 +185,7 @@ def images_to_do(opened: OpenedRun, mode: Mode, parts: bool) -> tuple[list[int],
     if mode == "new" or not (has_parts(config.output.out) or os.path.exists(target)):
         return opened.indices, []
     if has_parts(config.output.out):
-        merge_parts(config.output.out, opened.kind, into=target)
+        merge_parts(config.output.out, opened.kind, into=target, extra=opened.procedure.columns)
     kept = read_kept_rows(target)
     if kept is None or len(kept) == 0:
         return opened.indices, []

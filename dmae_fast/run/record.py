@@ -126,7 +126,7 @@ def result_row(procedure: Procedure, done: ImageCounts, seconds: float) -> Row:
     correct = int(result.prediction == done.label)
     if isinstance(result, Certificate):
         return CertifyRow(done.index, done.label, result.prediction, result.radius, correct, seconds, result.n0,
-                          result.n, result.n_a, result.p_a_lower, sigma, procedure.name)
+                          result.n, result.n_a, result.p_a_lower, sigma, procedure.name, **procedure.extra(result))
     return PredictRow(done.index, done.label, result.prediction, correct, seconds, result.n, result.count1,
                       result.count2, result.pvalue, sigma)
 

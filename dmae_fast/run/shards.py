@@ -47,7 +47,8 @@ class _Shards:
 
     def _write(self, counts: Iterator[ImageCounts], path: str, mode: Mode | None, after: Callable[[int], None]) -> None:
         """Turn ``counts`` into rows: into ``path`` opened with ``mode`` (None: no file), and to ``on_row``."""
-        file = ResultsWriter(path, self.opened.kind, mode) if mode is not None else contextlib.nullcontext()
+        columns = self.opened.procedure.columns
+        file = ResultsWriter(path, self.opened.kind, mode, columns) if mode is not None else contextlib.nullcontext()
         with file as writer, self.bar:  # no file: a rank other than 0, whose bar is off
             self.rows = RowWriter(self.opened, writer, self.on_row, after)
             self.rows.consume(counts)
@@ -87,7 +88,7 @@ class ImageShards(_Shards):
                 clear_parts(config.output.out)  # a stale multi-process run's parts: --out is now this run's
             return
         self.writing = rows_file(config, self.mode)
-        merge_parts(config.output.out, self.opened.kind, into=self.writing)
+        merge_parts(config.output.out, self.opened.kind, into=self.writing, extra=self.opened.procedure.columns)
         if self.mode == "overwrite":
             os.replace(self.writing, config.output.out)
         self.bar.close()

@@ -231,6 +231,10 @@ class GroupSequentialCertifier(LookStopping):
         level = self.levels(look, n_a) - 1
         return np.where(level >= 0, self.level_radii[np.maximum(level, 0)], -1.0)
 
+    def grid_radius(self, n_a: int, n: int) -> float:
+        """The grid radius certified with n_a votes for cA in n estimation samples (a look); 0 when none is."""
+        return max(float(self.certified_radius(self.looks.index(n), np.array([n_a]))[0]), 0.0)
+
     def _certificate(self, guess: int, n0: int, n_a: int, n: int) -> Certificate:
         """The grid level the test certified, and the radius of :mod:`.sequential_radius`'s limit (the level's
         own radius and threshold where no test above it rejects)."""

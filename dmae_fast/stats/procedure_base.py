@@ -104,8 +104,18 @@ class Procedure:
         return None
 
     def fields(self, result: Certificate | Prediction) -> dict[str, Any]:
-        """The decision fields of one image's answer: every field of ``result``, in order."""
-        return dataclasses.asdict(result)
+        """The decision fields of one image's answer: every field of ``result``, in order, and :meth:`extra`."""
+        return {**dataclasses.asdict(result), **self.extra(result)}
+
+    def extra(self, result: Certificate | Prediction) -> dict[str, float]:
+        """Fields of one image's result beyond ``result``'s own, named as the results file's extra columns
+        (:attr:`columns`): none here."""
+        return {}
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The results file's columns after the kind's own: the keys of :meth:`extra`."""
+        return ()
 
     def receipt(self) -> dict[str, Any]:
         """The sampling settings that, with the seed, an image's index and the classifier, give its counts

@@ -22,6 +22,8 @@ class RowRules:
     procedure: str | None  # the `procedure` column (certify only)
     # (nA, n) -> the Certificate the procedure gives (the exact sequential test's); None: Clopper-Pearson at level
     certificate: Callable[[int, int], Certificate] | None = None
+    # (nA, n) -> the grid radius the exact sequential test certified (its rows' grid_radius column); None: no column
+    grid_radius: Callable[[int, int], float] | None = None
 
     @classmethod
     def unknown(cls, kind: str) -> RowRules:

@@ -59,6 +59,17 @@ class SequentialCertify(Procedure):
     def fields(self, result: Certificate | Prediction) -> dict[str, object]:
         return {**super().fields(result), "level": self.level}
 
+    def extra(self, result: Certificate | Prediction) -> dict[str, float]:
+        """The exact test's certified grid radius (``grid_radius``; 0 when abstaining): the level its decision
+        rests on, beside the continuous radius."""
+        if not isinstance(self.certifier, GroupSequentialCertifier) or not isinstance(result, Certificate):
+            return {}
+        return {"grid_radius": self.certifier.grid_radius(result.n_a, result.n)}
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return ("grid_radius",) if isinstance(self.certifier, GroupSequentialCertifier) else ()
+
     def max_radius(self) -> float:
         """The largest radius the test can certify: the top of the exact test's continuous radius, or the bound's with
         all of the cap's samples for the top class."""
@@ -69,8 +80,9 @@ class SequentialCertify(Procedure):
     def rules(self) -> RowRules:
         grid = isinstance(self.certifier, GroupSequentialCertifier)  # the design's limit, not Clopper-Pearson
         certificate = functools.partial(self.certifier.certify, np.ones(1)) if grid else None
+        grid_radius = self.certifier.grid_radius if isinstance(self.certifier, GroupSequentialCertifier) else None
         return RowRules(CERTIFY, self.spec.n0, self.certifier.looks, self.level, self.spec.sigma, self.name,
-                        certificate)
+                        certificate, grid_radius)
 
     def summary_radii(self, asked: tuple[float, ...] | None, default: tuple[float, ...]) -> tuple[float, ...]:
         """Radius 0 ("certified at all") and the radii of interest: the levels it tests."""
