@@ -100,7 +100,6 @@ def test_false_certificates_stay_within_alpha_at_every_p(design):
     assert worst > alpha / 10  # the check bites: some p comes near alpha
 
 
-
 def test_grow_only_lets_images_draw_on_and_the_radius_grows_with_it():
     """``grow`` turns stops of the grid test into draws, never the reverse (smaller grow: a subset of the stops),
     and an image whose every vote is for cA, stopped by the grid test as soon as the top level is certified, draws

@@ -89,15 +89,15 @@ def _ascii(convert: Callable[[str], Any], valid: Callable[[Any], bool] = lambda 
 
 _INT_COLUMNS = ("idx", "label", "predict", "n0", "n", "nA", "count1", "count2")
 _FLOAT_COLUMNS = ("pA_lower", "pvalue", "sigma")
+_RADIUS = (_ascii(float, lambda value: math.isfinite(value) and value >= 0), "a finite radius >= 0", "float64")
 _PARSERS: dict[str, tuple[Callable[[str], object], str, str]] = {
     **{name: (_ascii(int), "an integer", "int64") for name in _INT_COLUMNS},
     **{name: (_ascii(float, math.isfinite), "a finite number", "float64") for name in _FLOAT_COLUMNS},
     "correct": (_ascii(int, lambda value: value in (0, 1)), "0 or 1", "int64"),
-    "radius": (_ascii(float, lambda value: math.isfinite(value) and value >= 0), "a finite radius >= 0", "float64"),
+    "radius": _RADIUS,
     "time": (_ascii(_parse_time, math.isfinite), "a duration like 0:00:01.234567", "float64"),
     "procedure": (str, "text", "object"),
-    "grid_radius": (_ascii(float, lambda value: math.isfinite(value) and value >= 0), "a finite radius >= 0",
-                    "float64"),
+    "grid_radius": _RADIUS,
 }
 
 

@@ -113,8 +113,8 @@ _FORMATTERS: dict[str, Callable[[object], str]] = {
     "pvalue": lambda v: ceil_significant(v, PVALUE_DIGITS),
     "sigma": lambda v: repr(float(v)),
     "procedure": lambda v: _fmt_text(str(v)),
-    "grid_radius": lambda v: floor_decimals(v, RADIUS_DECIMALS),
 }
+_FORMATTERS["grid_radius"] = _FORMATTERS["radius"]  # written as radii are: rounded down
 
 
 def _format_row(row: Row, columns: tuple[str, ...]) -> str:

@@ -187,7 +187,7 @@ class GroupSequentialCertifier(LookStopping):
         stop = super().stop(look, n_a)
         if math.isinf(self.config.grow) or look == len(self.looks) - 1:
             return stop
-        flat, n_a = stop.reshape(-1), np.asarray(n_a).reshape(-1)
+        flat, n_a = stop.reshape(-1), np.asarray(n_a).reshape(-1)  # a copy where stop is not C-contiguous
         flat[flat] = ~self._worth_growing(look, n_a[flat])
         return flat.reshape(stop.shape)
 

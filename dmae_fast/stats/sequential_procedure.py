@@ -78,9 +78,10 @@ class SequentialCertify(Procedure):
         return max_radius(self.spec.n, self.level, self.spec.sigma)
 
     def rules(self) -> RowRules:
-        grid = isinstance(self.certifier, GroupSequentialCertifier)  # the design's limit, not Clopper-Pearson
-        certificate = functools.partial(self.certifier.certify, np.ones(1)) if grid else None
-        grid_radius = self.certifier.grid_radius if isinstance(self.certifier, GroupSequentialCertifier) else None
+        certificate, grid_radius = None, None  # Bonferroni: Clopper-Pearson at its level, no grid column
+        if isinstance(self.certifier, GroupSequentialCertifier):  # the design's limit and the level it certified
+            certificate = functools.partial(self.certifier.certify, np.ones(1))
+            grid_radius = self.certifier.grid_radius
         return RowRules(CERTIFY, self.spec.n0, self.certifier.looks, self.level, self.spec.sigma, self.name,
                         certificate, grid_radius)
 
