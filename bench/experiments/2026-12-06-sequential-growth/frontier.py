@@ -78,7 +78,6 @@ def run(sigma: float, scenario: str, cap: int) -> list[dict[str, object]]:
             stopped, n_a = c.run(votes)
             radius = np.array([c.certify(np.array([N0, 0]), int(a), c.looks[int(k)]).radius if q > 0 else -1.0
                                for k, a, q in zip(stopped, n_a, p)])
-            radius = np.where(radius > 0, radius, np.where(n_a > 0, radius, -1.0))
             cert = np.array([c.levels(int(k), int(a)) > 0 for k, a in zip(stopped, n_a)]) & (p > 0)
             radius = np.where(cert, radius, -1.0)
             drop = fixed_accuracy - accuracy(radius, steps)
