@@ -45,7 +45,6 @@ from dmae_fast import __version__
 from dmae_fast.base.errors import UserError
 from dmae_fast.base.memory import keep_freed_memory
 from dmae_fast.batching.bodies import BodyOptions, batch_body
-from dmae_fast.batching.body_options import BYTE_GRID, DEMO_GRID, Sound
 from dmae_fast.batching.fast_body import FastBatches, FastPath
 from dmae_fast.batching.stream import SamplingPlan, StreamingCertifier
 from dmae_fast.bench.commands import N0, PROGRAMS, N, time_commands
@@ -58,6 +57,7 @@ from dmae_fast.data.sources import DEMO_TEST_SIZE
 from dmae_fast.engines import TorchEngine
 from dmae_fast.noise.compiled import NoiseSource
 from dmae_fast.noise.contract import gaussian_noise, gaussian_rows, key_words
+from dmae_fast.noise.sound_options import BYTE_GRID, Sound, default_grid
 from dmae_fast.run.host import device_name
 
 SIGMA, SEED = 0.25, 0
@@ -162,7 +162,7 @@ def _methods(model, images, load: Workload, threads: int) -> dict[str, tuple[Cal
     fast_ort = batch_body(engine, SIGMA, SEED, batch,
                           BodyOptions(fast=True, workers=threads, cpu_runtime="onnxruntime"))
     compiled = FastBatches(engine, SIGMA, SEED, batch, FastPath(compile=True, compile_mode="default"))
-    sound = Sound(DEMO_GRID if load.model == "demo" else BYTE_GRID)
+    sound = Sound(default_grid(load.model == "demo"))
     plain_sound = batch_body(engine, SIGMA, SEED, batch, BodyOptions(sound=sound))
     fast_sound = batch_body(engine, SIGMA, SEED, batch, BodyOptions(fast=True, workers=threads, sound=sound))
     methods = {

@@ -6,7 +6,7 @@ draws the same integers in plain C: Philox in a loop the compiler vectorizes, th
 load and one comparison for almost every element (its header says why it is exact).
 
 The source is compiled once per machine with the system's C compiler (``$CC``, else ``cc``) into the model
-cache's folder (:func:`dmae_fast.engines.model_cache.cache_folder`; with ``DMAE_FAST_CACHE=off``, a temporary folder
+cache's folder (:func:`dmae_fast.base.files.cache_folder`; with ``DMAE_FAST_CACHE=off``, a temporary folder
 each run), keyed by the source, the compiler, its flags and the CPU's features (``-march=native`` builds for
 this CPU: a home shared by a cluster's nodes keeps one library per kind of CPU), and called through ctypes,
 which releases the GIL. A build is made in a fresh temporary folder, loaded and checked against the reference

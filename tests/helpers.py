@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from dmae_fast.batching.body_options import Sound
 from dmae_fast.batching.scheduler import BatchBody, RowSplit
 from dmae_fast.batching.stream import ImageCounts, StreamingCertifier
 from dmae_fast.bench.async_device import QueuedDevice
@@ -21,7 +20,10 @@ from dmae_fast.engines.base import Engine
 from dmae_fast.engines.torch_engine import TorchEngine
 from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier
 from dmae_fast.model.checkpoints import save_classifier
+from dmae_fast.noise.sound_options import Sound
+from dmae_fast.serve.receipt import read_receipt
 from dmae_fast.stats.plan import Decide, SamplingPlan
+from dmae_fast.stats.procedure import Procedure
 
 Item = tuple[int, torch.Tensor, int]  # (image index, image, label), what StreamingCertifier.run takes
 
@@ -107,3 +109,8 @@ class LazyDevice(QueuedDevice):
     def drain(self) -> None:
         while self._items:
             self._items.popleft()()
+
+
+def procedure_of(receipt: dict) -> Procedure:
+    """The procedure a served answer's receipt records."""
+    return Procedure(read_receipt(receipt).spec)

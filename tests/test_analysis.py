@@ -17,7 +17,7 @@ from dmae_fast.analysis import (
 )
 from dmae_fast.base.errors import UserError
 from dmae_fast.cli.analyze import main as analyze_main
-from dmae_fast.results.format import read_done_indices, read_results
+from dmae_fast.results.format import read_kept_rows, read_results
 from dmae_fast.results.writer import CertifyRow, PredictRow, ResultsWriter
 
 # Written by hand in the format of Cohen et al.'s certify.py. Correct rows: 0, 1, 4, 5, 7
@@ -45,6 +45,12 @@ REFERENCE_PREDICT = (
     "2\t8\t1\t0\t0:00:00.450000\n"
     "3\t0\t0\t1\t0:00:00.520000\n"
 )
+
+
+def kept_indices(path: Path) -> set[int]:
+    """The indices of the rows a resume keeps."""
+    table = read_kept_rows(path)
+    return set() if table is None else set(table.idx.tolist())
 
 
 def _write(path: Path, text: str) -> Path:
@@ -139,7 +145,7 @@ def test_certify_round_trip(tmp_path: Path) -> None:
     assert table.extra["nA"].tolist() == [99123, 99123]
     assert table.extra["pA_lower"][0] == pytest.approx(0.9901234567, abs=1e-12)
     assert table.extra["procedure"].tolist() == ["cohen", "cohen"]
-    assert read_done_indices(path) == {0, 1}
+    assert kept_indices(path) == {0, 1}
 
 
 def test_predict_round_trip(tmp_path: Path) -> None:
@@ -171,7 +177,7 @@ def test_append_continues_and_checks_header(tmp_path: Path, reference_certify: P
         writer.write(_certify_row(0))
     with open(path, "a") as f:
         f.write("1\t3\t3\t0.5")  # a row cut off by a crash: dropped on resume
-    assert read_done_indices(path) == {0}
+    assert kept_indices(path) == {0}
     with ResultsWriter(path, kind="certify", mode="append") as writer:
         writer.write(_certify_row(2))
     assert read_results(path).idx.tolist() == [0, 2]

@@ -644,7 +644,7 @@ def test_an_unwritable_cache_folder_runs_uncached_with_one_notice(demo, monkeypa
     monkeypatch.setenv("DMAE_FAST_CACHE", str(tmp_path / "a-file" / "cache"))
     notices = []
     _assert_is_the_classifier(_build(model, runtime, notices), model)
-    assert len(notices) == 1 and notices[0].startswith(f"the model cache {tmp_path / 'a-file' / 'cache'} cannot be "
+    assert len(notices) == 1 and notices[0].startswith(f"the cache {tmp_path / 'a-file' / 'cache'} cannot be "
                                                        "written") and notices[0].endswith("running uncached "
                                                                                           "(set DMAE_FAST_CACHE to "
                                                                                           "another folder, or to off)")

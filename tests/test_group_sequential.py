@@ -15,7 +15,7 @@ from scipy.stats import norm
 from dmae_fast.base.errors import UserError
 from dmae_fast.stats import boundary_dp as dp
 from dmae_fast.stats import group_sequential as gs
-from dmae_fast.stats.boundary_dp import boundary_table, crossing_probabilities, fixed_n_failures
+from dmae_fast.stats.boundary_dp import boundary_table, fixed_n_failures
 from dmae_fast.stats.decisions import ABSTAIN
 from dmae_fast.stats.group_sequential import (
     GroupSequentialCertifier,
@@ -28,6 +28,12 @@ from dmae_fast.stats.settings import PAPER_RADII
 
 N0, SIGMAS = 100, (0.25, 0.5, 1.0)
 TRIALS, SIM_ALPHA = 100_000, 0.01
+
+
+def crossing_probabilities(looks: tuple[int, ...], failure_bounds: np.ndarray, q: float) -> np.ndarray:
+    """P(first rejection at look k) for each k at failure probability q = 1 - p, by the package's DP evaluating the
+    given bounds (F_k <= failure_bounds[k])."""
+    return dp._dp(tuple(looks), q, bounds=np.asarray(failure_bounds))[1]
 
 
 def certifier(sigma: float, n: int, alpha: float = 0.001, **options) -> GroupSequentialCertifier:

@@ -1,4 +1,4 @@
-"""The on-disk model cache (dmae_fast.engines.model_cache): its folder, keys and checked entries."""
+"""The disk cache (dmae_fast.base.disk_cache) and the model cache's keys (dmae_fast.engines.model_cache)."""
 
 from __future__ import annotations
 
@@ -9,15 +9,18 @@ from pathlib import Path
 
 import pytest
 
+from dmae_fast.base import disk_cache
+from dmae_fast.base.disk_cache import DiskCache, drop_entries
+from dmae_fast.base.files import cache_folder
 from dmae_fast.engines import model_cache
-from dmae_fast.engines.model_cache import ModelCache, cache_folder, cache_key, drop_entries, files_sha256
+from dmae_fast.engines.model_cache import cache_key, files_sha256
 
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("DMAE_FAST_CACHE", str(tmp_path / "cache"))
     notices = []
-    opened = ModelCache.open(notices.append)
+    opened = DiskCache.open(notices.append)
     opened.notices = notices
     return opened
 
@@ -33,7 +36,7 @@ def test_the_folder_follows_xdg_then_home_and_can_be_moved_or_disabled(monkeypat
     assert cache_folder() == tmp_path / "moved"
     monkeypatch.setenv("DMAE_FAST_CACHE", "off")
     assert cache_folder() is None
-    assert ModelCache.open(pytest.fail).folder is None
+    assert DiskCache.open(pytest.fail).folder is None
 
 
 def test_an_entry_reads_back_what_was_written_and_leaves_no_temporary_file(cache):
@@ -72,7 +75,7 @@ def test_an_unwritable_folder_is_one_notice_and_no_cache(tmp_path, monkeypatch):
     (tmp_path / "a-file").write_text("")
     monkeypatch.setenv("DMAE_FAST_CACHE", str(tmp_path / "a-file" / "cache"))
     notices = []
-    cache = ModelCache.open(notices.append)
+    cache = DiskCache.open(notices.append)
     assert cache.folder is None and len(notices) == 1 and "running uncached" in notices[0]
     cache.write("k", b"dropped")
     assert cache.read("k") is None and cache.subfolder("openvino") is None and len(notices) == 1
@@ -82,7 +85,7 @@ def test_a_failed_write_turns_the_cache_off_with_one_notice(cache, monkeypatch):
     def full(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(model_cache.tempfile, "mkstemp", full)
+    monkeypatch.setattr(disk_cache.tempfile, "mkstemp", full)
     cache.write("k", b"x")
     cache.write("k", b"x")
     assert cache.folder is None and len(cache.notices) == 1 and "No space left on device" in cache.notices[0]
@@ -113,7 +116,7 @@ def test_a_fifo_at_an_entrys_path_is_a_miss_that_gets_replaced(cache):
 
 def test_what_is_read_is_bounded_and_only_from_regular_files(cache, monkeypatch, tmp_path):
     cache.write("big", b"x" * 100)
-    monkeypatch.setattr(model_cache, "MAX_ENTRY_BYTES", 100)  # the digest line makes the entry larger
+    monkeypatch.setattr(disk_cache, "MAX_ENTRY_BYTES", 100)  # the digest line makes the entry larger
     assert cache.read("big") is None
     (cache.folder / "zero.entry").symlink_to("/dev/zero")
     (cache.folder / "folder.entry").mkdir()
@@ -132,9 +135,9 @@ def test_the_code_part_of_a_key_covers_every_module_of_the_package(tmp_path):
     """A change anywhere in the package (the model's modules included, not only the engines') changes the key."""
     import dmae_fast
 
-    assert model_cache.package_sha256() == model_cache.package_sha256(Path(dmae_fast.__file__).parent)
+    assert disk_cache.package_sha256() == disk_cache.package_sha256(Path(dmae_fast.__file__).parent)
     for tree, depth in (("a", 12), ("b", 24)):  # two trees that differ only in a model module
         for folder, name, text in (("engines", "cache.py", "x = 1\n"), ("model", "dmae.py", f"depth = {depth}\n")):
             (tmp_path / tree / folder).mkdir(parents=True, exist_ok=True)
             (tmp_path / tree / folder / name).write_text(text)
-    assert model_cache.package_sha256(tmp_path / "a") != model_cache.package_sha256(tmp_path / "b")
+    assert disk_cache.package_sha256(tmp_path / "a") != disk_cache.package_sha256(tmp_path / "b")

@@ -19,14 +19,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import procedure_of
 
-from dmae_fast.batching.body_options import Sound
 from dmae_fast.cli import serve_replay
 from dmae_fast.data import demo_digits
 from dmae_fast.demo import DEMO_CHECKPOINT
+from dmae_fast.noise.sound_options import Sound
 from dmae_fast.serve.config import Defaults, Limits, ServeConfig
 from dmae_fast.serve.payloads import ParsedRequest, parse_request
-from dmae_fast.serve.receipt import procedure_of
 from dmae_fast.serve.service import Service
 from dmae_fast.stats.procedure import CERTIFY, PREDICT, ProcedureSpec
 from dmae_fast.stats.rounded_gaussian import guarantee, sound_table

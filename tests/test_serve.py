@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import stream_counts
+from helpers import procedure_of, stream_counts
 from PIL import Image
 
 from dmae_fast.batching.stream import ImageCounts
@@ -41,7 +41,7 @@ from dmae_fast.engines import EngineOptions, open_engine
 from dmae_fast.run.record import result_row
 from dmae_fast.serve.config import Limits
 from dmae_fast.serve.payloads import decode_image
-from dmae_fast.serve.receipt import plan_of, procedure_of, replay_answer
+from dmae_fast.serve.receipt import plan_of, replay_answer
 from dmae_fast.stats.rounded_gaussian import guarantee, sound_table
 
 ROOT = Path(__file__).resolve().parents[1]

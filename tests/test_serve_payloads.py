@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from dmae_fast.batching.body_options import Sound
+from dmae_fast.noise.sound_options import Sound
 from dmae_fast.serve.config import Defaults, Limits
 from dmae_fast.serve.payloads import ParsedRequest, PayloadError, decode_image, parse_request
 from dmae_fast.stats.procedure import CERTIFY

@@ -22,7 +22,7 @@ from helpers import rows_without, stream
 from PIL import Image
 
 from dmae_fast.base.errors import UserError
-from dmae_fast.batching.body_options import BodyOptions, Sound
+from dmae_fast.batching.body_options import BodyOptions
 from dmae_fast.batching.stream import ImageBatches
 from dmae_fast.cli.certify import main as certify_main
 from dmae_fast.data import demo_digits
@@ -31,6 +31,7 @@ from dmae_fast.engines.base import Engine
 from dmae_fast.model.config import ClassifierSpec, EncoderConfig
 from dmae_fast.noise.compiled import NoiseSource
 from dmae_fast.noise.patch_layout import PatchLayout
+from dmae_fast.noise.sound_options import Sound
 from dmae_fast.results.format import read_results
 from dmae_fast.run.config import CertifyConfig
 from dmae_fast.run.output import run_seed

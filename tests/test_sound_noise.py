@@ -13,10 +13,10 @@ from scipy import stats
 from scipy.special import ndtr
 
 from dmae_fast.base.errors import UserError
-from dmae_fast.data.grid import check_on_grid, quantize
 from dmae_fast.kernels import sound_noise_cpu
 from dmae_fast.noise.compiled import COMPILED, NoiseSource, sound_patches
 from dmae_fast.noise.contract import key_words, uint32_stream
+from dmae_fast.noise.grid import check_on_grid, quantize
 from dmae_fast.noise.patch_layout import PatchLayout
 from dmae_fast.noise.sound import (
     bucket,

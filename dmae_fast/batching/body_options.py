@@ -9,6 +9,7 @@ from typing import Any
 
 from dmae_fast.base.errors import UserError, raise_first
 from dmae_fast.batching.choices import CPU_RUNTIMES, FAST_PARTS, NOISE_CHOICES
+from dmae_fast.noise.sound_options import Sound
 
 
 def how(default: Any = dataclasses.MISSING) -> Any:
@@ -19,26 +20,6 @@ def how(default: Any = dataclasses.MISSING) -> Any:
 
 def is_how(field: dataclasses.Field) -> bool:
     return bool(field.metadata.get("how"))
-
-
-BYTE_GRID, DEMO_GRID = 255, 16  # --sound's grids: 8-bit images; the demo digits' 17 grey levels k/16
-
-
-def data_grid(data: str) -> int:
-    """The grid ``--sound`` puts a dataset's images on: the demo digits' own 1/16, else 8 bits (1/255)."""
-    return DEMO_GRID if data == "demo" else BYTE_GRID
-
-
-@dataclass(frozen=True)
-class Sound:
-    """``--sound``: inputs on the 1/``grid`` grid and the rounded Gaussian drawn exactly on it (docs/sound.md);
-    ``quantize``: round off-grid inputs onto it (the certificate is then the rounded image's) instead of refusing."""
-
-    grid: int = BYTE_GRID
-    quantize: bool = False
-
-    def record(self) -> dict:
-        return {"grid": self.grid, "quantize": self.quantize}
 
 
 @dataclass(frozen=True)

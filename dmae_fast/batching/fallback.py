@@ -16,11 +16,11 @@ from pathlib import Path
 
 import torch
 
+from dmae_fast.base.disk_cache import drop_entries
 from dmae_fast.base.errors import UserError
 from dmae_fast.base.messages import one_line, print_notice
 from dmae_fast.batching.scheduler import BatchBody
 from dmae_fast.engines.base import Engine
-from dmae_fast.engines.model_cache import drop_entries
 
 AGREEMENT = {"fp32": 0.95, "fp16": 0.9, "bf16": 0.9, "fp8": 0.9}  # the share of trial rows that must agree
 TRIAL_ROWS = {"cuda": 64, "cpu": 16}  # per device type: a trial batch costs little next to a run
@@ -31,7 +31,7 @@ PLAIN = "the plain body"
 @dataclass(frozen=True)
 class Candidate:
     """A body to try: its name for the notices, how to build it, and the model-cache entries its
-    latest build read (the build appends them; see :class:`~dmae_fast.engines.model_cache.ModelCache`)."""
+    latest build read (the build appends them; see :class:`~dmae_fast.base.disk_cache.DiskCache`)."""
 
     name: str
     build: Callable[[], BatchBody]

@@ -18,15 +18,15 @@ import numpy as np
 import torch
 
 from dmae_fast.base.errors import UserError, raise_if_interrupted
-from dmae_fast.batching.body_options import Sound
 from dmae_fast.batching.engine_loop import BatchFailed, EngineLoop
 from dmae_fast.batching.scheduler import BatchBody, Job, LoopStats, RowSplit
 from dmae_fast.batching.smooth import zero_counts
 from dmae_fast.data import check_finite
-from dmae_fast.data.grid import check_on_grid, quantize
 from dmae_fast.engines.base import Engine
 from dmae_fast.noise.compiled import NoiseSource
 from dmae_fast.noise.contract import MASK32
+from dmae_fast.noise.grid import check_on_grid, quantize
+from dmae_fast.noise.sound_options import Sound
 from dmae_fast.stats.plan import Decide, SamplingPlan
 
 

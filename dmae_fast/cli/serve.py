@@ -12,10 +12,11 @@ from dmae_fast.base.command import Parser, import_torch_while_starting, run_repo
 from dmae_fast.base.errors import UserError
 
 # Only light modules here: --help and option errors answer without importing torch or uvicorn.
-from dmae_fast.batching.body_options import BYTE_GRID, DEMO_GRID, BodyOptions, Sound
+from dmae_fast.batching.body_options import BodyOptions
 from dmae_fast.batching.choices import PRECISION_CHOICES
 from dmae_fast.cli.body_args import add_body_arguments, body_options
 from dmae_fast.demo_files import DEMO, DEMO_CHECKPOINT
+from dmae_fast.noise.sound_options import Sound, default_grid
 from dmae_fast.serve.config import PROG, Defaults, Limits, ServeConfig
 
 
@@ -102,7 +103,7 @@ def _with_sound(options: BodyOptions, args: argparse.Namespace) -> BodyOptions:
             raise UserError("--sound-grid and --quantize apply to --sound; add --sound")
         return options
     demo = (args.engine or args.ckpt) in (DEMO, str(DEMO_CHECKPOINT))
-    grid = args.sound_grid if args.sound_grid is not None else (DEMO_GRID if demo else BYTE_GRID)
+    grid = args.sound_grid if args.sound_grid is not None else default_grid(demo)
     return replace(options, sound=Sound(grid, args.quantize))
 
 

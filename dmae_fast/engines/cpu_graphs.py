@@ -15,10 +15,11 @@ from typing import Protocol, TypeVar
 
 import torch
 
+from dmae_fast.base.disk_cache import DiskCache
 from dmae_fast.base.integrity import tensors_sha256
 from dmae_fast.engines.agreement import compare_logits
 from dmae_fast.engines.graphs import OPSET, ImageGraph, PatchGraph, pooled_tail_applies
-from dmae_fast.engines.model_cache import ModelCache, cache_key, files_sha256
+from dmae_fast.engines.model_cache import cache_key, files_sha256
 from dmae_fast.model import SmoothingClassifier
 from dmae_fast.noise.patch_layout import PatchLayout
 
@@ -54,7 +55,7 @@ def onnx_bytes(model: SmoothingClassifier, layout: PatchLayout | None = None) ->
     return buffer.getvalue()
 
 
-def cached_onnx_bytes(model: SmoothingClassifier, layout: PatchLayout | None, cache: ModelCache) -> bytes:
+def cached_onnx_bytes(model: SmoothingClassifier, layout: PatchLayout | None, cache: DiskCache) -> bytes:
     """:func:`onnx_bytes` through the model cache: exported and stored on a miss."""
     key = cache_key(what="onnx graph", weights=tensors_sha256(model.state_dict()), spec=model.spec.to_json_dict(),
                     layout=None if layout is None else dataclasses.asdict(layout), precision="fp32")
@@ -66,7 +67,7 @@ def cached_onnx_bytes(model: SmoothingClassifier, layout: PatchLayout | None, ca
 
 
 def cached_check(build: Callable[[], Chunks], model: SmoothingClassifier, sigma: float, runtime: str,
-                 cache: ModelCache, key: str, compiled: Path | None) -> Chunks:
+                 cache: DiskCache, key: str, compiled: Path | None) -> Chunks:
     """``build()``'s chunks, :func:`checked` unless the cache's entry ``key`` records that they passed the check.
     OpenVINO's compiled models (folder ``compiled``) are trusted only as recorded there (SHA-256 of each file):
     where one differs or is missing all are compiled and checked again; a file recorded nowhere is dropped."""

@@ -17,10 +17,11 @@ from typing import Any, Protocol
 
 import torch
 
+from dmae_fast.base.disk_cache import DiskCache
 from dmae_fast.base.errors import UserError
 from dmae_fast.engines.base import Engine, predicted_classes
 from dmae_fast.engines.cpu_graphs import cached_check, cached_onnx_bytes
-from dmae_fast.engines.model_cache import ModelCache, cache_key
+from dmae_fast.engines.model_cache import cache_key
 from dmae_fast.engines.torch_engine import TorchEngine
 from dmae_fast.model import SmoothingClassifier
 from dmae_fast.noise.patch_layout import PatchLayout
@@ -157,7 +158,7 @@ def _runtime(requested: str, candidates: tuple[str, ...], what: str, notice) -> 
 
 
 def _exported(model: SmoothingClassifier, layout: PatchLayout | None, sigma: float, runtime: str, workers: int,
-              static_rows: Iterable[int], cache: ModelCache) -> OrtChunks | OpenVinoChunks:
+              static_rows: Iterable[int], cache: DiskCache) -> OrtChunks | OpenVinoChunks:
     """The checkpoint exported to ONNX and checked, on ``runtime``, through the model cache (module doc)."""
     graph = cached_onnx_bytes(model, layout, cache)
     label = "exported in memory" + ("" if layout is None else f", {layout.patch}x{layout.patch} patch rows in")
@@ -189,7 +190,7 @@ def cpu_classifier(engine: Engine, precision: str, sigma: float, notice, workers
         if chosen == "torch":
             return TorchChunks(model, precision)
         layout = PatchLayout.of(model) if patch_input else None
-        return _exported(model, layout, sigma, chosen, workers, static_rows, ModelCache.open(notice, cache_reads))
+        return _exported(model, layout, sigma, chosen, workers, static_rows, DiskCache.open(notice, cache_reads))
     meta, path = engine.meta, engine.path
     if meta is not None and path is not None and meta.kind == "onnx" and meta.input == "image":
         fp32 = meta.precision == "fp32"

@@ -1,62 +1,28 @@
-"""An on-disk cache of what every ``--fast`` start on a CPU rebuilds: the exported graph, the
-verdict of its parity check against PyTorch, and OpenVINO's compiled models.
-
-The folder is ``$DMAE_FAST_CACHE``, else ``$XDG_CACHE_HOME/dmae-fast``, else ``~/.cache/dmae-fast``
-(``DMAE_FAST_CACHE=off``: none; an unwritable folder runs uncached). An entry, named by :func:`cache_key`,
-holds the hex SHA-256 of its payload, a newline, then the payload, and is renamed into place whole; one that
-cannot be read or does not match its digest is a miss, rebuilt. A build lists the entries it read (``reads``),
-so that a body built from a wrong one that fails is dropped (:func:`drop_entries`) and rebuilt."""
+"""The keys of what every ``--fast`` start on a CPU rebuilds, kept in the package's disk cache
+(:mod:`dmae_fast.base.disk_cache`): the exported graph, the verdict of its parity check against PyTorch, and
+OpenVINO's compiled models (in a subfolder). A build lists the entries it read (``reads``), so that a body built
+from a wrong one that fails is dropped (:func:`~dmae_fast.base.disk_cache.drop_entries`) and rebuilt."""
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import hashlib
-import importlib.metadata
-import json
-import os
-import tempfile
 from pathlib import Path
 
-from dmae_fast.base.errors import UserError
-from dmae_fast.base.files import CACHE_ENVIRONMENT, cache_folder, read_regular_file
+from dmae_fast.base.disk_cache import digest_key, installed_versions, package_sha256
 from dmae_fast.base.integrity import file_sha256
 
 # Bump when what an entry holds, or how it is keyed, changes.
 FORMAT_VERSION = 1
 LIBRARIES = ("torch", "timm", "onnx", "openvino", "onnxruntime")
-# The largest entry read: an ONNX graph is at most 2 GiB (protobuf's limit), plus the digest line.
-MAX_ENTRY_BYTES = (2 << 30) + 65
 
 
-@functools.cache
 def library_versions() -> dict[str, str | None]:
     """The installed versions of the libraries that export, check and compile a graph (None: absent)."""
-    versions: dict[str, str | None] = {}
-    for name in LIBRARIES:
-        try:
-            versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            versions[name] = None
-    return versions
-
-
-@functools.cache
-def package_sha256(root: Path = Path(__file__).parents[1]) -> str:
-    """The SHA-256 of the Python sources under ``root`` (default the whole package: the model and exporter code a
-    graph is made by)."""
-    digest = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        digest.update(f"{path.relative_to(root)}\0".encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
+    return installed_versions(LIBRARIES)
 
 
 def cache_key(**parts) -> str:
     """The SHA-256 of ``parts`` (JSON values), the library versions, this package's sources and the format version."""
-    text = json.dumps({"format": FORMAT_VERSION, "libraries": library_versions(), "code": package_sha256(), **parts},
-                      sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()
+    return digest_key(format=FORMAT_VERSION, libraries=library_versions(), code=package_sha256(), **parts)
 
 
 def files_sha256(folder: Path) -> dict[str, str]:
@@ -65,77 +31,3 @@ def files_sha256(folder: Path) -> dict[str, str]:
         return {path.name: file_sha256(path) for path in sorted(folder.iterdir()) if path.is_file()}
     except OSError:
         return {}
-
-
-def drop_entries(paths: list[Path]) -> None:
-    """Delete the entries ``paths`` (what was built from them failed); one already gone is fine."""
-    for path in paths:
-        with contextlib.suppress(OSError):  # else the next write replaces it, or turns the cache off
-            path.unlink()
-
-
-class ModelCache:
-    """The cache folder; without one (disabled, or not writable) every read misses and writes are
-    dropped. ``reads`` collects the path of every entry read (a hit)."""
-
-    def __init__(self, folder: Path | None, notice=None, reads: list[Path] | None = None) -> None:
-        self.folder, self._notice = folder, notice
-        self.reads = [] if reads is None else reads
-
-    @classmethod
-    def open(cls, notice, reads: list[Path] | None = None) -> ModelCache:
-        """The configured cache, created if missing; one ``notice`` and no cache if it cannot be written."""
-        cache = cls(cache_folder(), notice, reads)
-        if cache.folder is not None:
-            try:
-                cache.folder.mkdir(parents=True, exist_ok=True)
-                with tempfile.TemporaryFile(dir=cache.folder):
-                    pass
-            except OSError as error:
-                cache._give_up(error)
-        return cache
-
-    def _give_up(self, error: OSError) -> None:
-        if self._notice is not None:
-            self._notice(f"the model cache {self.folder} cannot be written ({error.strerror or error}); running "
-                         f"uncached (set {CACHE_ENVIRONMENT} to another folder, or to off)")
-        self.folder = None
-
-    def _path(self, key: str) -> Path:
-        assert self.folder is not None
-        return self.folder / f"{key}.entry"
-
-    def read(self, key: str) -> bytes | None:
-        """The payload stored under ``key``, or None (absent, unreadable, too large, or not matching its digest)."""
-        if self.folder is None:
-            return None
-        path = self._path(key)
-        try:
-            data = read_regular_file(path, MAX_ENTRY_BYTES, "model-cache entry")
-        except UserError:  # a FIFO would block the read forever; read_regular_file refuses it
-            return None
-        digest, _, payload = data.partition(b"\n")
-        if digest.decode("ascii", "replace") != hashlib.sha256(payload).hexdigest():
-            return None
-        self.reads.append(path)
-        return payload
-
-    def write(self, key: str, payload: bytes) -> None:
-        """Store ``payload`` under ``key``, atomically; a failure (disk full) turns the cache off, with a notice."""
-        if self.folder is None:
-            return
-        try:
-            handle, temporary = tempfile.mkstemp(dir=self.folder, suffix=".tmp")
-            try:
-                with os.fdopen(handle, "wb") as file:
-                    file.write(hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload)
-                os.replace(temporary, self._path(key))
-            except BaseException:
-                Path(temporary).unlink(missing_ok=True)
-                raise
-        except OSError as error:
-            self._give_up(error)
-
-    def subfolder(self, *names: str) -> Path | None:
-        """A folder inside the cache for another library's own cache files, or None without a cache."""
-        return None if self.folder is None else self.folder.joinpath(*names)

@@ -38,7 +38,7 @@ class DMAEPretrain(nn.Module):
                  mean: tuple[float, ...] = IMAGENET_MEAN, std: tuple[float, ...] = IMAGENET_STD,
                  norm_pix_loss: bool = False) -> None:
         super().__init__()
-        self.encoder_config, self.decoder_config = encoder, decoder
+        self.encoder_config = encoder
         self.norm_pix_loss = norm_pix_loss
         p, width, grid = encoder.patch_size, encoder.embed_dim, encoder.grid_size
         self.patch_embed = PatchEmbed(encoder.img_size, p, encoder.in_chans, width)

@@ -193,7 +193,3 @@ def read_row_lines(path: PathLike, kind: Kind, extra: tuple[str, ...] = ()) -> l
     return [line for line in lines[1:] if line.strip()]
 
 
-def read_done_indices(path: PathLike) -> set[int]:
-    """Indices of the images already in a results file (see :func:`read_kept_rows`)."""
-    table = read_kept_rows(path)
-    return set() if table is None else set(table.idx.tolist())

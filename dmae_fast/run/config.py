@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dmae_fast.base.errors import UserError, raise_first
-from dmae_fast.batching.body_options import BodyOptions, Sound, data_grid, how, is_how
+from dmae_fast.batching.body_options import BodyOptions, how, is_how
 from dmae_fast.batching.choices import SHARD_CHOICES
 from dmae_fast.model.config import sigma_problem
+from dmae_fast.noise.sound_options import Sound, default_grid
 from dmae_fast.stats.settings import FUTILITY_MODES, SEQUENTIAL_TESTS
 
 if TYPE_CHECKING:
@@ -176,7 +177,8 @@ class CertifyConfig:
         if body is None:
             body = BodyOptions(**{field: settings[key] for key, field in BODY_SETTINGS.items()
                                   if settings.get(key) is not None})
-        sound = Sound(data_grid(settings["data"]), bool(settings.get("quantize"))) if settings.get("sound") else None
+        demo = settings["data"] == "demo"
+        sound = Sound(default_grid(demo), bool(settings.get("quantize"))) if settings.get("sound") else None
         body = dataclasses.replace(body, sound=sound)
         run = {key: settings[key] for key in ("batch", "shard") if key in settings}
         return cls(**parts, body=body, **run)  # type: ignore[arg-type]

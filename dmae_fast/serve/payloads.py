@@ -24,9 +24,9 @@ from PIL import Image
 
 from dmae_fast.base.errors import UserError
 from dmae_fast.base.messages import one_line
-from dmae_fast.batching.body_options import Sound
 from dmae_fast.data import decoded_image_tensor
-from dmae_fast.data.grid import check_on_grid, quantize
+from dmae_fast.noise.grid import check_on_grid, quantize
+from dmae_fast.noise.sound_options import Sound
 from dmae_fast.serve.config import Defaults, Limits
 from dmae_fast.stats.procedure import CERTIFY, PREDICT, ProcedureSpec, flagged
 

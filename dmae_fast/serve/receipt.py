@@ -18,10 +18,11 @@ import torch
 from dmae_fast.base.errors import UserError
 from dmae_fast.base.integrity import file_sha256, is_sha256
 from dmae_fast.batching.bodies import resolve_body
-from dmae_fast.batching.body_options import BodyOptions, Sound
+from dmae_fast.batching.body_options import BodyOptions
 from dmae_fast.batching.stream import SamplingPlan, StreamingCertifier
 from dmae_fast.engines.base import Engine
 from dmae_fast.model.config import sigma_problem
+from dmae_fast.noise.sound_options import Sound
 from dmae_fast.serve.differences import (
     counts_difference,
     describe,
@@ -113,7 +114,7 @@ def plan_of(receipt: dict) -> SamplingPlan:
     return SamplingPlan(tuple(Phase[name] for name in names), tuple(sizes), tuple(looks))
 
 
-def _read_receipt(receipt: object) -> Receipt:
+def read_receipt(receipt: object) -> Receipt:
     """A receipt's fields, checked for type and range (UserError naming the first that is not)."""
     if not isinstance(receipt, dict):
         raise UserError("not a dmae-serve answer: it needs a 'receipt' object")
@@ -179,7 +180,7 @@ def read_answer(document: object) -> Answer:
     """A dmae-serve answer, every field that the replay reads checked for type and range."""
     if not isinstance(document, dict):
         raise UserError("not a dmae-serve answer: it must be a JSON object")
-    receipt = _read_receipt(document.get("receipt"))
+    receipt = read_receipt(document.get("receipt"))
     listed = document.get("results")
     if not isinstance(listed, list) or not listed:
         raise UserError("not a dmae-serve answer: it needs 'results', a non-empty list")
@@ -211,16 +212,6 @@ def _contradictions(receipt: Receipt, procedure: Procedure) -> list[str]:
         if recorded is not None and recorded != rebuilt[key]:
             out.append(f"receipt {key} served {text(recorded)}, but {give} {text(rebuilt[key])}")
     return out
-
-
-def procedure_of(receipt: dict) -> Procedure:
-    """The procedure a receipt records (UserError when its settings give another procedure or plan)."""
-    checked = _read_receipt(receipt)
-    procedure = Procedure(checked.spec)
-    problems = _contradictions(checked, procedure)
-    if problems:
-        raise UserError(f"not a receipt this version can replay: {'; '.join(problems)}")
-    return procedure
 
 
 @dataclass(frozen=True)

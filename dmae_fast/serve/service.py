@@ -22,9 +22,9 @@ from dmae_fast import __version__
 from dmae_fast.base.errors import UserError
 from dmae_fast.base.integrity import file_sha256
 from dmae_fast.batching.bodies import resolve_body
-from dmae_fast.batching.body_options import Sound
 from dmae_fast.batching.classifier import open_classifier, smoothing_sigma
 from dmae_fast.batching.scheduler import Job
+from dmae_fast.noise.sound_options import Sound
 from dmae_fast.run.host import device_name
 from dmae_fast.serve.config import ServeConfig
 from dmae_fast.serve.device_thread import DeviceThread, default_slots

@@ -10,6 +10,7 @@ import numpy as np
 from scipy.special import ndtr
 
 from dmae_fast.stats.sequential import lower_bounds, min_counts
+from dmae_fast.stats.table_cache import cached_tables
 
 MARGIN = 1e-6  # relative margin under alpha against floating-point rounding in the DP
 TAIL = 1e-40  # probability mass the DP may truncate per step (counted as rejected)
@@ -88,11 +89,6 @@ def _dp(looks: tuple[int, ...], q: float, bounds: np.ndarray | None = None, targ
     return out, rejected, truncated
 
 
-def crossing_probabilities(looks: tuple[int, ...], failure_bounds: np.ndarray, q: float) -> np.ndarray:
-    """P(first rejection at look k) for each k at failure probability q = 1 - p (exact DP): F_k <= failure_bounds[k]."""
-    return _dp(tuple(looks), q, bounds=np.asarray(failure_bounds))[1]
-
-
 def reachable(cap: int, alpha: float, z: float) -> bool:
     """Whether cap votes for cA out of cap can reject H: p <= Phi(z) at alpha (Phi(z)^cap <= alpha)."""
     return cap * math.log1p(-float(ndtr(-z))) <= math.log(alpha)
@@ -122,7 +118,20 @@ def boundary_table(looks: tuple[int, ...], z: tuple[float, ...], alpha: float, c
     """Failure bounds d[j, k] of every level j (threshold Phi(z[j]), z increasing; caps[j] its last look; -1 where
     it cannot be rejected), calibrated by the exact DP at alpha, and each level's spending exponent rho: the first
     of ``spending`` whose last bound is at least fixed-n Clopper-Pearson's at threshold Phi(z[j] + final_shift)
-    (the last one if none is), with alpha * (L_k / cap) ** rho spent by look k. Cached per configuration."""
+    (the last one if none is), with alpha * (L_k / cap) ** rho spent by look k. Cached per configuration, in memory
+    and on disk (:mod:`.table_cache`)."""
+    def check(tables: tuple[np.ndarray, ...]) -> bool:
+        return len(tables) == 2 and _valid_table(tables[0], tables[1], looks, len(z), caps, spending)
+
+    table, rhos = cached_tables("boundary table", lambda: _boundary_table(looks, z, alpha, caps, spending, final_shift),
+                                check, looks=looks, z=z, alpha=alpha, caps=caps, spending=spending,
+                                final_shift=final_shift)
+    return table, rhos
+
+
+def _boundary_table(looks: tuple[int, ...], z: tuple[float, ...], alpha: float, caps: tuple[int, ...],
+                    spending: tuple[float, ...], final_shift: float) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`boundary_table`, computed."""
     looks_array = np.array(looks)
     table = np.full((len(z), len(looks)), -1, dtype=np.int64)
     rhos = np.full(len(z), np.nan)
@@ -137,6 +146,24 @@ def boundary_table(looks: tuple[int, ...], z: tuple[float, ...], alpha: float, c
                 if table[j, k_end - 1] >= wanted:
                     break
         ceiling = np.concatenate([table[j, :k_end], looks_array[k_end:]])
-    table.setflags(write=False)
-    rhos.setflags(write=False)
     return table, rhos
+
+
+def _valid_table(table: np.ndarray, rhos: np.ndarray, looks: tuple[int, ...], levels: int, caps: tuple[int, ...],
+                 spending: tuple[float, ...]) -> bool:
+    """Whether a boundary table read back has the shape, types and structure :func:`_boundary_table` gives: bounds
+    in [-1, look], -1 past each level's cap, monotone in the level up to its cap, a spending exponent of
+    ``spending`` (or none) per level."""
+    looks_array = np.array(looks)
+    if table.dtype != np.int64 or table.shape != (levels, len(looks)) or rhos.dtype != np.float64 \
+            or rhos.shape != (levels,) or np.any(table < -1) or np.any(table > looks_array):
+        return False
+    ceiling = looks_array
+    for j, cap in enumerate(caps):
+        k_end = looks.index(cap) + 1
+        if np.any(table[j, k_end:] != -1) or np.any(table[j, :k_end] > ceiling[:k_end]):
+            return False
+        if not (np.isnan(rhos[j]) or float(rhos[j]) in spending):
+            return False
+        ceiling = np.concatenate([table[j, :k_end], looks_array[k_end:]])
+    return True

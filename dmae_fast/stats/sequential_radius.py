@@ -38,6 +38,7 @@ import numpy as np
 from scipy.special import ndtri
 
 from dmae_fast.stats.boundary_dp import reachable, spending_bounds
+from dmae_fast.stats.table_cache import cached_tables
 
 Z_STEP = 0.02  # the dense grid's step in z = radius / sigma
 
@@ -68,11 +69,28 @@ class RadiusFamily:
 
     @functools.lru_cache(maxsize=None)  # noqa: B019 (the family lives as long as its certifier)
     def interval(self, level: int) -> tuple[np.ndarray, np.ndarray]:
-        """The dense tests above grid ``level`` and below the next: their z and bounds [tests, looks], nested."""
-        top = level == self.target
-        end = self.top_z if top else float(self.z[level + 1])
+        """The dense tests above grid ``level`` and below the next: their z and bounds [tests, looks], nested; kept
+        on disk per design and level (:mod:`.table_cache`)."""
+        z_values = self._z_values(level)
+
+        def check(tables: tuple[np.ndarray, ...]) -> bool:
+            return len(tables) == 1 and self._nested(level, tables[0], len(z_values))
+
+        design = {"looks": self.looks, "z": self.z.tolist(), "failures": self.failures.tolist(),
+                  "rhos": self.rhos.tolist(), "caps": self.caps.tolist(), "target": self.target, "alpha": self.alpha}
+        (bounds,) = cached_tables("radius family interval", lambda: (self._bounds(level, z_values),), check,
+                                  step=Z_STEP, level=level, **design)
+        return np.array(z_values), bounds
+
+    def _z_values(self, level: int) -> list[float]:
+        """The dense grid strictly between grid ``level`` and the next (above the top: up to the cap's reach)."""
+        end = self.top_z if level == self.target else float(self.z[level + 1])
         steps = math.ceil((end - float(self.z[level])) / Z_STEP) - 1
-        z_values = [float(self.z[level]) + i * Z_STEP for i in range(1, steps + 1)]
+        return [float(self.z[level]) + i * Z_STEP for i in range(1, steps + 1)]
+
+    def _bounds(self, level: int, z_values: list[float]) -> np.ndarray:
+        """The calibrated, nested bounds of the tests at ``z_values`` above grid ``level`` (see :meth:`interval`)."""
+        top = level == self.target
         above = None if top else self.failures[level + 1]
         cap = int(self.caps[level + 1] if not top else self.caps[level])
         rho = float(self.rhos[level] if top or np.isnan(self.rhos[level + 1]) else self.rhos[level + 1])
@@ -83,9 +101,18 @@ class RadiusFamily:
                 row = above  # and every test after it in the interval: nested between the two levels
             rows.append(row)
             ceiling = row
-        bounds = np.array(rows, dtype=np.int64).reshape(len(rows), len(self.looks))
-        bounds.setflags(write=False)
-        return np.array(z_values), bounds
+        return np.array(rows, dtype=np.int64).reshape(len(rows), len(self.looks))
+
+    def _nested(self, level: int, bounds: np.ndarray, tests: int) -> bool:
+        """Whether ``bounds`` read back has the shape and structure of :meth:`_bounds`: within [-1, look], each test's
+        bounds at most the one's below it (the first's at most grid ``level``'s) and at least the next level's."""
+        looks = np.array(self.looks)
+        if bounds.dtype != np.int64 or bounds.shape != (tests, len(looks)):
+            return False
+        below = np.vstack([self.failures[level][None, :], bounds])
+        above = -1 if level == self.target else self.failures[level + 1]
+        return bool(np.all(bounds >= -1) and np.all(bounds <= looks) and np.all(np.diff(below, axis=0) <= 0)
+                    and np.all(bounds >= above))
 
     def _row(self, z: float, cap: int, rho: float, ceiling: np.ndarray) -> np.ndarray:
         """The calibrated bounds of the test at z (to ``cap``, at most ``ceiling``); past a lower cap below the top

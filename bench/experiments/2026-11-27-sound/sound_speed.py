@@ -23,9 +23,10 @@ import torch
 
 from dmae_fast import SamplingPlan, StreamingCertifier
 from dmae_fast.batching.bodies import batch_body
-from dmae_fast.batching.body_options import BYTE_GRID, DEMO_GRID, BodyOptions, Sound
+from dmae_fast.batching.body_options import BodyOptions
 from dmae_fast.bench.throughput import build_model
 from dmae_fast.engines import TorchEngine
+from dmae_fast.noise.sound_options import Sound, default_grid
 
 SIGMA, SEED = 0.25, 0
 
@@ -35,7 +36,7 @@ def measure(model_name: str, device: torch.device, precision: str, batch: int, i
     model = build_model(model_name, device)
     engine = TorchEngine(model, device, precision)
     shape = engine.spec.input_shape
-    grid = DEMO_GRID if model_name == "demo" else BYTE_GRID
+    grid = default_grid(model_name == "demo")
     generator = torch.Generator().manual_seed(1)
     pictures = [(i, torch.randint(0, grid + 1, shape, generator=generator) / grid, 0) for i in range(images)]
     fast = BodyOptions(fast=True) if device.type == "cpu" else BodyOptions(fused=True, compile=True, cuda_graphs=True)

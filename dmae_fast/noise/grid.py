@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from dmae_fast.base.errors import UserError
+from dmae_fast.noise.sound_options import BYTE_GRID
 
 
 def off_grid(images: torch.Tensor, grid: int) -> torch.Tensor:
@@ -29,7 +30,7 @@ def check_on_grid(images: torch.Tensor, grid: int, what: str, first: int = 0) ->
     flat = int(outside.flatten().nonzero()[0])
     number, *pixel = (int(i) for i in np.unravel_index(flat, tuple(images.shape)))
     value = float(images.flatten()[flat])
-    needs = "8-bit inputs" if grid == 255 else f"inputs of {grid + 1} levels"
+    needs = "8-bit inputs" if grid == BYTE_GRID else f"inputs of {grid + 1} levels"
     raise UserError(f"image {first + number} of {what} is not on the 1/{grid} grid of [0, 1] (pixel {tuple(pixel)} = "
                     f"{value:.9g}): --sound needs {needs}; pass --quantize to round them onto the grid (the "
                     "certificate is then for the rounded image)")
