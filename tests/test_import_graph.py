@@ -170,8 +170,8 @@ def stats_modules(known: dict[str, Path]) -> list[str]:
 
 def test_the_statistics_import_nothing_above_them():
     """``dmae_fast.stats`` imports (lazily included) nothing of the package but itself and the base modules
-    ``errors``, ``files`` and ``disk_cache`` (the standard library only), and of other packages only the standard library, numpy,
-    scipy and mpmath."""
+    ``errors``, ``files`` and ``disk_cache`` (the standard library only), and of other packages only the standard
+    library, numpy, scipy and mpmath."""
     known = modules()
     inside = stats_modules(known)
     assert {"dmae_fast.stats.bounds", "dmae_fast.stats.procedure"} <= set(inside)

@@ -100,7 +100,7 @@ def test_a_request_field_asks_for_a_registered_procedure(monkeypatch):
     class Flagged(QuarterSplit):
         key, flag = "toy-flagged", "quarter"
 
-    monkeypatch.setitem(procedure_base._REGISTERED, Flagged.key, Flagged)
+    monkeypatch.setitem(procedure_base.PROCEDURES, Flagged.key, Flagged)
     image = {"array": np.zeros((3, 8, 8)).tolist()}
 
     def parsed(**fields: object) -> ProcedureSpec:

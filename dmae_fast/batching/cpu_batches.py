@@ -13,8 +13,7 @@ from pathlib import Path
 
 import torch
 
-from dmae_fast.batching.smooth import zero_counts
-from dmae_fast.batching.stream import count
+from dmae_fast.batching.job import count, zero_counts
 from dmae_fast.engines.cpu_runtimes import ChunkClassifier
 from dmae_fast.noise.compiled import NoiseSource
 

@@ -18,9 +18,8 @@ import torch
 
 from dmae_fast.base.errors import UserError
 from dmae_fast.base.messages import print_notice
-from dmae_fast.batching.smooth import zero_counts
+from dmae_fast.batching.job import count, zero_counts
 from dmae_fast.batching.stage_timer import StageTimer
-from dmae_fast.batching.stream import count
 from dmae_fast.engines.base import Engine, TokenBody, predicted_classes
 from dmae_fast.engines.torch_engine import PRECISIONS
 from dmae_fast.model import SmoothingClassifier

@@ -1,5 +1,8 @@
-"""One image to sample (:class:`Job`), its rows as a batch body takes them (:func:`batch_rows`), and what a
-batch body is (:class:`BatchBody`)."""
+"""One image to sample (:class:`Job`), its rows as a batch body takes them (:func:`batch_rows`), what a
+batch body is (:class:`BatchBody`) and the counts buffer every body fills (:func:`zero_counts`, :func:`count`):
+[slots, phases, classes + 1], the last column the samples whose logits were not finite
+(:func:`~dmae_fast.engines.base.predicted_classes` counts them there, :func:`~dmae_fast.stats.decisions.finite_counts`
+refuses them)."""
 
 from __future__ import annotations
 
@@ -19,6 +22,18 @@ Segment = tuple[int, int, int, int, int]  # consecutive rows: (slot, image index
 def phase_ids(device: torch.device) -> torch.Tensor:
     """The phases of the counts buffer, in position order (a phase's position is its value)."""
     return torch.tensor([int(phase) for phase in PHASES], device=device)
+
+
+def zero_counts(num_slots: int, num_phases: int, num_classes: int, device: torch.device) -> torch.Tensor:
+    """Counts [slots, phases, num_classes + 1]: the last column counts samples with non-finite logits."""
+    return torch.zeros((num_slots, num_phases, num_classes + 1), dtype=torch.int64, device=device)
+
+
+def count(counts: torch.Tensor, slot: torch.Tensor, position: torch.Tensor, predicted: torch.Tensor,
+          ones: torch.Tensor) -> None:
+    """counts[slot, position, predicted] += 1 for every row, on the device (one index_add_)."""
+    flat = (slot * counts.shape[1] + position) * counts.shape[2] + predicted
+    counts.view(-1).index_add_(0, flat, ones[: len(flat)])
 
 
 class BatchBody(Protocol):

@@ -7,15 +7,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from dmae_fast.batching.job import zero_counts
 from dmae_fast.engines.base import Engine
 from dmae_fast.noise.contract import gaussian_noise
 from dmae_fast.stats.decisions import Certificate, Prediction, certify_from_counts, finite_counts, predict_from_counts
 from dmae_fast.stats.plan import Phase
-
-
-def zero_counts(num_slots: int, num_phases: int, num_classes: int, device: torch.device) -> torch.Tensor:
-    """Counts [slots, phases, num_classes + 1]: the last column counts samples with non-finite logits."""
-    return torch.zeros((num_slots, num_phases, num_classes + 1), dtype=torch.int64, device=device)
 
 
 class Smooth:

@@ -19,8 +19,8 @@ import torch
 
 from dmae_fast.base.errors import UserError, raise_if_interrupted
 from dmae_fast.batching.engine_loop import BatchFailed, EngineLoop
+from dmae_fast.batching.job import count, zero_counts
 from dmae_fast.batching.scheduler import BatchBody, Job, LoopStats, RowSplit
-from dmae_fast.batching.smooth import zero_counts
 from dmae_fast.data import check_finite
 from dmae_fast.engines.base import Engine
 from dmae_fast.noise.compiled import NoiseSource
@@ -87,13 +87,6 @@ def checked_image(index: int, image: torch.Tensor, shape: tuple[int, ...], sound
     if sound is not None:
         check_on_grid(image[None], sound.grid, "the data", first=index)
     return image
-
-
-def count(counts: torch.Tensor, slot: torch.Tensor, position: torch.Tensor, predicted: torch.Tensor,
-          ones: torch.Tensor) -> None:
-    """counts[slot, position, predicted] += 1 for every row, on the device (one index_add_)."""
-    flat = (slot * counts.shape[1] + position) * counts.shape[2] + predicted
-    counts.view(-1).index_add_(0, flat, ones[: len(flat)])
 
 
 class StreamingCertifier:

@@ -28,7 +28,7 @@ from dmae_fast.data import decoded_image_tensor
 from dmae_fast.noise.grid import check_on_grid, quantize
 from dmae_fast.noise.sound_options import Sound
 from dmae_fast.serve.config import Defaults, Limits
-from dmae_fast.stats.procedure import CERTIFY, PREDICT, ProcedureSpec, flagged
+from dmae_fast.stats.procedure import CERTIFY, PREDICT, PROCEDURES, ProcedureSpec
 
 RAW_TYPES = ("image/png", "image/jpeg", "application/x-npy", "application/octet-stream")
 PNG_MAGIC, JPEG_MAGIC, NPY_MAGIC = b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"\x93NUMPY"
@@ -57,13 +57,18 @@ class ParsedRequest:
     rounded: tuple[bool, ...] | None = None  # with --sound --quantize: which images rounding onto the grid changed
 
 
+def _flagged(kind: str) -> dict[str, str]:
+    """The request fields that ask for a procedure of ``kind``: field -> the procedure's key."""
+    return {p.flag: p.key for p in PROCEDURES.values() if p.kind == kind and p.flag is not None}
+
+
 def parse_request(kind: str, content_type: str | None, body: bytes, query: list[tuple[str, str]],
                   shape: tuple[int, ...], limits: Limits, defaults: Defaults, sigma: float,
                   sound: Sound | None = None) -> ParsedRequest:
     """Validate one request to /v1/predict (``kind`` PREDICT) or /v1/certify (CERTIFY); ``sound``: the
     server's ``--sound`` (its requests' images must be on the grid; a request's ``sound`` must match)."""
     media = (content_type or "").split(";")[0].strip().lower()
-    allowed = FIELDS[kind] + tuple(flagged(kind))  # and the fields that ask for one of the kind's procedures
+    allowed = FIELDS[kind] + tuple(_flagged(kind))  # and the fields that ask for one of the kind's procedures
     if media == "application/json":
         if query:
             raise PayloadError(400, "with a JSON body the parameters go in the JSON object, not the query string")
@@ -141,7 +146,7 @@ def _spec(kind: str, fields: Mapping, defaults: Defaults, limits: Limits, sigma:
     n = _integer(fields, "n", defaults.n, 1, limits.max_n, from_query)
     alpha = _alpha(fields, defaults.alpha, limits, from_query)
     n0 = _integer(fields, "n0", defaults.n0, 1, limits.max_n0, from_query) if kind == CERTIFY else None
-    asked = {field: key for field, key in flagged(kind).items() if _boolean(fields, field, from_query)}
+    asked = {field: key for field, key in _flagged(kind).items() if _boolean(fields, field, from_query)}
     if len(asked) > 1:
         raise PayloadError(400, f"{' and '.join(asked)} each ask for another procedure; give at most one")
     if "sound" in fields and _boolean(fields, "sound", from_query) != (sound is not None):

@@ -34,7 +34,7 @@ from dmae_fast.serve.differences import (
 from dmae_fast.serve.payloads import PayloadError, served_images
 from dmae_fast.serve.service import input_sha256, json_result, sound_guarantee, sound_receipt
 from dmae_fast.stats.plan import Phase
-from dmae_fast.stats.procedure import PREDICT, Procedure, ProcedureSpec, given_names, of_receipt, registered
+from dmae_fast.stats.procedure import PREDICT, PROCEDURES, Procedure, ProcedureSpec, registered
 from dmae_fast.stats.rounded_gaussian import table_problem
 
 ANSWER_FIELDS = ("procedure", "results", "receipt")
@@ -114,6 +114,15 @@ def plan_of(receipt: dict) -> SamplingPlan:
     return SamplingPlan(tuple(Phase[name] for name in names), tuple(sizes), tuple(looks))
 
 
+def _of_receipt(name: object, sequential: bool | None) -> type[Procedure] | None:
+    """The procedure whose settings a receipt records: the one that gives its ``name``, or, where the
+    receipt's ``sequential`` says otherwise, the first of its kind that does (None: no name matches)."""
+    named = next((p for p in PROCEDURES.values() if p.gives(name)), None)
+    if named is None or sequential is None or sequential == named.sequential:
+        return named
+    return next((p for p in PROCEDURES.values() if p.kind == named.kind and p.sequential == sequential), named)
+
+
 def read_receipt(receipt: object) -> Receipt:
     """A receipt's fields, checked for type and range (UserError naming the first that is not)."""
     if not isinstance(receipt, dict):
@@ -123,9 +132,10 @@ def read_receipt(receipt: object) -> Receipt:
     sequential = receipt.get("sequential")
     if sequential is not None and not isinstance(sequential, bool):
         raise UserError(f"the receipt's sequential must be true or false, got {text(sequential)}")
-    procedure = of_receipt(name, sequential)  # receipts written before "sequential" say it with their name
+    procedure = _of_receipt(name, sequential)  # receipts written before "sequential" say it with their name
     if procedure is None:
-        raise UserError(f"the receipt's procedure must be one dmae-serve runs ({given_names()}), got {text(name)}")
+        names = ", ".join(given for p in PROCEDURES.values() for given in p.names)
+        raise UserError(f"the receipt's procedure must be one dmae-serve runs ({names}), got {text(name)}")
     kind = procedure.kind
     n = _whole_field(receipt, "n", 1, 32)
     n0 = _field(receipt, "n0", "the receipt")

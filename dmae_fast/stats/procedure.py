@@ -10,15 +10,13 @@ from dmae_fast.stats import fixed_n_procedure, predict_procedure, sequential_pro
 from dmae_fast.stats.procedure_base import (
     CERTIFY,
     PREDICT,
+    PROCEDURES,
     Procedure,
     ProcedureSpec,
-    flagged,
-    given_names,
-    of_receipt,
     register,
     registered,
 )
 from dmae_fast.stats.sequential_procedure import sequential_certifier
 
-__all__ = ["CERTIFY", "PREDICT", "Procedure", "ProcedureSpec", "flagged", "given_names", "of_receipt", "register",
-           "registered", "sequential_certifier"]
+__all__ = ["CERTIFY", "PREDICT", "PROCEDURES", "Procedure", "ProcedureSpec", "register", "registered",
+           "sequential_certifier"]

@@ -151,37 +151,18 @@ class Procedure:
         return any(name == given or (given.endswith("...") and name.startswith(given[:-3])) for given in cls.names)
 
 
-_REGISTERED: dict[str, type[Procedure]] = {}
+PROCEDURES: dict[str, type[Procedure]] = {}  # the registry: key -> procedure class
 P = TypeVar("P", bound=type[Procedure])
 
 
 def register(procedure: P) -> P:
     """Register a procedure class under its ``key`` (a class decorator; a later one of a key replaces it)."""
-    _REGISTERED[procedure.key] = procedure
+    PROCEDURES[procedure.key] = procedure
     return procedure
 
 
 def registered(key: str) -> type[Procedure]:
     """The procedure registered under ``key`` (UserError naming the registered ones if none)."""
-    if key not in _REGISTERED:
-        raise UserError(f"no procedure named {key} is registered (registered: {', '.join(_REGISTERED)})")
-    return _REGISTERED[key]
-
-
-def of_receipt(name: object, sequential: bool | None) -> type[Procedure] | None:
-    """The procedure whose settings a receipt records: the one that gives its ``name``, or, where the
-    receipt's ``sequential`` says otherwise, the first of its kind that does (None: no name matches)."""
-    named = next((p for p in _REGISTERED.values() if p.gives(name)), None)
-    if named is None or sequential is None or sequential == named.sequential:
-        return named
-    return next((p for p in _REGISTERED.values() if p.kind == named.kind and p.sequential == sequential), named)
-
-
-def given_names() -> str:
-    """Every name the registered procedures give, in words."""
-    return ", ".join(name for p in _REGISTERED.values() for name in p.names)
-
-
-def flagged(kind: str) -> dict[str, str]:
-    """The request fields that ask for a procedure of ``kind``: field -> the procedure's key."""
-    return {p.flag: p.key for p in _REGISTERED.values() if p.kind == kind and p.flag is not None}
+    if key not in PROCEDURES:
+        raise UserError(f"no procedure named {key} is registered (registered: {', '.join(PROCEDURES)})")
+    return PROCEDURES[key]
