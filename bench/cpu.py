@@ -45,7 +45,7 @@ from dmae_fast import __version__
 from dmae_fast.base.errors import UserError
 from dmae_fast.base.memory import keep_freed_memory
 from dmae_fast.batching.bodies import BodyOptions, batch_body
-from dmae_fast.batching.fast_body import FastBatches, FastPath
+from dmae_fast.batching.fast_body import FastBody, FastPath
 from dmae_fast.batching.stream import SamplingPlan, StreamingCertifier
 from dmae_fast.bench.commands import N0, PROGRAMS, N, time_commands
 from dmae_fast.bench.flops import vit_forward_flops
@@ -161,7 +161,7 @@ def _methods(model, images, load: Workload, threads: int) -> dict[str, tuple[Cal
     fast = batch_body(engine, SIGMA, SEED, batch, BodyOptions(fast=True, workers=threads))
     fast_ort = batch_body(engine, SIGMA, SEED, batch,
                           BodyOptions(fast=True, workers=threads, cpu_runtime="onnxruntime"))
-    compiled = FastBatches(engine, SIGMA, SEED, batch, FastPath(compile=True, compile_mode="default"))
+    compiled = FastBody(engine, SIGMA, SEED, batch, FastPath(compile=True, compile_mode="default"))
     sound = Sound(default_grid(load.model == "demo"))
     plain_sound = batch_body(engine, SIGMA, SEED, batch, BodyOptions(sound=sound))
     fast_sound = batch_body(engine, SIGMA, SEED, batch, BodyOptions(fast=True, workers=threads, sound=sound))

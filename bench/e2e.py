@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from dmae_fast.batching.fast_body import FastBatches, FastPath
+from dmae_fast.batching.fast_body import FastBody, FastPath
 from dmae_fast.batching.stream import SamplingPlan, StreamingCertifier
 from dmae_fast.bench.config import PAPER_IMAGES
 from dmae_fast.bench.reference_loops import ReferenceLoop
@@ -73,7 +73,7 @@ def time_ours(name: str, model: SmoothingClassifier, fast: FastPath, precision: 
     samples/s counts samples drawn)."""
     device = next(model.parameters()).device
     engine = TorchEngine(model, device, precision)
-    body = FastBatches(engine, sigma, 0, batch, fast)
+    body = FastBody(engine, sigma, 0, batch, fast)
     plan, decide = (SamplingPlan.certify(n0, n), None) if sequential is None else (sequential.plan, sequential.decide)
 
     def run(items):

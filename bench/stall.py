@@ -30,7 +30,7 @@ import torch
 from scipy.special import ndtri
 
 from dmae_fast import __version__
-from dmae_fast.batching.stream import ImageBatches, StreamingCertifier
+from dmae_fast.batching.stream import PlainBody, StreamingCertifier
 from dmae_fast.bench.async_device import AsyncBody, EmulatedDevice
 from dmae_fast.bench.config import StallConfig
 from dmae_fast.bench.report import result_stem
@@ -101,7 +101,7 @@ def _procedure(config: StallConfig, kind: str, cap: int) -> Procedure:
     return Procedure(ProcedureSpec(CERTIFY, cap, config.alpha, config.sigma, config.n0, sequential=kind == KINDS[1]))
 
 
-def measure(config: StallConfig, body: ImageBatches, kind: str, images: int, cap: int) -> StallRun:
+def measure(config: StallConfig, body: PlainBody, kind: str, images: int, cap: int) -> StallRun:
     """One run of ``kind`` over ``images`` images with n (or cap) ``cap`` of ``body``'s batches on a new emulated
     device; fixed-n stops after ``fixed_seconds``."""
     procedure = _procedure(config, kind, cap)
@@ -128,12 +128,12 @@ def measure(config: StallConfig, body: ImageBatches, kind: str, images: int, cap
                     digest if len(results) == images else "")
 
 
-def warmed_body(config: StallConfig) -> ImageBatches:
+def warmed_body(config: StallConfig) -> PlainBody:
     """The plain body of :class:`VoteEngine` with the one-thread compiled noise (the device's work takes no host
     cores), after one image on an emulated device of no delay: the noise compiles and is checked on the worker
     thread, in the state of the measured runs."""
     engine = VoteEngine()
-    body = ImageBatches(engine, config.sigma, config.seed, config.batch, NoiseSource(engine.device, serial=True))
+    body = PlainBody(engine, config.sigma, config.seed, config.batch, NoiseSource(engine.device, serial=True))
     plan = _procedure(config, KINDS[0], 10).plan
     device = EmulatedDevice(0.0)
     try:

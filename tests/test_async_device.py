@@ -17,7 +17,7 @@ from helpers import LazyDevice
 
 from dmae_fast.batching.engine_loop import EngineLoop
 from dmae_fast.batching.job import Job, phase_ids
-from dmae_fast.batching.stream import ImageBatches, StreamingCertifier
+from dmae_fast.batching.stream import PlainBody, StreamingCertifier
 from dmae_fast.bench.async_device import AsyncBody, EmulatedDevice
 from dmae_fast.bench.stall import VoteEngine, vote_image
 from dmae_fast.cli.bench_stall import main as stall_main
@@ -27,7 +27,7 @@ SIGMA, SEED, SHAPE, BATCH = 0.5, 21, (3, 8, 8), 16
 PLAN = SamplingPlan.sequential(6, (10, 20, 30, 40))  # looks after 16, 26, 36 rows; 46 in all
 
 
-class RowSpy(ImageBatches):
+class RowSpy(PlainBody):
     """The plain body, counting the rows it runs per image index."""
 
     def allocate(self, num_slots, phase_ids):
@@ -78,7 +78,7 @@ def test_decisions_read_exactly_the_counts_at_their_look_while_rows_run_ahead(en
     """Against the synchronous plain body (on a CPU no row runs ahead of a decision): the same decisions, each
     given the same counts at the same look, the same final counts; the rows drawn are those used plus those
     drawn past the look where an image stopped (the loop's ``unused``); on the lazy device rows did run ahead."""
-    expected_log, expected, _ = _run(engine, items, ImageBatches(engine, SIGMA, SEED, BATCH))
+    expected_log, expected, _ = _run(engine, items, PlainBody(engine, SIGMA, SEED, BATCH))
     device = LazyDevice() if kind == "lazy" else EmulatedDevice(0.005)
     spy = RowSpy(engine, SIGMA, SEED, BATCH)
     try:
@@ -104,7 +104,7 @@ def test_an_image_ended_with_the_next_looks_counts_on_their_way_ignores_them(eng
     cancelled, is never returned), the rows past it are unused, the later copy is ignored, and its slot is free."""
     stop_first = ending == "stopped"
     job = Job(items[0][1], PLAN, lambda index, counts, stage: stop_first, index=items[0][0])
-    loop = EngineLoop(AsyncBody(ImageBatches(engine, SIGMA, SEED, BATCH), LazyDevice()), engine.device, BATCH, 2)
+    loop = EngineLoop(AsyncBody(PlainBody(engine, SIGMA, SEED, BATCH), LazyDevice()), engine.device, BATCH, 2)
     loop.add(job)
     assert loop.step() == [] and job.row == 16  # the first look
     assert loop.step() == [] and job.row == 26 and job.past_next_look  # the next stage, drawn ahead
@@ -118,7 +118,7 @@ def test_an_image_ended_with_the_next_looks_counts_on_their_way_ignores_them(eng
     if stop_first:
         [(ended, counts)] = finished
         alone = Job(items[0][1], SamplingPlan((PLAN.phases[0], PLAN.phases[1]), (6, 10)), index=items[0][0])
-        sync = EngineLoop(ImageBatches(engine, SIGMA, SEED, BATCH), engine.device, BATCH, 2)
+        sync = EngineLoop(PlainBody(engine, SIGMA, SEED, BATCH), engine.device, BATCH, 2)
         sync.add(alone)
         [(_, first_look)] = sync.step()
         assert ended is job and np.array_equal(counts, first_look)
@@ -132,14 +132,14 @@ def test_rows_past_a_look_in_the_batch_of_the_look_count_apart_until_its_counts_
     exactly its 16 rows' counts, and every look's and the final counts are the synchronous body's."""
     log: dict = {}
     job = Job(items[0][1], PLAN, _recorded(log), index=items[0][0])
-    loop = EngineLoop(AsyncBody(ImageBatches(engine, SIGMA, SEED, 20), LazyDevice()), engine.device, 20, 2)
+    loop = EngineLoop(AsyncBody(PlainBody(engine, SIGMA, SEED, 20), LazyDevice()), engine.device, 20, 2)
     loop.add(job)
     assert loop.step() == [] and job.row == 20 and job.spare is None and loop.stats().drawn == 20
     finished = []
     while loop.busy:
         finished += loop.step()
     expected_log: dict = {}
-    certifier = StreamingCertifier(engine, PLAN, SIGMA, SEED, 20, ImageBatches(engine, SIGMA, SEED, 20))
+    certifier = StreamingCertifier(engine, PLAN, SIGMA, SEED, 20, PlainBody(engine, SIGMA, SEED, 20))
     [expected] = certifier.run(items[:1], _recorded(expected_log))
     assert log.keys() == expected_log.keys() and all(np.array_equal(log[k], expected_log[k]) for k in log)
     assert int(log[items[0][0], 0].sum()) == 16
@@ -160,14 +160,14 @@ def test_a_look_reached_in_a_spare_slot_gets_its_own_copy_after_the_rows_join(en
 
     log: dict = {}
     job = Job(items[0][1], PLAN, decide_with(log), index=items[0][0])
-    loop = EngineLoop(AsyncBody(ImageBatches(engine, SIGMA, SEED, 32), LazyDevice()), engine.device, 32, 2)
+    loop = EngineLoop(AsyncBody(PlainBody(engine, SIGMA, SEED, 32), LazyDevice()), engine.device, 32, 2)
     loop.add(job)
     assert loop.step() == [] and job.row == 26 and job.past_next_look
     finished = []
     while loop.busy:
         finished += loop.step()
     expected_log: dict = {}
-    certifier = StreamingCertifier(engine, PLAN, SIGMA, SEED, 32, ImageBatches(engine, SIGMA, SEED, 32))
+    certifier = StreamingCertifier(engine, PLAN, SIGMA, SEED, 32, PlainBody(engine, SIGMA, SEED, 32))
     [expected] = certifier.run(items[:1], decide_with(expected_log))
     assert log.keys() == expected_log.keys() == {(items[0][0], stage) for stage in range(stop_at + 1)}
     assert all(np.array_equal(log[k], expected_log[k]) for k in log)
@@ -175,7 +175,7 @@ def test_a_look_reached_in_a_spare_slot_gets_its_own_copy_after_the_rows_join(en
     assert ended is job and np.array_equal(counts, expected.counts) and loop.stats().on_device == 0
 
 
-class GatedBody(ImageBatches):
+class GatedBody(PlainBody):
     """The plain body, each batch held until the test opens the gate."""
 
     def __init__(self, *args) -> None:
@@ -218,7 +218,7 @@ def test_a_decision_awaited_with_the_device_idle_is_a_stall_in_both_accounts(eng
     before batches issued after a wait; every batch ran on the device."""
     device = EmulatedDevice(0.005)
     try:
-        loop = EngineLoop(AsyncBody(ImageBatches(engine, SIGMA, SEED, BATCH), device), engine.device, BATCH, 2)
+        loop = EngineLoop(AsyncBody(PlainBody(engine, SIGMA, SEED, BATCH), device), engine.device, BATCH, 2)
         loop.add(Job(items[0][1], PLAN, lambda index, counts, stage: False, index=items[0][0]))
         finished = []
         while loop.busy:
@@ -235,7 +235,7 @@ def test_a_decision_awaited_with_the_device_idle_is_a_stall_in_both_accounts(eng
 def test_the_vote_engine_votes_for_its_label_as_often_as_the_population_says():
     """Through the plain body and the noise contract: 20,000 noisy copies of the image of pA 0.9."""
     engine = VoteEngine()
-    body = ImageBatches(engine, 0.25, SEED, 20_000)
+    body = PlainBody(engine, 0.25, SEED, 20_000)
     counts = body.allocate(1, phase_ids(engine.device))
     body.load(0, vote_image(0.9, 0.25))
     rows = torch.arange(20_000)

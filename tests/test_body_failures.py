@@ -25,9 +25,9 @@ from dmae_fast.batching.bodies import BodyOptions, batch_body
 from dmae_fast.batching.device_queue import StreamQueue
 from dmae_fast.batching.engine_loop import BatchFailed, EngineLoop
 from dmae_fast.batching.fallback import BodyChain, Candidate
-from dmae_fast.batching.fast_body import FastBatches
+from dmae_fast.batching.fast_body import FastBody
 from dmae_fast.batching.job import Job
-from dmae_fast.batching.stream import ImageBatches
+from dmae_fast.batching.stream import PlainBody
 from dmae_fast.bench.async_device import AsyncBody
 from dmae_fast.cli.certify import main
 from dmae_fast.stats.plan import SamplingPlan
@@ -84,7 +84,7 @@ def _assert_fell_back(got, expected, body, capsys, failed: str, next_body: str) 
 
 
 # the calls of a synchronous body (the fast body, compiled, giving way to the eager one), at their third call
-SYNCHRONOUS = {"load": (FastBatches, "load"), "run": (FastBatches, "run"), "copy": (StreamQueue, "to_host"),
+SYNCHRONOUS = {"load": (FastBody, "load"), "run": (FastBody, "run"), "copy": (StreamQueue, "to_host"),
                "clear": (StreamQueue, "clear")}
 
 
@@ -92,7 +92,7 @@ SYNCHRONOUS = {"load": (FastBatches, "load"), "run": (FastBatches, "run"), "copy
 @pytest.mark.parametrize("call", SYNCHRONOUS)
 def test_a_body_call_that_fails_mid_run_gives_way_to_the_next_body_with_the_same_counts(engine, monkeypatch, capsys,
                                                                                      call, sequential):
-    expected = _counts(engine, ImageBatches(engine, SIGMA, SEED, BATCH), sequential)
+    expected = _counts(engine, PlainBody(engine, SIGMA, SEED, BATCH), sequential)
     monkeypatch.setattr(torch, "compile", lambda function, **kwargs: function)  # the compiled body: eager here
     body = batch_body(engine, SIGMA, SEED, BATCH, BodyOptions(compile=True, noise="reference"))
     assert body.options.compile and body.fallbacks == []
@@ -109,9 +109,9 @@ def _asynchronous_body(engine, monkeypatch):
     monkeypatch.setattr(fallback, "trial_classes", lambda body, engine, rows: torch.zeros(rows))
 
     def build():
-        return AsyncBody(ImageBatches(engine, SIGMA, SEED, BATCH), LazyDevice())
+        return AsyncBody(PlainBody(engine, SIGMA, SEED, BATCH), LazyDevice())
 
-    plain = lambda: ImageBatches(engine, SIGMA, SEED, BATCH)  # noqa: E731
+    plain = lambda: PlainBody(engine, SIGMA, SEED, BATCH)  # noqa: E731
     return BodyChain(engine).choose([Candidate("the asynchronous body", build)], plain, None)
 
 
@@ -130,13 +130,13 @@ def _spare_load() -> Callable[..., bool]:
 # the calls only an asynchronous device makes (three images: one crosses a look into a spare slot), and a batch
 # failing on the device (seen when the host waits)
 ASYNCHRONOUS = {"spare load": (AsyncBody, "load", _spare_load), "fold": (LazyDevice, "fold", lambda: _nth(1)),
-                "on the device": (ImageBatches, "run", lambda: _nth(4))}
+                "on the device": (PlainBody, "run", lambda: _nth(4))}
 
 
 @pytest.mark.parametrize("call", ASYNCHRONOUS)
 def test_a_failure_on_an_asynchronous_device_gives_way_to_the_next_body_with_the_same_counts(engine, monkeypatch,
                                                                                           capsys, call):
-    expected = _counts(engine, ImageBatches(engine, SIGMA, SEED, BATCH), True, ITEMS[:3])
+    expected = _counts(engine, PlainBody(engine, SIGMA, SEED, BATCH), True, ITEMS[:3])
     body = _asynchronous_body(engine, monkeypatch)
     owner, name, fails = ASYNCHRONOUS[call]
     injected = _fail_once(monkeypatch, owner, name, fails())
@@ -156,7 +156,7 @@ def test_the_plain_body_failing_to_load_an_image_is_one_line_a_failed_record_and
     capsys.readouterr()
     out = tmp_path / "failed.tsv"
     with monkeypatch.context() as patch:
-        injected = _fail_once(patch, ImageBatches, "load", _nth(5))
+        injected = _fail_once(patch, PlainBody, "load", _nth(5))
         assert main([*DEMO_RUN, "--out", str(out)]) == 2
         assert injected["failed"]
     err = capsys.readouterr().err
@@ -174,11 +174,11 @@ def test_a_failed_load_ends_the_images_on_the_device_and_that_one_and_the_loop_g
     """The server's view: two slots, the third image's load fails. The image on the device and the one being
     loaded end with the failure, the queued ones keep their place and get the streamer's counts."""
     plan = SamplingPlan.certify(n0=10, n=20)
-    loop = EngineLoop(ImageBatches(engine, SIGMA, SEED, BATCH), engine.device, BATCH, 2)
+    loop = EngineLoop(PlainBody(engine, SIGMA, SEED, BATCH), engine.device, BATCH, 2)
     jobs = [Job(image, plan, index=index) for index, image, _ in ITEMS]
     for job in jobs:
         loop.add(job)
-    _fail_once(monkeypatch, ImageBatches, "load", _nth(3))
+    _fail_once(monkeypatch, PlainBody, "load", _nth(3))
     finished = {}
     while loop.busy:
         finished.update(loop.step(0.0))

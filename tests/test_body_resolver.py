@@ -12,8 +12,8 @@ import pytest
 from dmae_fast.base.errors import UserError
 from dmae_fast.batching.bodies import ResolvedBody
 from dmae_fast.batching.body_options import BodyOptions
-from dmae_fast.batching.fast_body import FastBatches
-from dmae_fast.batching.stream import ImageBatches
+from dmae_fast.batching.fast_body import FastBody
+from dmae_fast.batching.stream import PlainBody
 from dmae_fast.cli import serve, serve_replay
 from dmae_fast.cli.body_args import body_options
 from dmae_fast.cli.certify import main as certify_main
@@ -69,14 +69,14 @@ def test_the_body_choice_and_its_reason():
 
 
 def test_a_body_other_than_the_one_asked_for_says_why():
-    plain = object.__new__(ImageBatches)  # only its type is read
+    plain = object.__new__(PlainBody)  # only its type is read
     assert str(ResolvedBody(plain, BodyOptions(fast=True, reason="--fast"))) == \
         "plain body: --fast; every fast body failed (the notices say how)"
     token_body = types.SimpleNamespace(description="unfused front end + onnx fp32 engine")
     assert str(ResolvedBody(token_body, BodyOptions(reason="--body plain"))) == \
         "fast body: --body plain; a token engine runs only behind the fast body's front end"
     assert ResolvedBody(token_body, BodyOptions(compile=True)).reason == "--fast-parts compile"
-    fast = object.__new__(FastBatches)
+    fast = object.__new__(FastBody)
     assert str(ResolvedBody(fast, BodyOptions(reason="--profile"), profiled=True)) == "fast body: --profile"
 
 

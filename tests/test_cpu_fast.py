@@ -20,12 +20,12 @@ from helpers import rows_without, stacked_counts, tiny_vit
 from dmae_fast.base.memory import keep_freed_memory
 from dmae_fast.batching.bodies import BodyOptions, batch_body
 from dmae_fast.batching.cpu_batches import (
-    ChunkedCpuBatches,
+    CpuFastBody,
     chunk_rows,
     chunk_sizes,
     even_parts,
 )
-from dmae_fast.batching.stream import ImageBatches, SamplingPlan
+from dmae_fast.batching.stream import PlainBody, SamplingPlan
 from dmae_fast.cli.certify import main as certify_main
 from dmae_fast.data import demo_digits
 from dmae_fast.demo import DEMO_CHECKPOINT
@@ -233,7 +233,7 @@ def _counts(engine, body, items, n0=40, n=460, batch=300):
 
 
 def _plain(engine, batch=300):
-    return ImageBatches(engine, 0.25, 5, batch)
+    return PlainBody(engine, 0.25, 5, batch)
 
 
 @pytest.mark.parametrize("runtime", [pytest.param("openvino", marks=needs_openvino), "onnxruntime", "torch"])
@@ -243,7 +243,7 @@ def test_cpu_body_counts_equal_the_plain_body(demo, runtime):
     classifier = cpu_classifier(engine, "fp32", 0.25, print, 2, runtime, chunk_sizes(300, 16, 2))
     first_word = {"openvino": "OpenVINO", "onnxruntime": "ONNX", "torch": "torch"}[runtime]
     assert classifier.description.split()[0] == first_word
-    body = ChunkedCpuBatches(classifier, model.spec, 0.25, 5, 300, workers=2, chunk=16,
+    body = CpuFastBody(classifier, model.spec, 0.25, 5, 300, workers=2, chunk=16,
                              noise=NoiseSource(CPU, serial=True))
     reference = _counts(engine, _plain(engine), items)
     assert (reference[:, 1].max(1) < 460).any()  # some votes are split: the comparison means something
@@ -289,7 +289,7 @@ def test_cpu_body_restores_the_thread_setting(demo):
     model, items = demo
     engine = TorchEngine(model, CPU, "fp32")
     before = torch.get_num_threads()
-    body = ChunkedCpuBatches(TorchChunks(model, "fp32"), model.spec, 0.25, 5, 100, 2, 8, NoiseSource(CPU))
+    body = CpuFastBody(TorchChunks(model, "fp32"), model.spec, 0.25, 5, 100, 2, 8, NoiseSource(CPU))
     _counts(engine, body, items[:1], n0=10, n=90, batch=100)
     assert torch.get_num_threads() == before
 
@@ -319,7 +319,7 @@ def test_a_runtimes_first_call_is_made_alone(demo):
     model, items = demo
     engine = TorchEngine(model, CPU, "fp32")
     probe = _ConcurrencyProbe(model)
-    body = ChunkedCpuBatches(probe, model.spec, 0.25, 5, 300, workers=2, chunk=16, noise=NoiseSource(CPU, serial=True))
+    body = CpuFastBody(probe, model.spec, 0.25, 5, 300, workers=2, chunk=16, noise=NoiseSource(CPU, serial=True))
     assert np.array_equal(_counts(engine, body, items), _counts(engine, _plain(engine), items))
     assert probe.overlaps[0] == 1 and probe.overlaps[1] == 1  # the first call, and the next began after it
     assert max(probe.overlaps) == 2  # the rest run concurrently
@@ -337,7 +337,7 @@ def test_the_noise_kernel_is_compiled_once_for_every_worker_and_chunk(demo, seri
     second_reference = _counts(engine, _plain(engine), items[:2], n0=10, n=90)
     torch._dynamo.reset()
     counters.clear()
-    body = ChunkedCpuBatches(TorchChunks(model, "fp32"), model.spec, 0.25, 5, 300, workers=2, chunk=16,
+    body = CpuFastBody(TorchChunks(model, "fp32"), model.spec, 0.25, 5, 300, workers=2, chunk=16,
                              noise=NoiseSource(CPU, serial=serial))
     slots = []
     allocate = body.allocate
@@ -355,7 +355,7 @@ def test_fast_on_cpu_picks_openvino_then_onnxruntime_then_pytorch(demo, monkeypa
     model, _ = demo
     engine = TorchEngine(model, CPU, "fp32")
     body = batch_body(engine, 0.25, 0, 100, BodyOptions(fast=True))
-    assert isinstance(body, ChunkedCpuBatches) and isinstance(body.classifier, OpenVinoChunks)
+    assert isinstance(body, CpuFastBody) and isinstance(body.classifier, OpenVinoChunks)
     assert capsys.readouterr().err == ""
     monkeypatch.setitem(__import__("sys").modules, "openvino", None)  # import fails
     body = batch_body(engine, 0.25, 0, 100, BodyOptions(fast=True))
@@ -366,7 +366,7 @@ def test_fast_on_cpu_picks_openvino_then_onnxruntime_then_pytorch(demo, monkeypa
     body = batch_body(engine, 0.25, 0, 100, BodyOptions(fast=True))
     assert isinstance(body.classifier, TorchChunks)
     assert "runs PyTorch" in capsys.readouterr().err
-    assert isinstance(batch_body(engine, 0.25, 0, 100, BodyOptions()), ImageBatches)
+    assert isinstance(batch_body(engine, 0.25, 0, 100, BodyOptions()), PlainBody)
 
 
 @pytest.mark.parametrize("precision,runtime,modules,message", [

@@ -14,7 +14,7 @@ from helpers import stream_counts
 
 from dmae_fast.batching.engine_loop import BatchFailed, EngineLoop
 from dmae_fast.batching.scheduler import Job, RowSplit
-from dmae_fast.batching.stream import ImageBatches
+from dmae_fast.batching.stream import PlainBody
 from dmae_fast.stats.plan import SamplingPlan
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,7 +69,7 @@ def _streamed(engine, plan, items):
     return stream_counts(engine, items, plan, SIGMA, SEED, 16)
 
 
-class FailingBody(ImageBatches):
+class FailingBody(PlainBody):
     """The plain body, raising in its ``fail_at``-th batch (counted after the rows were counted)."""
 
     def __init__(self, engine, fail_at):
@@ -112,7 +112,7 @@ def _places(loop: EngineLoop) -> tuple[int, int]:
 
 def test_cancelled_jobs_are_never_returned_and_fail_all_ends_the_rest(engine, images):
     plan = SamplingPlan.certify(8, 40)
-    loop = EngineLoop(ImageBatches(engine, SIGMA, SEED, 16), engine.device, 16, 2)
+    loop = EngineLoop(PlainBody(engine, SIGMA, SEED, 16), engine.device, 16, 2)
     jobs = [Job(image, plan, index=i) for i, image in enumerate(images)]
     for job in jobs:
         loop.add(job)
@@ -127,7 +127,7 @@ def test_cancelled_jobs_are_never_returned_and_fail_all_ends_the_rest(engine, im
     assert loop.stats().batches == 2 and loop.stats().drawn == 32 and loop.stats().unused == 0
 
 
-class RowSpy(ImageBatches):
+class RowSpy(PlainBody):
     """The plain body, recording the (image index, phase, sample) of every row it counts."""
 
     def allocate(self, num_slots, phase_ids):

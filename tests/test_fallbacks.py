@@ -27,8 +27,8 @@ from helpers import random_images, rows_without, stacked_counts, stream_counts, 
 
 from dmae_fast.base.errors import Interrupted, UserError  # noqa: E402
 from dmae_fast.batching.bodies import BodyOptions, batch_body  # noqa: E402
-from dmae_fast.batching.fast_body import FastBatches  # noqa: E402
-from dmae_fast.batching.stream import ImageBatches, SamplingPlan  # noqa: E402
+from dmae_fast.batching.fast_body import FastBody  # noqa: E402
+from dmae_fast.batching.stream import PlainBody, SamplingPlan  # noqa: E402
 from dmae_fast.cli.certify import main  # noqa: E402
 from dmae_fast.engines import (
     TorchEngine,  # noqa: E402
@@ -51,7 +51,7 @@ def _counts(engine, body):
 
 def _runs_like_the_plain_body(engine, options, capsys, expected):
     """The body chosen for ``options`` counts as the plain body, and its fallbacks match ``expected``."""
-    plain = _counts(engine, ImageBatches(engine, 0.5, 11, 48))
+    plain = _counts(engine, PlainBody(engine, 0.5, 11, 48))
     body = batch_body(engine, 0.5, 11, 48, options)
     np.testing.assert_array_equal(_counts(engine, body), plain)
     err = capsys.readouterr().err
@@ -73,7 +73,7 @@ def test_a_triton_kernel_that_fails_to_compile_falls_back_to_the_unfused_front_e
     body = _runs_like_the_plain_body(engine, BodyOptions(fused=True), capsys,
                                      [("the fast body (fused) failed", "PassManager::run failed",
                                        "continuing on the fast body (eager)")])
-    assert isinstance(body, FastBatches) and not body.options.fused
+    assert isinstance(body, FastBody) and not body.options.fused
 
 
 def test_a_torch_compile_failure_falls_back_to_the_eager_body(engine, monkeypatch, capsys):
@@ -90,8 +90,8 @@ def test_a_torch_compile_failure_falls_back_to_the_eager_body(engine, monkeypatc
 
 
 def test_a_cuda_graph_that_fails_to_capture_falls_back_to_no_graphs(engine, monkeypatch, capsys):
-    monkeypatch.setattr(FastBatches, "_available", lambda self, options: options)  # keep the graphs on the CPU
-    monkeypatch.setattr(FastBatches, "_capture", lambda self: (_ for _ in ()).throw(
+    monkeypatch.setattr(FastBody, "_available", lambda self, options: options)  # keep the graphs on the CPU
+    monkeypatch.setattr(FastBody, "_capture", lambda self: (_ for _ in ()).throw(
         RuntimeError("CUDA error: operation not permitted when stream is capturing")))
     body = _runs_like_the_plain_body(engine, BodyOptions(cuda_graphs=True), capsys,
                                      [("the fast body (cuda-graphs) failed", "stream is capturing",
@@ -101,12 +101,12 @@ def test_a_cuda_graph_that_fails_to_capture_falls_back_to_no_graphs(engine, monk
 
 def test_a_body_that_disagrees_with_the_plain_body_is_not_used(engine, monkeypatch, capsys):
     monkeypatch.setattr(torch, "compile", lambda function, **kwargs: function)  # the compiled body: eager here
-    monkeypatch.setattr(FastBatches, "_classify_images",
+    monkeypatch.setattr(FastBody, "_classify_images",
                         lambda self, images: torch.zeros(len(images), dtype=torch.long))
     body = _runs_like_the_plain_body(engine, BodyOptions(compile=True, noise="reference"), capsys, [
         ("the fast body (compiled) disagreed with the plain body on", "continuing on the fast body (eager)"),
         ("the fast body (eager) disagreed with the plain body on", "continuing on the plain body")])
-    assert isinstance(body, ImageBatches)
+    assert isinstance(body, PlainBody)
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +128,7 @@ def test_cpu_runtime_sessions_that_fail_fall_back_to_pytorch(demo_model, monkeyp
     monkeypatch.setattr(cpu_runtimes.OpenVinoChunks, "__init__", _fail("[GENERAL_ERROR] could not compile model"))
     monkeypatch.setattr(cpu_runtimes.OrtChunks, "__init__", _fail("ONNXRuntimeError: INVALID_GRAPH"))
     engine = TorchEngine(demo_model, CPU, "fp32")
-    plain = _counts_demo(engine, ImageBatches(engine, 0.25, 11, 48))
+    plain = _counts_demo(engine, PlainBody(engine, 0.25, 11, 48))
     body = batch_body(engine, 0.25, 11, 48, BodyOptions(fast=True, workers=1))
     np.testing.assert_array_equal(_counts_demo(engine, body), plain)
     [notice] = body.fallbacks
@@ -225,8 +225,8 @@ def test_a_body_that_fails_mid_run_gives_way_to_the_next_with_the_same_counts(en
         return stream_counts(engine, random_images(6, step=3), plan, 0.5, 11, 48, body,
                              decide if sequential else None)
 
-    plain = counts(ImageBatches(engine, 0.5, 11, 48))
-    _fail_on_call(monkeypatch, FastBatches, 4, RuntimeError("std::bad_alloc"), after_counting=True)
+    plain = counts(PlainBody(engine, 0.5, 11, 48))
+    _fail_on_call(monkeypatch, FastBody, 4, RuntimeError("std::bad_alloc"), after_counting=True)
     body = batch_body(engine, 0.5, 11, 48, BodyOptions(compile=True, noise="reference"))
     assert body.options.compile and body.fallbacks == []
     got = counts(body)
@@ -240,7 +240,7 @@ def test_a_body_that_fails_mid_run_gives_way_to_the_next_with_the_same_counts(en
 @pytest.mark.parametrize("error", [KeyboardInterrupt(), Interrupted(signal.SIGTERM), UserError("bad image 3")])
 def test_interrupts_and_user_errors_in_a_batch_are_not_fallen_back_from(engine, monkeypatch, error):
     monkeypatch.setattr(torch, "compile", lambda function, **kwargs: function)
-    _fail_on_call(monkeypatch, FastBatches, 2, error)  # the first batch after the trial
+    _fail_on_call(monkeypatch, FastBody, 2, error)  # the first batch after the trial
     body = batch_body(engine, 0.5, 11, 48, BodyOptions(compile=True, noise="reference"))
     with pytest.raises(type(error)):
         _counts(engine, body)
@@ -255,18 +255,18 @@ DEMO_RUN = ["--data", "demo", "--seed", "0",
 def _fail_in_a_runtime_mid_run(monkeypatch, batch, message):
     """The CPU runtimes raise ``message`` on the last chunk of the ``batch``-th batch that a CPU fast
     body runs (its trial batch is the first): the batch's other chunks were classified."""
-    from dmae_fast.batching.cpu_batches import ChunkedCpuBatches, even_parts
+    from dmae_fast.batching.cpu_batches import CpuFastBody, even_parts
 
     batches = itertools.count(1)
     state = {"batch": 0}  # the parity check's logits come first
-    run = ChunkedCpuBatches.run
+    run = CpuFastBody.run
 
     def counting(body, *rows):
         state.update(batch=next(batches), chunks=itertools.count(1),
                      last=even_parts(len(rows[0]), body.chunk, body.workers))
         return run(body, *rows)
 
-    monkeypatch.setattr(ChunkedCpuBatches, "run", counting)
+    monkeypatch.setattr(CpuFastBody, "run", counting)
     for kind in (cpu_runtimes.OrtChunks, cpu_runtimes.OpenVinoChunks):
         def failing(self, chunk, logits=kind.logits):
             if state["batch"] == batch and next(state["chunks"]) == state["last"]:
@@ -301,7 +301,7 @@ def test_a_plain_body_that_fails_mid_run_is_one_line_a_failed_record_and_resume_
     capsys.readouterr()
     out = tmp_path / "failed.tsv"
     with monkeypatch.context() as patch:
-        _fail_on_call(patch, ImageBatches, 4, RuntimeError("std::bad_alloc"))  # after the first image's row
+        _fail_on_call(patch, PlainBody, 4, RuntimeError("std::bad_alloc"))  # after the first image's row
         assert main([*run, "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err

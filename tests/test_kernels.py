@@ -181,7 +181,7 @@ for (channels, size, patch, width), dtypes in (((3, 224, 16, 768), (torch.float1
     length, k = (size // patch) ** 2, channels * patch * patch
     front = FrontEnd(torch.zeros(k, width), torch.zeros(width), torch.zeros(length, width), patch,
                      (channels, size, size))
-    embeddings = torch.zeros(2, length, width)  # float32, as FastBatches keeps them
+    embeddings = torch.zeros(2, length, width)  # float32, as FastBody keeps them
     for dtype in dtypes:  # every launch configuration; the key words' specializations (scalars) once, on ViT-B fp16
         seeds = SEEDS if (width, dtype) == (768, torch.float16) else SEEDS[-1:]
         for seed, tiles in [(seed, ff.TILES[0]) for seed in seeds] + [(SEEDS[-1], tiles) for tiles in ff.TILES[1:]]:

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from helpers import stacked_counts, tiny_vit
 
 from dmae_fast.batching.bodies import BodyOptions, batch_body
-from dmae_fast.batching.stream import ImageBatches, SamplingPlan
+from dmae_fast.batching.stream import PlainBody, SamplingPlan
 from dmae_fast.engines import TorchEngine
 from dmae_fast.engines.cpu_graphs import onnx_bytes
 from dmae_fast.engines.cpu_runtimes import OrtChunks
@@ -109,7 +109,7 @@ def test_patch_input_counts_equal_the_plain_body(runtime):
     body = batch_body(engine, 0.25, seed, 128, BodyOptions(fast=True, workers=2, cpu_runtime=runtime))
     assert body.classifier.layout == PatchLayout.of(model) and "patch rows" in body.description
     got = stacked_counts(engine, items, plan, 0.25, seed, 128, body)
-    want = stacked_counts(engine, items, plan, 0.25, seed, 128, ImageBatches(engine, 0.25, seed, 128))
+    want = stacked_counts(engine, items, plan, 0.25, seed, 128, PlainBody(engine, 0.25, seed, 128))
     assert (want[:, 1].max(1) < n).any()  # some votes are split: the comparison means something
     assert np.array_equal(got, want)
     images_body = batch_body(engine, 0.25, seed, 128, BodyOptions(fast=True, workers=2, cpu_runtime=runtime,

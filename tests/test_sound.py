@@ -23,7 +23,7 @@ from PIL import Image
 
 from dmae_fast.base.errors import UserError
 from dmae_fast.batching.body_options import BodyOptions
-from dmae_fast.batching.stream import ImageBatches
+from dmae_fast.batching.stream import PlainBody
 from dmae_fast.cli.certify import main as certify_main
 from dmae_fast.data import demo_digits
 from dmae_fast.demo import DEMO_CHECKPOINT
@@ -80,7 +80,7 @@ class TraceReader(Engine):
 
 def _counts(engine: Engine, image: torch.Tensor, plan: SamplingPlan, grid: int | None = None,
             seed: int = 0) -> np.ndarray:
-    body = ImageBatches(engine, SIGMA, seed, 1000, NoiseSource(CPU, compiled=False, grid=grid))
+    body = PlainBody(engine, SIGMA, seed, 1000, NoiseSource(CPU, compiled=False, grid=grid))
     [done] = stream(engine, [(0, image, 0)], plan, SIGMA, seed, 1000, body, sound=None if grid is None else Sound(grid))
     return done.counts
 

@@ -7,7 +7,7 @@ from helpers import random_images, stream, stream_counts
 
 from dmae_fast.base.errors import UserError
 from dmae_fast.batching.smooth import Smooth
-from dmae_fast.batching.stream import ImageBatches, SamplingPlan
+from dmae_fast.batching.stream import PlainBody, SamplingPlan
 from dmae_fast.engines import TorchEngine
 from dmae_fast.model import SmoothingClassifier
 from dmae_fast.noise.compiled import COMPILED, REFERENCE, NoiseSource
@@ -79,7 +79,7 @@ def test_noise_is_added_in_pixel_space_to_the_clean_image(engine, images, compil
     the torch-op reference, to float32 rounding with the compiled kernel (the default)."""
     spy = SpyEngine(engine)
     plan = SamplingPlan.certify(n0=3, n=4)
-    body = ImageBatches(spy, 0.25, 77, 5, NoiseSource(engine.device, compiled=compiled))
+    body = PlainBody(spy, 0.25, 77, 5, NoiseSource(engine.device, compiled=compiled))
     stream(spy, images[:2], plan, 0.25, 77, 5, body)
     assert body.noise.implementation == (COMPILED if compiled else REFERENCE)
     received = torch.cat(spy.batches)

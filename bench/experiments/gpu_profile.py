@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from dmae_fast.batching.fast_body import FastBatches, FastPath
+from dmae_fast.batching.fast_body import FastBody, FastPath
 from dmae_fast.batching.stage_timer import STAGES, StageTimer
 from dmae_fast.bench.throughput import build_model
 from dmae_fast.engines import TorchEngine
@@ -55,7 +55,7 @@ def main() -> None:
     model = build_model(args.model, device)
     engine = TorchEngine(model, device, args.precision)
     timer = StageTimer(device)
-    body = FastBatches(engine, 0.25, 0, args.batch, FastPath(fused=True, compile=args.compile, compile_mode=args.mode),
+    body = FastBody(engine, 0.25, 0, args.batch, FastPath(fused=True, compile=args.compile, compile_mode=args.mode),
                        timer)
     slots = 8
     body.allocate(slots, torch.tensor([1], device=device))

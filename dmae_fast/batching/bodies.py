@@ -1,10 +1,10 @@
 """Which batch body runs a certification: :func:`resolve_body` maps :class:`BodyOptions` and the device
 to a body, and says why (:class:`ResolvedBody`).
 
-* plain (default): :class:`~dmae_fast.batching.stream.ImageBatches`, any engine;
-* ``--fast`` on a CPU: :class:`~dmae_fast.batching.cpu_batches.ChunkedCpuBatches`;
+* plain (default): :class:`~dmae_fast.batching.stream.PlainBody`, any engine;
+* ``--fast`` on a CPU: :class:`~dmae_fast.batching.cpu_batches.CpuFastBody`;
 * ``--fast`` on CUDA, any ``--fast-parts``, or a stage timer (``--profile``):
-  :class:`~dmae_fast.batching.fast_body.FastBatches`.
+  :class:`~dmae_fast.batching.fast_body.FastBody`.
 
 A fast body is used only after it has agreed with the plain body on a trial batch, else the next simpler one runs
 (:mod:`dmae_fast.batching.fallback`). Every body gives the same counts up to the classifier's rounding."""
@@ -19,12 +19,12 @@ from pathlib import Path
 from dmae_fast.base.memory import keep_freed_memory
 from dmae_fast.base.messages import print_notice
 from dmae_fast.batching.body_options import BodyOptions
-from dmae_fast.batching.cpu_batches import ChunkedCpuBatches, chunk_rows, chunk_sizes, cpu_workers
+from dmae_fast.batching.cpu_batches import CpuFastBody, chunk_rows, chunk_sizes, cpu_workers
 from dmae_fast.batching.fallback import BodyChain, Candidate
-from dmae_fast.batching.fast_body import FastBatches, FastPath
+from dmae_fast.batching.fast_body import FastBody, FastPath
 from dmae_fast.batching.scheduler import BatchBody
 from dmae_fast.batching.stage_timer import StageTimer
-from dmae_fast.batching.stream import ImageBatches
+from dmae_fast.batching.stream import PlainBody
 from dmae_fast.engines.base import Engine
 from dmae_fast.engines.cpu_runtimes import cpu_classifier
 from dmae_fast.noise.compiled import NoiseSource
@@ -47,7 +47,7 @@ class ResolvedBody:
     @property
     def name(self) -> str:
         """"plain" (the reference body) or "fast" (any other)."""
-        return "plain" if isinstance(self.current, ImageBatches) else "fast"
+        return "plain" if isinstance(self.current, PlainBody) else "fast"
 
     @property
     def reason(self) -> str:
@@ -113,8 +113,8 @@ def _plain(engine: Engine, sigma: float, seed: int, batch: int, timer: StageTime
            noise: Callable[..., NoiseSource]) -> BatchBody:
     """The plain body; for a token engine, which no plain body runs, the eager unfused fast body."""
     if engine.input == "tokens":
-        return FastBatches(engine, sigma, seed, batch, FastPath(), timer, noise())
-    return ImageBatches(engine, sigma, seed, batch, noise())
+        return FastBody(engine, sigma, seed, batch, FastPath(), timer, noise())
+    return PlainBody(engine, sigma, seed, batch, noise())
 
 
 def _fast_candidates(engine: Engine, sigma: float, seed: int, batch: int, path: FastPath, timer: StageTimer | None,
@@ -125,8 +125,8 @@ def _fast_candidates(engine: Engine, sigma: float, seed: int, batch: int, path: 
         if getattr(chain[-1], part):
             chain.append(replace(chain[-1], **{part: False}))
 
-    def build(option: FastPath) -> FastBatches:
-        return FastBatches(engine, sigma, seed, batch, option, timer, noise())
+    def build(option: FastPath) -> FastBody:
+        return FastBody(engine, sigma, seed, batch, option, timer, noise())
 
     return [Candidate(f"the fast body ({option.describe()})", functools.partial(build, option)) for option in chain]
 
@@ -140,11 +140,11 @@ def _cpu_candidates(engine: Engine, sigma: float, seed: int, batch: int, options
     workers = options.workers or cpu_workers()
     chunk = options.chunk or chunk_rows(engine.spec)
 
-    def build(runtime: str, cache_reads: list[Path]) -> ChunkedCpuBatches:
+    def build(runtime: str, cache_reads: list[Path]) -> CpuFastBody:
         classifier = cpu_classifier(engine, engine.precision, sigma, print_notice, workers, runtime,
                                     chunk_sizes(batch, chunk, workers), options.patch_input, cache_reads)
         # made by each worker for its own chunks, as the classifier takes them
-        return ChunkedCpuBatches(classifier, engine.spec, sigma, seed, batch, workers, chunk,
+        return CpuFastBody(classifier, engine.spec, sigma, seed, batch, workers, chunk,
                                  noise(serial=True, layout=classifier.layout))
 
     reads: list[Path] = []

@@ -58,7 +58,7 @@ def chunk_sizes(rows: int, chunk: int, workers: int) -> set[int]:
     return {rows // parts, -(-rows // parts)}
 
 
-class ChunkedCpuBatches:
+class CpuFastBody:
     """A batch body (see :class:`~dmae_fast.batching.stream.BatchBody`) for CPUs."""
 
     def __init__(self, classifier: ChunkClassifier, spec, sigma: float, seed: int, batch_size: int,

@@ -1,4 +1,4 @@
-"""The fast batch body (:class:`FastBatches`): fused front end, compiled body, CUDA graphs.
+"""The fast batch body (:class:`FastBody`): fused front end, compiled body, CUDA graphs.
 
 * front end: with ``fused``, a Triton kernel turns rows straight into ViT tokens from each image's clean patch
   embedding (computed once, at load), the noise made in-kernel; otherwise the noisy images, as in the plain body.
@@ -56,7 +56,7 @@ def _front_and_body(engine: Engine) -> tuple[SmoothingClassifier, TokenBody | No
                     f"a token engine (dmae-export --input tokens), not {engine.description}")
 
 
-class FastBatches:
+class FastBody:
     """A batch body (:class:`~dmae_fast.batching.scheduler.BatchBody`) for PyTorch classifiers and token engines."""
 
     def __init__(self, engine: Engine, sigma: float, seed: int, batch_size: int, options: FastPath = FastPath(),

@@ -37,7 +37,7 @@ def count(counts: torch.Tensor, slot: torch.Tensor, position: torch.Tensor, pred
 
 
 class BatchBody(Protocol):
-    """What the scheduler needs to run batches (:class:`~.stream.ImageBatches` or a fast body)."""
+    """What the scheduler needs to run batches (:class:`~.stream.PlainBody` or a fast body)."""
 
     description: str
 

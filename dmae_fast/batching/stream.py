@@ -1,7 +1,7 @@
 """The streaming certifier: the images of a dataset through the one scheduler, in full batches.
 
 :class:`StreamingCertifier` is a loop over an :class:`~dmae_fast.batching.engine_loop.EngineLoop`'s
-steps that yields each image's class counts as soon as they are on the host; :class:`ImageBatches` is
+steps that yields each image's class counts as soon as they are on the host; :class:`PlainBody` is
 the plain batch body. The noise does not depend on how rows are packed, so the counts are the same for
 any batch size (and equal :class:`~dmae_fast.batching.smooth.Smooth`'s), and a body that fails mid-run
 can be replaced by its chain's next body: the images not yet yielded start again on it.
@@ -39,7 +39,7 @@ class ImageCounts:
     counts: np.ndarray  # [len(plan.phases), num_classes] int64
 
 
-class ImageBatches:
+class PlainBody:
     """The plain batch body, for any :class:`Engine`: noisy images ``x[slot] + sigma * eta`` ->
     ``engine.classify`` -> counts (``noise`` default: the contract compiled into one kernel)."""
 
@@ -92,7 +92,7 @@ def checked_image(index: int, image: torch.Tensor, shape: tuple[int, ...], sound
 class StreamingCertifier:
     """Counts the classes of noisy samples for a stream of images, in full batches.
 
-    ``body`` runs the batches (default :class:`ImageBatches` at ``sigma`` and ``seed``, which are read for
+    ``body`` runs the batches (default :class:`PlainBody` at ``sigma`` and ``seed``, which are read for
     nothing else). With ``sound`` (the body's noise on the same grid) images off its grid are refused.
     With ``split`` (``--shard samples``) this process counts its share of every batch of
     ``split.world * batch_size`` rows, and all processes yield the same counts. ``samples``: the noisy
@@ -104,7 +104,7 @@ class StreamingCertifier:
     def __init__(self, engine: Engine, plan: SamplingPlan, sigma: float, seed: int, batch_size: int,
                  body: BatchBody | None = None, sound: Sound | None = None, split: RowSplit | None = None) -> None:
         self.engine, self.plan, self.sound, self.split = engine, plan, sound, split
-        self.body = body or ImageBatches(engine, sigma, seed, batch_size)
+        self.body = body or PlainBody(engine, sigma, seed, batch_size)
         self.device, self.shape = engine.device, engine.spec.input_shape
         self.samples = 0
         # the batch the schedule packs: every process's rows together

@@ -38,7 +38,7 @@ from pathlib import Path
 import torch
 
 from dmae_fast import SamplingPlan, StreamingCertifier
-from dmae_fast.batching.fast_body import FastBatches, FastPath
+from dmae_fast.batching.fast_body import FastBody, FastPath
 from dmae_fast.bench.peak import matmul_peak
 from dmae_fast.bench.reference_loops import COHEN, DMAE
 from dmae_fast.bench.report import throughput_table
@@ -189,7 +189,7 @@ def _engine(args):
     device = resolve_device(args.device)
     precision = args.precision if device.type == "cuda" else "fp32"
     engine = TorchEngine(build_model(args.model, device), device, precision)
-    return engine, FastBatches(engine, SIGMA, SEED, args.batch, _fast(device)), precision
+    return engine, FastBody(engine, SIGMA, SEED, args.batch, _fast(device)), precision
 
 
 def certify(args) -> int:
