@@ -5,7 +5,7 @@
 * body: the transformer -> argmax, eager or ``torch.compile``-d, on weights cast to fp16/bf16 (or under autocast);
   or an exported token engine (``dmae-export --input tokens``) fed float32 tokens.
 * CUDA graphs: front end, body and counting are captured once per run and replayed for every batch, each padded
-  to the full batch size with rows that point at a spare slot whose counts nobody reads.
+  to the full batch size with rows that point at a padding slot whose counts nobody reads.
 Counts stay on the device (one ``index_add_``), so the host never waits for it before issuing the next batch."""
 
 from __future__ import annotations
@@ -142,12 +142,12 @@ class FastBody:
         return self.timer(name) if self.timer is not None else nullcontext()
 
     def allocate(self, num_slots: int, phase_ids: torch.Tensor) -> torch.Tensor:
-        """Buffers for a run, plus one spare slot that padded rows point at. A run with the layout of the
+        """Buffers for a run, plus one padding slot that padded rows point at. A run with the layout of the
         previous one keeps its buffers and its captured graph (counts zeroed): capturing costs a few batches."""
-        if self._graph is not None and self._spare == num_slots and torch.equal(self._phase_ids, phase_ids):
+        if self._graph is not None and self._padding_slot == num_slots and torch.equal(self._phase_ids, phase_ids):
             self._counts.zero_()
             return self._counts[:num_slots]
-        self._spare = num_slots
+        self._padding_slot = num_slots
         self._phase_ids = phase_ids
         shape = (self._front.num_patches, self._front.embed_dim) if self.options.fused else self.spec.input_shape
         self._slots = torch.zeros((num_slots + 1, *shape), device=self.device)
@@ -173,7 +173,7 @@ class FastBody:
         """Pad the rows to the full batch in the static buffer, then run (or replay) the step."""
         rows = len(slot)
         self._rows[:, rows:] = 0
-        self._rows[0, rows:] = self._spare
+        self._rows[0, rows:] = self._padding_slot
         for target, column in zip(self._rows, (slot, index, position, sample)):
             target[:rows].copy_(column)
         if self.timer is not None:
