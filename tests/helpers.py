@@ -8,7 +8,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -114,3 +114,30 @@ class LazyDevice(QueuedDevice):
 def procedure_of(receipt: dict) -> Procedure:
     """The procedure a served answer's receipt records."""
     return Procedure(read_receipt(receipt).spec)
+
+
+class Run(NamedTuple):
+    """A command's exit status and what it printed."""
+
+    rc: int
+    out: str
+    err: str
+
+
+def run_command(main: Callable[[list[str]], int], capsys: Any, *args: object) -> Run:
+    """``main`` (a command's entry point) run in-process on ``args`` (as strings), with what it printed."""
+    capsys.readouterr()  # drop anything captured before
+    rc = main([str(a) for a in args])
+    captured = capsys.readouterr()
+    return Run(rc, captured.out, captured.err)
+
+
+def one_line_error(run: Run, prog: str, *mentions: str) -> str:
+    """The one error line of a refused command: exit 2, nothing on stdout, a single ``prog: error:`` line on stderr
+    (no traceback) that names each of ``mentions``."""
+    lines = run.err.strip().splitlines()
+    assert run.rc == 2 and run.out == "" and "Traceback" not in run.err, run
+    assert len(lines) == 1 and lines[0].startswith(f"{prog}: error:"), run.err
+    for mention in mentions:
+        assert mention in lines[0], (mention, lines[0])
+    return lines[0]

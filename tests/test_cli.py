@@ -15,12 +15,11 @@ import re
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import rows_without, tiny_checkpoint
+from helpers import Run, one_line_error, rows_without, run_command, tiny_checkpoint
 from scipy.stats import beta, norm
 
 from dmae_fast.base.errors import UserError
@@ -46,18 +45,8 @@ ERROR_PREFIX = "dmae-certify: error:"
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-@dataclass
-class Run:
-    rc: int
-    out: str
-    err: str
-
-
 def certify(capsys: pytest.CaptureFixture[str], *args: object) -> Run:
-    capsys.readouterr()  # drop anything captured before
-    rc = main([str(a) for a in args])
-    captured = capsys.readouterr()
-    return Run(rc, captured.out, captured.err)
+    return run_command(main, capsys, *args)
 
 
 def read_rows(path: Path) -> tuple[list[str], list[dict[str, str]]]:
@@ -77,15 +66,7 @@ def snapshot(directory: Path) -> dict[str, bytes]:
 
 
 def assert_one_line_error(run: Run, *mentions: str) -> str:
-    assert run.rc == 2, run
-    assert run.out == ""
-    lines = run.err.splitlines()
-    assert len(lines) == 1, run.err
-    assert lines[0].startswith(ERROR_PREFIX), run.err
-    assert "Traceback" not in run.err
-    for mention in mentions:
-        assert mention in lines[0], (mention, lines[0])
-    return lines[0]
+    return one_line_error(run, "dmae-certify", *mentions)
 
 
 def assert_error_during_run(run: Run, *mentions: str) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import tiny_checkpoint
+from helpers import Run, one_line_error, run_command, tiny_checkpoint
 
 from dmae_fast.base.errors import UserError
 from dmae_fast.cli.certify import main as certify_main
@@ -51,19 +51,12 @@ def engine_copy(demo_onnx: Path, tmp_path: Path) -> Path:
     return target
 
 
-def certify(capsys, *args) -> tuple[int, str]:
-    capsys.readouterr()
-    rc = certify_main([str(a) for a in args])
-    return rc, capsys.readouterr().err
+def certify(capsys, *args) -> Run:
+    return run_command(certify_main, capsys, *args)
 
 
-def one_line(result: tuple[int, str], *mentions: str) -> str:
-    rc, err = result
-    lines = err.strip().splitlines()
-    assert rc == 2 and len(lines) == 1 and lines[0].startswith("dmae-certify: error:"), err
-    for mention in mentions:
-        assert mention in lines[0], (mention, lines[0])
-    return lines[0]
+def one_line(result: Run, *mentions: str) -> str:
+    return one_line_error(result, "dmae-certify", *mentions)
 
 
 # --------------------------------------------------------------------------- batch range

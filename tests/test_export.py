@@ -17,7 +17,7 @@ import onnx
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import tiny_vit
+from helpers import Run, one_line_error, run_command, tiny_vit
 
 from dmae_fast.base.errors import UserError
 from dmae_fast.cli.certify import main as certify_main
@@ -356,21 +356,12 @@ def test_a_failed_tensorrt_build_is_one_line_and_writes_no_engine(monkeypatch, t
 # --------------------------------------------------------------------------- command line
 
 
-def run(capsys, *args) -> tuple[int, str, str]:
-    capsys.readouterr()
-    rc = export_main([str(a) for a in args])
-    captured = capsys.readouterr()
-    return rc, captured.out, captured.err
+def run(capsys, *args) -> Run:
+    return run_command(export_main, capsys, *args)
 
 
-def one_line_error(result, *mentions: str) -> str:
-    rc, out, err = result
-    assert rc == 2 and out == ""
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("dmae-export: error:"), err
-    for mention in mentions:
-        assert mention in lines[0], (mention, lines[0])
-    return lines[0]
+def refused(result: Run, *mentions: str) -> str:
+    return one_line_error(result, "dmae-export", *mentions)
 
 
 def test_cli_exports_onnx(capsys, tmp_path):
@@ -398,20 +389,20 @@ def test_cli_exports_onnx(capsys, tmp_path):
                  marks=pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")),
 ])
 def test_bad_input_is_one_line(capsys, tmp_path, args, mentions):
-    one_line_error(run(capsys, *args, "--out", tmp_path), *mentions)
+    refused(run(capsys, *args, "--out", tmp_path), *mentions)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_out_must_not_be_a_file(capsys, tmp_path):
     target = tmp_path / "file"
     target.write_text("mine")
-    one_line_error(run(capsys, "--ckpt", "demo", "--out", target), "is a file")
+    refused(run(capsys, "--ckpt", "demo", "--out", target), "is a file")
     assert target.read_text() == "mine"
 
 
 def test_existing_engine_needs_overwrite(capsys, tmp_path):
     (tmp_path / "m.onnx").write_bytes(b"users file")
-    one_line_error(run(capsys, "--ckpt", "demo", "--out", tmp_path, "--name", "m"), "m.onnx exists", "--overwrite")
+    refused(run(capsys, "--ckpt", "demo", "--out", tmp_path, "--name", "m"), "m.onnx exists", "--overwrite")
     assert (tmp_path / "m.onnx").read_bytes() == b"users file"
     rc, _, _ = run(capsys, "--ckpt", "demo", "--out", tmp_path, "--name", "m", "--overwrite", "--parity-samples", "50")
     assert rc == 0 and read_sidecar(tmp_path / "m.onnx").file == "m.onnx"
@@ -419,13 +410,13 @@ def test_existing_engine_needs_overwrite(capsys, tmp_path):
 
 def test_tensorrt_missing_is_exact(capsys, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "tensorrt", None)  # import tensorrt -> ImportError
-    line = one_line_error(run(capsys, "--ckpt", "demo", "--format", "tensorrt", "--out", tmp_path))
+    line = refused(run(capsys, "--ckpt", "demo", "--format", "tensorrt", "--out", tmp_path))
     assert line == f"dmae-export: error: {TENSORRT_MISSING}"
 
 
 def test_tensorrt_needs_cuda(capsys, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "tensorrt", _FakeTensorRT())
-    one_line_error(run(capsys, "--ckpt", "demo", "--format", "tensorrt", "--device", "cpu", "--out", tmp_path),
+    refused(run(capsys, "--ckpt", "demo", "--format", "tensorrt", "--device", "cpu", "--out", tmp_path),
                    "needs a CUDA GPU")
 
 
@@ -441,7 +432,7 @@ def test_all_skips_missing_tensorrt(tmp_path, monkeypatch):
 
 def test_failed_verification_keeps_no_engine(capsys, tmp_path, monkeypatch):
     monkeypatch.setitem(parity_module.THRESHOLDS, "fp32", 1.01)  # unreachable: every engine fails
-    line = one_line_error(run(capsys, "--ckpt", "demo", "--out", tmp_path, "--name", "m", "--parity-samples", "50"),
+    line = refused(run(capsys, "--ckpt", "demo", "--out", tmp_path, "--name", "m", "--parity-samples", "50"),
                           "m.onnx failed verification", "top-1 agreement", "not kept")
     assert "max |logit diff|" in line
     assert list(tmp_path.iterdir()) == []

@@ -73,7 +73,7 @@ def test_an_engine_whose_sidecar_has_no_hash_still_opens_and_is_named_in_the_rec
     data = json.loads(sidecar.read_text())
     del data["sha256"]  # a sidecar written before hashes were recorded
     sidecar.write_text(json.dumps(data))
-    rc, _ = certify(capsys, *CERTIFY, "--engine", engine, "--out", tmp_path / "r.tsv")
+    rc = certify(capsys, *CERTIFY, "--engine", engine, "--out", tmp_path / "r.tsv").rc
     assert rc == 0
     assert json.loads((tmp_path / "r.tsv.json").read_text())["model_sha256"] == file_sha256(engine)
 
@@ -136,6 +136,6 @@ def test_a_damaged_pretraining_checkpoint_is_refused(tmp_path):
 
 
 def test_the_run_record_names_the_certified_files_hash(capsys, tmp_path):
-    rc, _ = certify(capsys, *CERTIFY, "--out", tmp_path / "r.tsv")
+    rc = certify(capsys, *CERTIFY, "--out", tmp_path / "r.tsv").rc
     assert rc == 0
     assert json.loads((tmp_path / "r.tsv.json").read_text())["model_sha256"] == file_sha256(DEMO_CHECKPOINT)
