@@ -58,7 +58,8 @@ def test_the_body_choice_and_its_reason():
     assert body_options(_args(), {}, default="plain").body == "plain"
     fused = body_options(_args("--fused", "--compile"), {"DMAE_FAST_BODY": "plain"})
     assert (fused.fast, fused.body, fused.reason) == (False, "fast", "--fast-parts fused,compile")  # their own body
-    assert body_options(_args("--fused", body="plain"), {}).reason == "--fast-parts fused (over --body plain)"
+    with pytest.raises(UserError, match="--body plain and --fast-parts fused contradict each other"):
+        body_options(_args("--fused", body="plain"), {})
     profiled = body_options(_args(), {}, profile=True)  # the eager fast body, timed (resolve_body's timer)
     assert (profiled.fast, profiled.named_parts, profiled.reason) == (False, (), "--profile")
     assert body_options(_args("--fast"), {}, profile=True).fast

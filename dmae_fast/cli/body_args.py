@@ -57,6 +57,9 @@ def body_options(args: argparse.Namespace, environ: Mapping[str, str], default: 
     parts = set(args.fast_parts or ())
     options = BodyOptions(fused="fused" in parts, compile="compile" in parts, cuda_graphs="cuda-graphs" in parts,
                           noise=args.noise, cpu_runtime=args.cpu_runtime)
+    if args.body == "plain" and parts:
+        raise UserError(f"--body plain and {options.parts} contradict each other (the parts are the fast body's); "
+                        "give one")
     env = environ.get(BODY_ENV)
     if args.body is not None:
         body, why = args.body, f"--body {args.body}"
@@ -71,6 +74,6 @@ def body_options(args: argparse.Namespace, environ: Mapping[str, str], default: 
     else:
         body, why = default, REASONS[default]
     named = " ".join(filter(None, (options.parts, "--profile" if profile else "")))
-    if body == "plain" and named:  # the parts pick the fast body, whatever asked for the plain one
-        why = named + (f" (over {why})" if why else "")
+    if body == "plain" and named:  # the parts (or --profile) pick the fast body, over $DMAE_FAST_BODY too
+        why = named
     return replace(options, fast=body == "fast", reason=why)
