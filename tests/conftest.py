@@ -51,7 +51,7 @@ def plain_body_by_default() -> Iterator[None]:
 
 @pytest.fixture(autouse=True, scope="session")
 def private_model_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """The whole suite uses a model cache of its own (dmae_fast.engines.model_cache), never the user's;
+    """The whole suite uses a model cache of its own (dmae_fast.batching.cpu.cache_keys), never the user's;
     modules that need a cold cache per test point DMAE_FAST_CACHE elsewhere themselves."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("DMAE_FAST_CACHE", str(tmp_path_factory.mktemp("model-cache")))

@@ -19,24 +19,26 @@ from helpers import rows_without, stacked_counts, tiny_vit
 
 from dmae_fast.base.memory import keep_freed_memory
 from dmae_fast.batching.bodies import BodyOptions, batch_body
-from dmae_fast.batching.cpu_batches import (
+from dmae_fast.batching.cpu import exported as cpu_graphs
+from dmae_fast.batching.cpu import runtimes as cpu_runtimes
+from dmae_fast.batching.cpu.body import (
     CpuFastBody,
     chunk_rows,
     chunk_sizes,
     even_parts,
 )
-from dmae_fast.batching.stream import PlainBody, SamplingPlan
-from dmae_fast.cli.certify import main as certify_main
-from dmae_fast.data import demo_digits
-from dmae_fast.demo import DEMO_CHECKPOINT
-from dmae_fast.engines import TorchEngine, cpu_graphs, cpu_runtimes
-from dmae_fast.engines.cpu_graphs import onnx_bytes
-from dmae_fast.engines.cpu_runtimes import (
+from dmae_fast.batching.cpu.exported import onnx_bytes
+from dmae_fast.batching.cpu.runtimes import (
     OpenVinoChunks,
     OrtChunks,
     TorchChunks,
     cpu_classifier,
 )
+from dmae_fast.batching.stream import PlainBody, SamplingPlan
+from dmae_fast.cli.certify import main as certify_main
+from dmae_fast.data import demo_digits
+from dmae_fast.demo import DEMO_CHECKPOINT
+from dmae_fast.engines import TorchEngine
 from dmae_fast.model import ClassifierSpec, EncoderConfig
 from dmae_fast.model.checkpoints import load_classifier
 from dmae_fast.noise.compiled import COMPILED, REFERENCE, NoiseSource

@@ -27,13 +27,11 @@ from helpers import random_images, rows_without, stacked_counts, stream_counts, 
 
 from dmae_fast.base.errors import Interrupted, UserError  # noqa: E402
 from dmae_fast.batching.bodies import BodyOptions, batch_body  # noqa: E402
+from dmae_fast.batching.cpu import runtimes as cpu_runtimes  # noqa: E402
 from dmae_fast.batching.fast_body import FastBody  # noqa: E402
 from dmae_fast.batching.stream import PlainBody, SamplingPlan  # noqa: E402
 from dmae_fast.cli.certify import main  # noqa: E402
-from dmae_fast.engines import (
-    TorchEngine,  # noqa: E402
-    cpu_runtimes,  # noqa: E402
-)
+from dmae_fast.engines import TorchEngine  # noqa: E402
 from dmae_fast.engines.aoti_engine import AOTIEngine  # noqa: E402
 
 CPU = torch.device("cpu")
@@ -255,7 +253,7 @@ DEMO_RUN = ["--data", "demo", "--seed", "0",
 def _fail_in_a_runtime_mid_run(monkeypatch, batch, message):
     """The CPU runtimes raise ``message`` on the last chunk of the ``batch``-th batch that a CPU fast
     body runs (its trial batch is the first): the batch's other chunks were classified."""
-    from dmae_fast.batching.cpu_batches import CpuFastBody, even_parts
+    from dmae_fast.batching.cpu.body import CpuFastBody, even_parts
 
     batches = itertools.count(1)
     state = {"batch": 0}  # the parity check's logits come first

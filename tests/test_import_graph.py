@@ -79,8 +79,8 @@ def reach(graph: dict[str, set[str]], start: str) -> dict[str, list[str]]:
 
 def test_the_certifier_and_the_server_use_no_export_tool():
     """Certification and serving run engines; they never reach the exporter (``dmae_fast.export``),
-    not even lazily nor through another module: the CPU runtimes' in-memory export lives with the
-    engines, and the engines import no export module."""
+    not even lazily nor through another module: the CPU fast body's in-memory export lives with it
+    (dmae_fast.batching.cpu), and the engines import no export module."""
     known = modules()
     graph = {name: imported(name, path, known) for name, path in known.items()}
     for name in known:

@@ -11,10 +11,10 @@ import torch.nn.functional as F
 from helpers import stacked_counts, tiny_vit
 
 from dmae_fast.batching.bodies import BodyOptions, batch_body
+from dmae_fast.batching.cpu.exported import onnx_bytes
+from dmae_fast.batching.cpu.runtimes import OrtChunks
 from dmae_fast.batching.stream import PlainBody, SamplingPlan
 from dmae_fast.engines import TorchEngine
-from dmae_fast.engines.cpu_graphs import onnx_bytes
-from dmae_fast.engines.cpu_runtimes import OrtChunks
 from dmae_fast.engines.graphs import PatchGraph
 from dmae_fast.model import SmoothingClassifier
 from dmae_fast.noise.compiled import COMPILED, REFERENCE, NoiseSource

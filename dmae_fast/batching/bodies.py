@@ -2,7 +2,7 @@
 to a body, and says why (:class:`ResolvedBody`).
 
 * plain (default): :class:`~dmae_fast.batching.stream.PlainBody`, any engine;
-* ``--fast`` on a CPU: :class:`~dmae_fast.batching.cpu_batches.CpuFastBody`;
+* ``--fast`` on a CPU: :class:`~dmae_fast.batching.cpu.body.CpuFastBody`;
 * ``--fast`` on CUDA, any ``--fast-parts``, or a stage timer (``--profile``):
   :class:`~dmae_fast.batching.fast_body.FastBody`.
 
@@ -19,14 +19,14 @@ from pathlib import Path
 from dmae_fast.base.memory import keep_freed_memory
 from dmae_fast.base.messages import print_notice
 from dmae_fast.batching.body_options import BodyOptions
-from dmae_fast.batching.cpu_batches import CpuFastBody, chunk_rows, chunk_sizes, cpu_workers
+from dmae_fast.batching.cpu.body import CpuFastBody, chunk_rows, chunk_sizes, cpu_workers
+from dmae_fast.batching.cpu.runtimes import cpu_classifier
 from dmae_fast.batching.fallback import BodyChain, Candidate
 from dmae_fast.batching.fast_body import FastBody, FastPath
 from dmae_fast.batching.scheduler import BatchBody
 from dmae_fast.batching.stage_timer import StageTimer
 from dmae_fast.batching.stream import PlainBody
 from dmae_fast.engines.base import Engine
-from dmae_fast.engines.cpu_runtimes import cpu_classifier
 from dmae_fast.noise.compiled import NoiseSource
 
 

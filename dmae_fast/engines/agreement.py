@@ -1,6 +1,6 @@
 """Logits of an engine or a runtime against the fp32 PyTorch model, on noisy inputs: the measurement
 behind the exporter's parity figures (:mod:`dmae_fast.export.parity`) and the CPU fast path's check of
-a graph it exported in memory (:mod:`dmae_fast.engines.cpu_graphs`)."""
+a graph it exported in memory (:mod:`dmae_fast.batching.cpu.exported`)."""
 
 from __future__ import annotations
 

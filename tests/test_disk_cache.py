@@ -1,4 +1,4 @@
-"""The disk cache (dmae_fast.base.disk_cache) and the model cache's keys (dmae_fast.engines.model_cache)."""
+"""The disk cache (dmae_fast.base.disk_cache) and the model cache's keys (dmae_fast.batching.cpu.cache_keys)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 from dmae_fast.base import disk_cache
 from dmae_fast.base.disk_cache import DiskCache, drop_entries
 from dmae_fast.base.files import cache_folder
-from dmae_fast.engines import model_cache
-from dmae_fast.engines.model_cache import cache_key, files_sha256
+from dmae_fast.batching.cpu import cache_keys as model_cache
+from dmae_fast.batching.cpu.cache_keys import cache_key, files_sha256
 
 
 @pytest.fixture

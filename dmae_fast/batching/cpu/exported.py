@@ -1,6 +1,6 @@
 """The CPU fast path's graphs: a checkpoint exported to ONNX in memory and checked against PyTorch, both
-kept in the model cache (:mod:`dmae_fast.engines.model_cache`) so that a later start with the same checkpoint,
-libraries and settings skips them. The runtimes that run them: :mod:`dmae_fast.engines.cpu_runtimes`."""
+kept in the model cache (:mod:`dmae_fast.batching.cpu.cache_keys`) so that a later start with the same checkpoint,
+libraries and settings skips them. The runtimes that run them: :mod:`dmae_fast.batching.cpu.runtimes`."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ import torch
 
 from dmae_fast.base.disk_cache import DiskCache
 from dmae_fast.base.integrity import tensors_sha256
+from dmae_fast.batching.cpu.cache_keys import cache_key, files_sha256
 from dmae_fast.engines.agreement import compare_logits
 from dmae_fast.engines.graphs import OPSET, ImageGraph, PatchGraph, pooled_tail_applies
-from dmae_fast.engines.model_cache import cache_key, files_sha256
 from dmae_fast.model import SmoothingClassifier
 from dmae_fast.noise.patch_layout import PatchLayout
 

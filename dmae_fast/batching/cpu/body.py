@@ -3,7 +3,7 @@ cache-sized chunks of the batch (docs/performance.md).
 
 A batch's rows are cut into chunks of up to ``MAX_CHUNK`` rows sized to the L2 cache, as many per worker; each
 worker thread makes its chunk's noisy images with the compiled noise kernel (GIL released) and classifies them
-with a CPU runtime (:mod:`dmae_fast.engines.cpu_runtimes`) on one core. Small matrix products scale badly across
+with a CPU runtime (:mod:`dmae_fast.batching.cpu.runtimes`) on one core. Small matrix products scale badly across
 intra-op threads, so cache-sized chunks on separate cores beat one large forward pass on all cores."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import torch
 
+from dmae_fast.batching.cpu.runtimes import ChunkClassifier
 from dmae_fast.batching.job import count, zero_counts
-from dmae_fast.engines.cpu_runtimes import ChunkClassifier
 from dmae_fast.noise.compiled import NoiseSource
 
 DEFAULT_L2_BYTES = 1 << 20

@@ -1,6 +1,6 @@
 """CPU runtimes for the CPU batch body: the classifier of one chunk of rows, on the calling core.
 
-The classifier (fp32) is the checkpoint exported to ONNX in memory, checked and cached (:mod:`.cpu_graphs`), or an
+The classifier (fp32) is the checkpoint exported to ONNX in memory, checked and cached (:mod:`.exported`), or an
 fp32 ``.onnx`` engine file, run with one thread per worker by the first runtime installed of OpenVINO, ONNX Runtime
 and PyTorch eager (``--cpu-runtime auto``). ``--precision bf16`` runs PyTorch; an fp16/bf16 ``.onnx`` engine runs in
 ONNX Runtime. Where a checkpoint's front end allows, the exported graph takes the normalized patch rows the noise
@@ -19,9 +19,9 @@ import torch
 
 from dmae_fast.base.disk_cache import DiskCache
 from dmae_fast.base.errors import UserError
+from dmae_fast.batching.cpu.cache_keys import cache_key
+from dmae_fast.batching.cpu.exported import cached_check, cached_onnx_bytes
 from dmae_fast.engines.base import Engine, predicted_classes
-from dmae_fast.engines.cpu_graphs import cached_check, cached_onnx_bytes
-from dmae_fast.engines.model_cache import cache_key
 from dmae_fast.engines.torch_engine import TorchEngine
 from dmae_fast.model import SmoothingClassifier
 from dmae_fast.noise.patch_layout import PatchLayout
