@@ -8,6 +8,7 @@ import json
 import types
 
 import pytest
+from helpers import rows_without
 
 from dmae_fast.base.errors import UserError
 from dmae_fast.batching.bodies import ResolvedBody
@@ -43,6 +44,23 @@ def test_the_start_line_and_the_record_name_the_body_built(flags, name, reason, 
     assert ("fused" in record["engine"]) == ("fused" in " ".join(flags))
 
 
+
+@pytest.mark.parametrize("body", ["plain", "fast"])
+def test_profile_times_the_body_asked_for_and_changes_no_row(body, tmp_path, capsys, one_torch_thread):
+    """--profile chooses no body: the plain body and the CPU fast body run as asked, their stages timed
+    (the CPU fast body's workers make the noise and classify it: its front end is in its body's time)."""
+    args = [*TINY, "--max", "2", "--n", "200", "--body", body]
+    assert certify_main([*args, "--out", str(tmp_path / "plain.tsv")]) == 0
+    profile = tmp_path / "profile"
+    assert certify_main([*args, "--out", str(tmp_path / "timed.tsv"), "--profile", str(profile)]) == 0
+    record = json.loads((tmp_path / "timed.tsv.json").read_text())
+    assert record["body"] == {"name": body, "reason": f"--body {body}"}
+    stages = {line.split()[0]: line.split()[1:] for line in (profile / "stages.txt").read_text().splitlines()}
+    assert float(stages["body"][0]) > 0 and float(stages["counting"][0]) > 0
+    assert (float(stages["front"][1]) > 0) == (body == "plain")  # "front end": the row's first word
+    assert int(stages["total"][2]) >= 1  # batches
+    assert rows_without(tmp_path / "plain.tsv") == rows_without(tmp_path / "timed.tsv")
+
 def _args(*flags: str, body: str | None = None) -> types.SimpleNamespace:
     parts = [flag.removeprefix("--") for flag in flags if flag != "--fast"]
     return types.SimpleNamespace(body=body, fast="--fast" in flags, fast_parts=parts, noise="compiled",
@@ -60,9 +78,6 @@ def test_the_body_choice_and_its_reason():
     assert (fused.fast, fused.body, fused.reason) == (False, "fast", "--fast-parts fused,compile")  # their own body
     with pytest.raises(UserError, match="--body plain and --fast-parts fused contradict each other"):
         body_options(_args("--fused", body="plain"), {})
-    profiled = body_options(_args(), {}, profile=True)  # the eager fast body, timed (resolve_body's timer)
-    assert (profiled.fast, profiled.named_parts, profiled.reason) == (False, (), "--profile")
-    assert body_options(_args("--fast"), {}, profile=True).fast
     with pytest.raises(UserError, match="--fast and --body plain contradict"):
         body_options(_args("--fast", body="plain"), {})
     with pytest.raises(UserError, match="DMAE_FAST_BODY='quick': choose fast or plain"):
@@ -78,7 +93,7 @@ def test_a_body_other_than_the_one_asked_for_says_why():
         "fast body: --body plain; a token engine runs only behind the fast body's front end"
     assert ResolvedBody(token_body, BodyOptions(compile=True)).reason == "--fast-parts compile"
     fast = object.__new__(FastBody)
-    assert str(ResolvedBody(fast, BodyOptions(reason="--profile"), profiled=True)) == "fast body: --profile"
+    assert str(ResolvedBody(fast, BodyOptions(fast=True, reason="--fast"))) == "fast body: --fast"
 
 
 def test_the_server_and_the_replay_take_dmae_certifys_body_options():

@@ -3,8 +3,9 @@ to a body, and says why (:class:`ResolvedBody`).
 
 * plain (default): :class:`~dmae_fast.batching.stream.PlainBody`, any engine;
 * ``--fast`` on a CPU: :class:`~dmae_fast.batching.cpu.body.CpuFastBody`;
-* ``--fast`` on CUDA, any ``--fast-parts``, or a stage timer (``--profile``):
-  :class:`~dmae_fast.batching.fast_body.FastBody`.
+* ``--fast`` on CUDA, or any ``--fast-parts``: :class:`~dmae_fast.batching.fast_body.FastBody`.
+
+A stage timer (``--profile``) times whichever body runs; it chooses none.
 
 A fast body is used only after it has agreed with the plain body on a trial batch, else the next simpler one runs
 (:mod:`dmae_fast.batching.fallback`). Every body gives the same counts up to the classifier's rounding."""
@@ -32,12 +33,11 @@ from dmae_fast.noise.compiled import NoiseSource
 
 @dataclass(frozen=True)
 class ResolvedBody:
-    """A body built for ``options`` (``profiled``: with a stage timer), and why; ``name`` and ``reason`` follow
-    the body in use (one that failed mid-run is replaced by the next simpler one: :meth:`BodyChain.replace`)."""
+    """A body built for ``options``, and why; ``name`` and ``reason`` follow the body in use (one that failed mid-run
+    is replaced by the next simpler one: :meth:`BodyChain.replace`)."""
 
     body: BatchBody
     options: BodyOptions
-    profiled: bool = False
 
     @property
     def current(self) -> BatchBody:
@@ -54,7 +54,7 @@ class ResolvedBody:
         """Why this body: the options' reason, and why it is not the body they asked for where it is not."""
         options = self.options
         why = options.reason or ("fast=True" if options.fast else options.parts or "the default")
-        if self.name == ("fast" if self.profiled else options.body):
+        if self.name == options.body:
             return why
         if self.name == "fast":
             return f"{why}; a token engine runs only behind the fast body's front end"
@@ -72,15 +72,15 @@ def resolve_body(engine: Engine, sigma: float, seed: int, batch: int, options: B
                  timer: StageTimer | None = None) -> ResolvedBody:
     """The batch body for ``engine`` and ``options`` (see the module doc), and why. ``body.fallbacks`` lists
     the notices of the bodies passed over (also printed); ``body.chain`` gives the next body if this one
-    fails mid-run. A ``timer`` (a per-stage profile) times the fast path's stages."""
+    fails mid-run. A ``timer`` (a per-stage profile) times the stages of whichever body runs."""
     if engine.device.type == "cpu":
         keep_freed_memory()
     chain = BodyChain(engine)
     grid = None if options.sound is None else options.sound.grid
     noise = functools.partial(NoiseSource, engine.device, options.noise == "compiled", grid=grid, notice=chain.notice)
-    path = _fast_path(options, engine.device.type, timer is not None)
-    if options.fast and engine.device.type == "cpu" and timer is None and engine.input == "image":
-        candidates = _cpu_candidates(engine, sigma, seed, batch, options, noise)
+    path = _fast_path(options, engine.device.type)
+    if options.fast and engine.device.type == "cpu" and engine.input == "image":
+        candidates = _cpu_candidates(engine, sigma, seed, batch, options, timer, noise)
     elif path is not None or engine.input == "tokens":
         candidates = _fast_candidates(engine, sigma, seed, batch, path or FastPath(), timer, noise)
     else:
@@ -91,7 +91,7 @@ def resolve_body(engine: Engine, sigma: float, seed: int, batch: int, options: B
     body = chain.choose(candidates, functools.partial(_plain, engine, sigma, seed, batch, timer, noise), reference)
     if timer is not None:
         timer.reset()  # the trial batches are not part of the profile
-    return ResolvedBody(body, options, timer is not None)
+    return ResolvedBody(body, options)
 
 
 def batch_body(engine: Engine, sigma: float, seed: int, batch: int, options: BodyOptions,
@@ -100,11 +100,11 @@ def batch_body(engine: Engine, sigma: float, seed: int, batch: int, options: Bod
     return resolve_body(engine, sigma, seed, batch, options, timer).body
 
 
-def _fast_path(options: BodyOptions, device_type: str, profiled: bool) -> FastPath | None:
+def _fast_path(options: BodyOptions, device_type: str) -> FastPath | None:
     """The GPU-style fast body's parts, or None when it is not the body to use."""
     if options.fast and device_type == "cuda":
         return FastPath(fused=True, compile=True, cuda_graphs=True)
-    if options.named_parts or profiled:
+    if options.named_parts:
         return FastPath(fused=options.fused, compile=options.compile, cuda_graphs=options.cuda_graphs)
     return None
 
@@ -114,7 +114,7 @@ def _plain(engine: Engine, sigma: float, seed: int, batch: int, timer: StageTime
     """The plain body; for a token engine, which no plain body runs, the eager unfused fast body."""
     if engine.input == "tokens":
         return FastBody(engine, sigma, seed, batch, FastPath(), timer, noise())
-    return PlainBody(engine, sigma, seed, batch, noise())
+    return PlainBody(engine, sigma, seed, batch, noise(), timer)
 
 
 def _fast_candidates(engine: Engine, sigma: float, seed: int, batch: int, path: FastPath, timer: StageTimer | None,
@@ -132,7 +132,7 @@ def _fast_candidates(engine: Engine, sigma: float, seed: int, batch: int, path: 
 
 
 def _cpu_candidates(engine: Engine, sigma: float, seed: int, batch: int, options: BodyOptions,
-                    noise: Callable[..., NoiseSource]) -> list[Candidate]:
+                    timer: StageTimer | None, noise: Callable[..., NoiseSource]) -> list[Candidate]:
     """The CPU fast body on the runtime asked for (auto: the fastest installed), then on PyTorch (fp32 checkpoints)."""
     if options.named_parts:
         print_notice(f"--fast-parts {','.join(options.named_parts)} ignored: --fast on a CPU runs its own body "
@@ -145,7 +145,7 @@ def _cpu_candidates(engine: Engine, sigma: float, seed: int, batch: int, options
                                     chunk_sizes(batch, chunk, workers), options.patch_input, cache_reads)
         # made by each worker for its own chunks, as the classifier takes them
         return CpuFastBody(classifier, engine.spec, sigma, seed, batch, workers, chunk,
-                                 noise(serial=True, layout=classifier.layout))
+                           noise(serial=True, layout=classifier.layout), timer)
 
     reads: list[Path] = []
     candidates = [Candidate("the CPU fast body", functools.partial(build, options.cpu_runtime, reads), reads)]

@@ -19,7 +19,7 @@ import torch
 from dmae_fast.base.errors import UserError
 from dmae_fast.base.messages import print_notice
 from dmae_fast.batching.job import count, zero_counts
-from dmae_fast.batching.stage_timer import StageTimer
+from dmae_fast.batching.stage_timer import StageTimer, count_batch, stage
 from dmae_fast.engines.base import Engine, TokenBody, predicted_classes
 from dmae_fast.engines.torch_engine import PRECISIONS
 from dmae_fast.model import SmoothingClassifier
@@ -139,7 +139,7 @@ class FastBody:
         return nullcontext() if dtype is None else torch.autocast(self.device.type, dtype=dtype)
 
     def _stage(self, name: str):
-        return self.timer(name) if self.timer is not None else nullcontext()
+        return stage(self.timer, name)
 
     def allocate(self, num_slots: int, phase_ids: torch.Tensor) -> torch.Tensor:
         """Buffers for a run, plus one padding slot that padded rows point at. A run with the layout of the
@@ -176,8 +176,7 @@ class FastBody:
         self._rows[0, rows:] = self._padding_slot
         for target, column in zip(self._rows, (slot, index, position, sample)):
             target[:rows].copy_(column)
-        if self.timer is not None:
-            self.timer.batches += 1
+        count_batch(self.timer)
         if not self.options.cuda_graphs:
             self._step()
         elif self._graph is None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 import torch
 from torch.profiler import record_function
@@ -49,3 +49,14 @@ class StageTimer:
             lines.append(f"{name:<10} {seconds[name]:>9.3f} {share:>7.1%} {per_batch:>9.3f}")
         lines.append(f"{'total':<10} {total_seconds:>9.3f} {'100.0%':>7} {self.batches:>6} batches")
         return "\n".join(lines)
+
+
+def stage(timer: StageTimer | None, name: str) -> AbstractContextManager[None]:
+    """Stage ``name`` timed by ``timer``, or run as is without one."""
+    return nullcontext() if timer is None else timer(name)
+
+
+def count_batch(timer: StageTimer | None) -> None:
+    """One more batch for ``timer``'s per-batch figures (none without a timer)."""
+    if timer is not None:
+        timer.batches += 1

@@ -21,6 +21,7 @@ from dmae_fast.base.errors import UserError, raise_if_interrupted
 from dmae_fast.batching.engine_loop import BatchFailed, EngineLoop
 from dmae_fast.batching.job import count, zero_counts
 from dmae_fast.batching.scheduler import BatchBody, Job, LoopStats, RowSplit
+from dmae_fast.batching.stage_timer import StageTimer, count_batch, stage
 from dmae_fast.data import check_finite
 from dmae_fast.engines.base import Engine
 from dmae_fast.noise.compiled import NoiseSource
@@ -41,11 +42,12 @@ class ImageCounts:
 
 class PlainBody:
     """The plain batch body, for any :class:`Engine`: noisy images ``x[slot] + sigma * eta`` ->
-    ``engine.classify`` -> counts (``noise`` default: the contract compiled into one kernel)."""
+    ``engine.classify`` -> counts (``noise`` default: the contract compiled into one kernel); a ``timer``
+    (``--profile``) times the three as front end, body and counting."""
 
     def __init__(self, engine: Engine, sigma: float, seed: int, batch_size: int,
-                 noise: NoiseSource | None = None) -> None:
-        self.engine, self.sigma, self.seed = engine, sigma, seed
+                 noise: NoiseSource | None = None, timer: StageTimer | None = None) -> None:
+        self.engine, self.sigma, self.seed, self.timer = engine, sigma, seed, timer
         self.device, self.shape = engine.device, engine.spec.input_shape
         self.noise = noise or NoiseSource(engine.device)
         self._ones = torch.ones(batch_size, dtype=torch.int64, device=self.device)
@@ -67,9 +69,15 @@ class PlainBody:
         """Nothing to undo after a run."""
 
     def run(self, slot: torch.Tensor, index: torch.Tensor, position: torch.Tensor, sample: torch.Tensor) -> None:
-        """Noise, classify and count one batch of rows (device tensors), without synchronizing."""
-        noisy = self.noise(self._slot_images, slot, self.sigma, self.seed, index, self._phase_ids[position], sample)
-        count(self._counts, slot, position, self.engine.classify(noisy), self._ones)
+        """Noise, classify and count one batch of rows (device tensors), without synchronizing (unless timed)."""
+        count_batch(self.timer)
+        with stage(self.timer, "front end"):
+            noisy = self.noise(self._slot_images, slot, self.sigma, self.seed, index, self._phase_ids[position],
+                               sample)
+        with stage(self.timer, "body"):
+            predicted = self.engine.classify(noisy)
+        with stage(self.timer, "counting"):
+            count(self._counts, slot, position, predicted, self._ones)
 
 
 def checked_image(index: int, image: torch.Tensor, shape: tuple[int, ...], sound: Sound | None) -> torch.Tensor:

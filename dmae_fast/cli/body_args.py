@@ -48,8 +48,7 @@ def _parts(text: str) -> list[str]:
     return parts
 
 
-def body_options(args: argparse.Namespace, environ: Mapping[str, str], default: str = "fast",
-                 profile: bool = False) -> BodyOptions:
+def body_options(args: argparse.Namespace, environ: Mapping[str, str], default: str = "fast") -> BodyOptions:
     """The body options ``args`` ask for, and why: ``--body``, else ``--fast``, else the fast path's
     parts (which run the fast body with those parts), else ``$DMAE_FAST_BODY``, else ``default``."""
     if args.fast and args.body == "plain":
@@ -65,7 +64,7 @@ def body_options(args: argparse.Namespace, environ: Mapping[str, str], default: 
         body, why = args.body, f"--body {args.body}"
     elif args.fast:
         body, why = "fast", "--fast"
-    elif options.parts or profile:  # --profile times the eager fast body unless the parts or --fast say more
+    elif options.parts:  # the parts name the fast body's parts: the fast body with exactly those
         body, why = "plain", ""
     elif env is not None:
         if env not in BODY_CHOICES:
@@ -73,7 +72,6 @@ def body_options(args: argparse.Namespace, environ: Mapping[str, str], default: 
         body, why = env, f"{BODY_ENV}={env}"
     else:
         body, why = default, REASONS[default]
-    named = " ".join(filter(None, (options.parts, "--profile" if profile else "")))
-    if body == "plain" and named:  # the parts (or --profile) pick the fast body, over $DMAE_FAST_BODY too
-        why = named
+    if body == "plain" and options.parts:  # the parts pick the fast body, over $DMAE_FAST_BODY too
+        why = options.parts
     return replace(options, fast=body == "fast", reason=why)

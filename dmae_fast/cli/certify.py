@@ -107,8 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "'samples' (all ranks on one image at a time, each a share of its samples: lowest latency)")
     body = add_body_arguments(parser)
     body.add_argument("--profile", metavar="DIR", help="write a torch profiler trace (DIR/trace.json) and print "
-                      "a per-stage breakdown (front end, body, counting, host) of the fast body with the parts "
-                      "named; use with a small --max")
+                      "a per-stage breakdown (front end, body, counting, host) of the body that runs (CUDA graphs off "
+                      "while profiling); use with a small --max")
     return parser
 
 
@@ -131,7 +131,7 @@ def _config_from_args(args: argparse.Namespace) -> CertifyConfig:
     settings = {k: v for k, v in vars(args).items() if k in SETTINGS and v is not None}
     settings.update(engine=engine, out=out, progress=not args.quiet, sigma=args.sigma,
                     radii=tuple(args.radii) if args.radii else None, looks=tuple(args.looks) if args.looks else None)
-    return CertifyConfig.from_settings(settings, body_options(args, os.environ, profile=args.profile is not None))
+    return CertifyConfig.from_settings(settings, body_options(args, os.environ))
 
 
 def _print_summary(result: RunResult) -> None:

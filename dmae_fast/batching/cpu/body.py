@@ -15,6 +15,7 @@ import torch
 
 from dmae_fast.batching.cpu.runtimes import ChunkClassifier
 from dmae_fast.batching.job import count, zero_counts
+from dmae_fast.batching.stage_timer import StageTimer, count_batch, stage
 from dmae_fast.noise.compiled import NoiseSource
 
 DEFAULT_L2_BYTES = 1 << 20
@@ -62,8 +63,8 @@ class CpuFastBody:
     """A batch body (see :class:`~dmae_fast.batching.stream.BatchBody`) for CPUs."""
 
     def __init__(self, classifier: ChunkClassifier, spec, sigma: float, seed: int, batch_size: int,
-                 workers: int, chunk: int, noise: NoiseSource) -> None:
-        self.classifier, self.spec = classifier, spec
+                 workers: int, chunk: int, noise: NoiseSource, timer: StageTimer | None = None) -> None:
+        self.classifier, self.spec, self.timer = classifier, spec, timer
         self.sigma, self.seed, self.batch_size = sigma, seed, batch_size
         if noise.layout != classifier.layout:
             raise ValueError("the noise source must make the classifier's input layout")
@@ -92,18 +93,23 @@ class CpuFastBody:
 
     @torch.inference_mode()
     def run(self, slot: torch.Tensor, index: torch.Tensor, position: torch.Tensor, sample: torch.Tensor) -> None:
-        """Noise and classify the batch's chunks on the workers, then count."""
+        """Noise and classify the batch's chunks on the workers, then count. Timed (``--profile``), the workers'
+        time is the body's: each worker makes its chunk's noise and classifies it, interleaved."""
         parts = even_parts(len(slot), self.chunk, self.workers)
         columns = (slot, index, self._phase_ids[position], sample)
         chunks = list(zip(*(column.tensor_split(parts) for column in columns)))
         predicted = []
-        if not self._settled:
-            # The first chunk runs alone: it compiles and checks the noise kernel, and makes the runtime's first
-            # inference, whose one-time set-up is not thread-safe (two at once have deadlocked OpenVINO's binding).
-            predicted.append(self._pool.submit(self._classify_chunk, chunks.pop(0)).result())
-            self._settled = True
-        predicted += self._pool.map(self._classify_chunk, chunks)
-        count(self._counts, slot, position, torch.cat(predicted), self._ones)
+        count_batch(self.timer)
+        with stage(self.timer, "body"):
+            if not self._settled:
+                # The first chunk runs alone: it compiles and checks the noise kernel, and makes the runtime's first
+                # inference, whose one-time set-up is not thread-safe (two at once have deadlocked OpenVINO's
+                # binding).
+                predicted.append(self._pool.submit(self._classify_chunk, chunks.pop(0)).result())
+                self._settled = True
+            predicted += self._pool.map(self._classify_chunk, chunks)
+        with stage(self.timer, "counting"):
+            count(self._counts, slot, position, torch.cat(predicted), self._ones)
 
     @torch.inference_mode()
     def _classify_chunk(self, rows: tuple[torch.Tensor, ...]) -> torch.Tensor:
