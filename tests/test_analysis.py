@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import one_line_error, run_command
 
 from dmae_fast.analysis import (
     DEFAULT_RADII,
@@ -321,9 +322,7 @@ def test_analyze_reports_nothing_above_a_radius_that_was_not_reached(tmp_path: P
 
 def test_analyze_refuses_an_image_counted_twice(tmp_path: Path, capsys) -> None:
     doubled = _write(tmp_path / "dup.tsv", REFERENCE_CERTIFY + "40\t6\t6\t0.25\t1\t0:00:01\n")
-    assert analyze_main([str(doubled)]) == 2
-    err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1 and "idx 40" in err and "more than one row" in err
+    one_line_error(run_command(analyze_main, capsys, doubled), "dmae-certify analyze", "idx 40", "more than one row")
 
 
 @pytest.mark.parametrize("row", ["40\t6\t5\t0.25\t1\t0:00:01\n", "40\t6\t-1\t0.25\t0\t0:00:01\n",
@@ -331,9 +330,8 @@ def test_analyze_refuses_an_image_counted_twice(tmp_path: Path, capsys) -> None:
                          ids=["wrong-correct", "abstain-radius", "lost-correct"])
 def test_analyze_refuses_a_row_that_contradicts_itself(tmp_path: Path, capsys, row: str) -> None:
     text = REFERENCE_CERTIFY.replace("40\t6\t6\t0.25\t1\t0:00:01.000001\n", row)
-    assert analyze_main([str(_write(tmp_path / "odd.tsv", text))]) == 2
-    err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1 and "idx 40" in err and "contradicts" in err
+    odd = _write(tmp_path / "odd.tsv", text)
+    one_line_error(run_command(analyze_main, capsys, odd), "dmae-certify analyze", "idx 40", "contradicts")
 
 
 def test_summaries_list_only_the_radii_the_run_could_reach(tmp_path: Path, capsys) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import one_line_error, run_command
 
 from dmae_fast.analysis import DEFAULT_RADII, RADIUS_CEILING, format_table, reachable_radii, recorded_cap
 from dmae_fast.batching.stream import ImageCounts
@@ -74,11 +75,7 @@ def _edit(path: Path, idx: int, column: str, change) -> None:
 
 
 def _refused(capsys: pytest.CaptureFixture[str], args: list[str], *mentions: str) -> str:
-    assert analyze_main(args) == 2
-    out, err = capsys.readouterr()
-    assert out == "" and len(err.splitlines()) == 1 and err.startswith("dmae-certify analyze: error: ")
-    assert "Traceback" not in err and all(m in err for m in mentions), err
-    return err
+    return one_line_error(run_command(analyze_main, capsys, *args), "dmae-certify analyze", *mentions)
 
 
 EDITS = {  # the edits of issue 39 item 3 that analyze believed: (column, change, what the refusal names)

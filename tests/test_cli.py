@@ -555,9 +555,7 @@ def test_analyze_plot_writes_a_png(certified: tuple[Path, Run], tmp_path: Path,
 
 
 def test_analyze_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    run = certify(capsys, "analyze", tmp_path / "none.tsv")
-    assert run.rc == 2 and run.out == ""
-    assert run.err.startswith("dmae-certify analyze: error:") and len(run.err.splitlines()) == 1
+    one_line_error(certify(capsys, "analyze", tmp_path / "none.tsv"), "dmae-certify analyze", "none.tsv")
 
 
 # --------------------------------------------------------------------------- console script

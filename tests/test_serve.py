@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import procedure_of, stream_counts
+from helpers import one_line_error, procedure_of, run_command, stream_counts
 from PIL import Image
 
 from dmae_fast.batching.stream import ImageCounts
@@ -782,19 +782,15 @@ def test_slow_clients_are_cut_off_and_cannot_lock_the_others_out():
     (["--ckpt", "demo", "--host", "no-such-host.invalid"], "cannot listen on no-such-host.invalid"),
 ])
 def test_bad_command_lines_are_one_line_errors(args, message, capsys):
-    assert serve_cli.main(args) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("dmae-serve: error:") and len(err.strip().splitlines()) == 1, err
-    assert message in err
+    one_line_error(run_command(serve_cli.main, capsys, *args), "dmae-serve", message)
 
 
 def test_a_taken_port_is_a_one_line_error(capsys):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        assert serve_cli.main(["--ckpt", "demo", "--port", str(taken.getsockname()[1])]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("dmae-serve: error: cannot listen on 127.0.0.1:") and len(err.strip().splitlines()) == 1
+        refused = run_command(serve_cli.main, capsys, "--ckpt", "demo", "--port", taken.getsockname()[1])
+    one_line_error(refused, "dmae-serve", "cannot listen on 127.0.0.1:")
 
 
 def test_help_shows_byte_limits_as_whole_numbers():
@@ -832,7 +828,5 @@ def test_uvicorn_is_bounded_to_the_releases_the_read_deadline_was_verified_on(ca
     assert "self._captured_signals.append(sig)" in inspect.getsource(uvicorn.Server.handle_exit)
     monkeypatch.setattr(server_module, "check_uvicorn",
                         lambda real=server_module.check_uvicorn: real(f"{high[0]}.{high[1]}.0"))
-    assert serve_cli.main(["--ckpt", "demo", "--port", "0"]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith(f"dmae-serve: error: uvicorn {high[0]}.{high[1]}.0 is installed") and \
-        len(err.strip().splitlines()) == 1
+    refused = run_command(serve_cli.main, capsys, "--ckpt", "demo", "--port", "0")
+    one_line_error(refused, "dmae-serve", f"uvicorn {high[0]}.{high[1]}.0 is installed")

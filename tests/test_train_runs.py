@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import one_line_error, run_command
 
 from dmae_fast.cli.train import main
 from dmae_fast.model.checkpoints import load_classifier, read_checkpoint
@@ -225,11 +226,7 @@ def test_two_process_torchrun_equals_one_process_on_the_combined_batch(tmp_path)
 
 def test_bad_input_is_a_one_line_error(tmp_path, capsys):
     def refused(args: list[str], *words: str) -> None:
-        assert main(args) == 2
-        err = capsys.readouterr().err.strip()
-        assert err.startswith("dmae-train: error:") and len(err.splitlines()) == 1, err
-        for word in words:
-            assert word in err, err
+        one_line_error(run_command(main, capsys, *args), "dmae-train", *words)
 
     refused(["pretrain", "--set", f"data.dataset={tmp_path / 'nope'}", "--out", str(tmp_path / "r")],
             str(tmp_path / "nope"))
