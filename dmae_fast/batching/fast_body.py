@@ -138,9 +138,6 @@ class FastBody:
         dtype = self._autocast_dtype
         return nullcontext() if dtype is None else torch.autocast(self.device.type, dtype=dtype)
 
-    def _stage(self, name: str):
-        return stage(self.timer, name)
-
     def allocate(self, num_slots: int, phase_ids: torch.Tensor) -> torch.Tensor:
         """Buffers for a run, plus one padding slot that padded rows point at. A run with the layout of the
         previous one keeps its buffers and its captured graph (counts zeroed): capturing costs a few batches."""
@@ -160,7 +157,7 @@ class FastBody:
 
     @torch.no_grad()
     def load(self, slot: int, image: torch.Tensor) -> None:
-        with self._stage("front end"):
+        with stage(self.timer, "front end"):
             if self.options.fused:
                 self._slots[slot] = self.model.clean_embedding(image.to(self.device, non_blocking=True)[None])[0]
             else:
@@ -188,15 +185,15 @@ class FastBody:
     def _step(self) -> None:
         slot, index, position, sample = self._rows
         phase = self._phase_ids[position]
-        with self._stage("front end"):
+        with stage(self.timer, "front end"):
             if self.options.fused:
                 inputs = self._fused_tokens(self._front, self._slots, slot, index, phase, sample, self.seed,
                                             out=self._tokens)
             else:
                 inputs = self.noise(self._slots, slot, self.sigma, self.seed, index, phase, sample)
-        with self._stage("body"):
+        with stage(self.timer, "body"):
             predicted = self._classify(inputs)
-        with self._stage("counting"):
+        with stage(self.timer, "counting"):
             count(self._counts, slot, position, predicted, self._ones)
 
     def _classify_tokens(self, tokens: torch.Tensor) -> torch.Tensor:

@@ -64,14 +64,12 @@ def body_options(args: argparse.Namespace, environ: Mapping[str, str], default: 
         body, why = args.body, f"--body {args.body}"
     elif args.fast:
         body, why = "fast", "--fast"
-    elif options.parts:  # the parts name the fast body's parts: the fast body with exactly those
-        body, why = "plain", ""
+    elif options.parts:  # fast=False with parts named: the fast body with exactly those (BodyOptions.body)
+        body, why = "plain", options.parts
     elif env is not None:
         if env not in BODY_CHOICES:
             raise UserError(f"{BODY_ENV}={env!r}: choose {' or '.join(BODY_CHOICES)}")
         body, why = env, f"{BODY_ENV}={env}"
     else:
         body, why = default, REASONS[default]
-    if body == "plain" and options.parts:  # the parts pick the fast body, over $DMAE_FAST_BODY too
-        why = options.parts
     return replace(options, fast=body == "fast", reason=why)
