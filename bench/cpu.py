@@ -34,7 +34,7 @@ import platform
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +46,7 @@ from dmae_fast.base.errors import UserError
 from dmae_fast.base.memory import keep_freed_memory
 from dmae_fast.batching.bodies import BodyOptions, batch_body
 from dmae_fast.batching.fast_body import FastBody, FastPath
+from dmae_fast.batching.smoothing import Smoothing
 from dmae_fast.batching.stream import SamplingPlan, StreamingCertifier
 from dmae_fast.bench.commands import N0, PROGRAMS, N, time_commands
 from dmae_fast.bench.flops import vit_forward_flops
@@ -143,46 +144,47 @@ def reference_run(loop: ReferenceLoop, model, images, load: Workload) -> Callabl
     return run
 
 
-def ours_run(engine: TorchEngine, body, images, load: Workload, sound: Sound | None = None) -> Callable[[], np.ndarray]:
+def ours_run(smoothing: Smoothing, body, images, load: Workload) -> Callable[[], np.ndarray]:
     items = [(i, image, 0) for i, image in enumerate(images)]
 
     def run() -> np.ndarray:
         plan = SamplingPlan.certify(load.n0, load.n)
-        done = StreamingCertifier(engine, plan, SIGMA, SEED, load.batch, body, sound).run(items)
+        done = StreamingCertifier(smoothing, plan, body).run(items)
         return np.stack([d.counts for d in done])
     return run
 
 
 def _methods(model, images, load: Workload, threads: int) -> dict[str, tuple[Callable[[], np.ndarray], str, bool]]:
     """name -> (run, description, fp32 method of ours whose counts must equal the plain body's)."""
-    engine, batch = TorchEngine(model, CPU, "fp32"), load.batch
-    plain_reference = batch_body(engine, SIGMA, SEED, batch, BodyOptions(noise="reference"))
-    plain = batch_body(engine, SIGMA, SEED, batch, BodyOptions())
-    fast = batch_body(engine, SIGMA, SEED, batch, BodyOptions(fast=True, workers=threads))
-    fast_ort = batch_body(engine, SIGMA, SEED, batch,
-                          BodyOptions(fast=True, workers=threads, cpu_runtime="onnxruntime"))
-    compiled = FastBody(engine, SIGMA, SEED, batch, FastPath(compile=True, compile_mode="default"))
-    sound = Sound(default_grid(load.model == "demo"))
-    plain_sound = batch_body(engine, SIGMA, SEED, batch, BodyOptions(sound=sound))
-    fast_sound = batch_body(engine, SIGMA, SEED, batch, BodyOptions(fast=True, workers=threads, sound=sound))
+    smoothing = Smoothing(TorchEngine(model, CPU, "fp32"), SIGMA, SEED, load.batch)
+    plain_reference = batch_body(smoothing, BodyOptions(noise="reference"))
+    plain = batch_body(smoothing, BodyOptions())
+    fast = batch_body(smoothing, BodyOptions(fast=True, workers=threads))
+    fast_ort = batch_body(smoothing, BodyOptions(fast=True, workers=threads, cpu_runtime="onnxruntime"))
+    compiled = FastBody(smoothing, FastPath(compile=True, compile_mode="default"))
+    sound = replace(smoothing, sound=Sound(default_grid(load.model == "demo")))
+    plain_sound = batch_body(sound, BodyOptions())
+    fast_sound = batch_body(sound, BodyOptions(fast=True, workers=threads))
     methods = {
         "reference: Cohen et al. (fp32, batch 400)": (reference_run(COHEN, model, images, load), COHEN.name, False),
         "reference: DMAE (fp32 on CPU, batch 1000)": (
             reference_run(ReferenceLoop(DMAE.name, "fp32", DMAE.batch_size, DMAE.host_counts), model, images, load),
             DMAE.name, False),
-        "ours: plain, reference noise": (ours_run(engine, plain_reference, images, load), plain_reference.description,
-                                         True),
-        "ours: plain (compiled noise)": (ours_run(engine, plain, images, load), plain.description, True),
-        "ours: --fast (fp32)": (ours_run(engine, fast, images, load), fast.description, True),
+        "ours: plain, reference noise": (ours_run(smoothing, plain_reference, images, load),
+                                         plain_reference.description, True),
+        "ours: plain (compiled noise)": (ours_run(smoothing, plain, images, load), plain.description, True),
+        "ours: --fast (fp32)": (ours_run(smoothing, fast, images, load), fast.description, True),
         "ours: --fast --cpu-runtime onnxruntime": (
-            ours_run(engine, fast_ort, images, load), fast_ort.description, True),
-        "ours: compiled body": (ours_run(engine, compiled, images, load), compiled.description, True),
-        "ours: plain --sound": (ours_run(engine, plain_sound, images, load, sound), plain_sound.description, False),
-        "ours: --fast --sound": (ours_run(engine, fast_sound, images, load, sound), fast_sound.description, False),
+            ours_run(smoothing, fast_ort, images, load), fast_ort.description, True),
+        "ours: compiled body": (ours_run(smoothing, compiled, images, load), compiled.description, True),
+        "ours: plain --sound": (ours_run(sound, plain_sound, images, load), plain_sound.description, False),
+        "ours: --fast --sound": (ours_run(sound, fast_sound, images, load), fast_sound.description, False),
     }
     if bf16_supported():
-        bf16 = batch_body(TorchEngine(model, CPU, "bf16"), SIGMA, SEED, batch, BodyOptions(fast=True, workers=threads))
-        methods["ours: --fast --precision bf16"] = (ours_run(engine, bf16, images, load), bf16.description, False)
+        bf16_smoothing = replace(smoothing, engine=TorchEngine(model, CPU, "bf16"))
+        bf16 = batch_body(bf16_smoothing, BodyOptions(fast=True, workers=threads))
+        methods["ours: --fast --precision bf16"] = (ours_run(bf16_smoothing, bf16, images, load), bf16.description,
+                                                    False)
     return methods
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from dmae_fast.batching.fast_body import FastBody, FastPath
+from dmae_fast.batching.smoothing import Smoothing
 from dmae_fast.batching.stream import SamplingPlan, StreamingCertifier
 from dmae_fast.bench.config import PAPER_IMAGES
 from dmae_fast.bench.reference_loops import ReferenceLoop
@@ -72,12 +73,12 @@ def time_ours(name: str, model: SmoothingClassifier, fast: FastPath, precision: 
     procedure (what ``--sequential`` runs), its plan and stopping rule (--n is the cap;
     samples/s counts samples drawn)."""
     device = next(model.parameters()).device
-    engine = TorchEngine(model, device, precision)
-    body = FastBody(engine, sigma, 0, batch, fast)
+    smoothing = Smoothing(TorchEngine(model, device, precision), sigma, 0, batch)
+    body = FastBody(smoothing, fast)
     plan, decide = (SamplingPlan.certify(n0, n), None) if sequential is None else (sequential.plan, sequential.decide)
 
     def run(items):
-        return list(StreamingCertifier(engine, plan, sigma, 0, batch, body).run(items, decide))
+        return list(StreamingCertifier(smoothing, plan, body).run(items, decide))
 
     run([(0, images[0].cpu(), 0)])
     _sync(device)

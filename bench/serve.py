@@ -43,6 +43,7 @@ import torch
 from dmae_fast import __version__
 from dmae_fast.base.errors import UserError
 from dmae_fast.batching.bodies import BodyOptions, batch_body
+from dmae_fast.batching.smoothing import Smoothing
 from dmae_fast.batching.stream import SamplingPlan, StreamingCertifier
 from dmae_fast.bench.config import ServeBenchConfig
 from dmae_fast.data import demo_digits
@@ -64,9 +65,9 @@ def _npy(image: torch.Tensor) -> bytes:
 def offline_rate(config: ServeBenchConfig) -> float:
     """Samples/s of the offline streamer on PREDICT with the server's n, batch and body (after a warm-up)."""
     engine = open_engine(config.checkpoint, EngineOptions(device=config.device))
-    sigma = engine.spec.sigma or 0.25
-    body = batch_body(engine, sigma, SEED, config.batch, BodyOptions(fast=config.fast))
-    streamer = StreamingCertifier(engine, SamplingPlan.predict(config.n), sigma, SEED, config.batch, body)
+    smoothing = Smoothing(engine, engine.spec.sigma or 0.25, SEED, config.batch)
+    streamer = StreamingCertifier(smoothing, SamplingPlan.predict(config.n),
+                                  batch_body(smoothing, BodyOptions(fast=config.fast)))
     digits = demo_digits("test").images
     items = [(i, digits[i % len(digits)], 0) for i in range(config.offline_images)]
     list(streamer.run(items[: config.batch // config.n + 1]))  # warm-up: compiles the noise

@@ -30,6 +30,7 @@ import torch
 from scipy.special import ndtri
 
 from dmae_fast import __version__
+from dmae_fast.batching.smoothing import Smoothing
 from dmae_fast.batching.stream import PlainBody, StreamingCertifier
 from dmae_fast.bench.async_device import AsyncBody, EmulatedDevice
 from dmae_fast.bench.config import StallConfig
@@ -106,8 +107,7 @@ def measure(config: StallConfig, body: PlainBody, kind: str, images: int, cap: i
     device; fixed-n stops after ``fixed_seconds``."""
     procedure = _procedure(config, kind, cap)
     device = EmulatedDevice(config.batch_ms / 1000)
-    certifier = StreamingCertifier(body.engine, procedure.plan, config.sigma, config.seed, config.batch,
-                                   AsyncBody(body, device))
+    certifier = StreamingCertifier(body.smoothing, procedure.plan, AsyncBody(body, device))
     results = []
     start = time.perf_counter()
     stream = certifier.run(population_images(config.sigma, images), procedure.decide)
@@ -132,13 +132,12 @@ def warmed_body(config: StallConfig) -> PlainBody:
     """The plain body of :class:`VoteEngine` with the one-thread compiled noise (the device's work takes no host
     cores), after one image on an emulated device of no delay: the noise compiles and is checked on the worker
     thread, in the state of the measured runs."""
-    engine = VoteEngine()
-    body = PlainBody(engine, config.sigma, config.seed, config.batch, NoiseSource(engine.device, serial=True))
+    smoothing = Smoothing(VoteEngine(), config.sigma, config.seed, config.batch)
+    body = PlainBody(smoothing, NoiseSource(smoothing.engine.device, serial=True))
     plan = _procedure(config, KINDS[0], 10).plan
     device = EmulatedDevice(0.0)
     try:
-        list(StreamingCertifier(engine, plan, config.sigma, config.seed, config.batch, AsyncBody(body, device)).run(
-            population_images(config.sigma, 1)))
+        list(StreamingCertifier(smoothing, plan, AsyncBody(body, device)).run(population_images(config.sigma, 1)))
     finally:
         device.close()
     return body

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from dmae_fast.batching.fast_body import FastBody, FastPath
+from dmae_fast.batching.smoothing import Smoothing
 from dmae_fast.batching.stream import PlainBody
 from dmae_fast.bench.config import MODEL_SPECS
 from dmae_fast.bench.flops import vit_forward_flops
@@ -116,10 +117,10 @@ def measure(model_name: str, model: SmoothingClassifier, variant: Variant, batch
             rate = _rate(lambda: variant.reference.counts(model, image, batch, SIGMA), batch, seconds, device)
         else:
             if variant.fast is None:
-                body = PlainBody(variant.engine, SIGMA, SEED, batch)
+                body = PlainBody(Smoothing(variant.engine, SIGMA, SEED, batch))
             else:
                 engine = variant.engine or TorchEngine(model, device, variant.precision)
-                body = FastBody(engine, SIGMA, SEED, batch, variant.fast)
+                body = FastBody(Smoothing(engine, SIGMA, SEED, batch), variant.fast)
                 if replace(body.options, compile_mode=variant.fast.compile_mode) != variant.fast:  # a mode may change
                     row.status = f"skipped: {variant.name} not available for this model (see notice)"
                     return row

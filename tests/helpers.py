@@ -14,13 +14,12 @@ import numpy as np
 import torch
 
 from dmae_fast.batching.scheduler import BatchBody, RowSplit
+from dmae_fast.batching.smoothing import Smoothing
 from dmae_fast.batching.stream import ImageCounts, StreamingCertifier
 from dmae_fast.bench.async_device import QueuedDevice
-from dmae_fast.engines.base import Engine
 from dmae_fast.engines.torch_engine import TorchEngine
 from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier
 from dmae_fast.model.checkpoints import save_classifier
-from dmae_fast.noise.sound_options import Sound
 from dmae_fast.serve.receipt import read_receipt
 from dmae_fast.stats.plan import Decide, SamplingPlan
 from dmae_fast.stats.procedure import Procedure
@@ -70,13 +69,10 @@ def random_images(count: int, size: int = 16, step: int = 1, first: int = 0, see
     return [(first + step * i, torch.rand((3, size, size), generator=generator), i % 10) for i in range(count)]
 
 
-def stream(engine: Engine, items: Iterable[Item], plan: SamplingPlan, sigma: float, seed: int, batch: int,
-           body: BatchBody | None = None, decide: Decide | None = None, sound: Sound | None = None,
-           split: RowSplit | None = None) -> list[ImageCounts]:
-    """What ``StreamingCertifier(engine, plan, sigma, seed, batch, body, sound, split).run(items, decide)``
-    yields, in the order it came."""
-    certifier = StreamingCertifier(engine, plan, sigma, seed, batch, body=body, sound=sound, split=split)
-    return list(certifier.run(items, decide))
+def stream(smoothing: Smoothing, items: Iterable[Item], plan: SamplingPlan, body: BatchBody | None = None,
+           decide: Decide | None = None, split: RowSplit | None = None) -> list[ImageCounts]:
+    """What ``StreamingCertifier(smoothing, plan, body, split).run(items, decide)`` yields, in the order it came."""
+    return list(StreamingCertifier(smoothing, plan, body, split).run(items, decide))
 
 
 def stream_counts(*args: Any, **kwargs: Any) -> dict[int, np.ndarray]:

@@ -17,6 +17,7 @@ from helpers import LazyDevice
 
 from dmae_fast.batching.engine_loop import EngineLoop
 from dmae_fast.batching.job import Job, phase_ids
+from dmae_fast.batching.smoothing import Smoothing
 from dmae_fast.batching.stream import PlainBody, StreamingCertifier
 from dmae_fast.bench.async_device import AsyncBody, EmulatedDevice
 from dmae_fast.bench.stall import VoteEngine, vote_image
@@ -68,7 +69,7 @@ def _recorded(log: dict) -> Callable[[int, np.ndarray, int], bool]:
 def _run(engine, items, body) -> tuple[dict, dict, StreamingCertifier]:
     """Each look's counts as the decision got them, each image's final counts, and the certifier."""
     log: dict = {}
-    certifier = StreamingCertifier(engine, PLAN, SIGMA, SEED, BATCH, body)
+    certifier = StreamingCertifier(Smoothing(engine, SIGMA, SEED, BATCH), PLAN, body)
     finals = {c.index: c.counts for c in certifier.run(items, _recorded(log))}
     return log, finals, certifier
 
@@ -78,9 +79,9 @@ def test_decisions_read_exactly_the_counts_at_their_look_while_rows_run_ahead(en
     """Against the synchronous plain body (on a CPU no row runs ahead of a decision): the same decisions, each
     given the same counts at the same look, the same final counts; the rows drawn are those used plus those
     drawn past the look where an image stopped (the loop's ``unused``); on the lazy device rows did run ahead."""
-    expected_log, expected, _ = _run(engine, items, PlainBody(engine, SIGMA, SEED, BATCH))
+    expected_log, expected, _ = _run(engine, items, PlainBody(Smoothing(engine, SIGMA, SEED, BATCH)))
     device = LazyDevice() if kind == "lazy" else EmulatedDevice(0.005)
-    spy = RowSpy(engine, SIGMA, SEED, BATCH)
+    spy = RowSpy(Smoothing(engine, SIGMA, SEED, BATCH))
     try:
         log, finals, certifier = _run(engine, items, AsyncBody(spy, device))
     finally:
@@ -104,7 +105,8 @@ def test_an_image_ended_with_the_next_looks_counts_on_their_way_ignores_them(eng
     cancelled, is never returned), the rows past it are unused, the later copy is ignored, and its slot is free."""
     stop_first = ending == "stopped"
     job = Job(items[0][1], PLAN, lambda index, counts, stage: stop_first, index=items[0][0])
-    loop = EngineLoop(AsyncBody(PlainBody(engine, SIGMA, SEED, BATCH), LazyDevice()), engine.device, BATCH, 2)
+    body = AsyncBody(PlainBody(Smoothing(engine, SIGMA, SEED, BATCH)), LazyDevice())
+    loop = EngineLoop(body, engine.device, BATCH, 2)
     loop.add(job)
     assert loop.step() == [] and job.row == 16  # the first look
     assert loop.step() == [] and job.row == 26 and job.past_next_look  # the next stage, drawn ahead
@@ -118,7 +120,7 @@ def test_an_image_ended_with_the_next_looks_counts_on_their_way_ignores_them(eng
     if stop_first:
         [(ended, counts)] = finished
         alone = Job(items[0][1], SamplingPlan((PLAN.phases[0], PLAN.phases[1]), (6, 10)), index=items[0][0])
-        sync = EngineLoop(PlainBody(engine, SIGMA, SEED, BATCH), engine.device, BATCH, 2)
+        sync = EngineLoop(PlainBody(Smoothing(engine, SIGMA, SEED, BATCH)), engine.device, BATCH, 2)
         sync.add(alone)
         [(_, first_look)] = sync.step()
         assert ended is job and np.array_equal(counts, first_look)
@@ -132,14 +134,14 @@ def test_rows_past_a_look_in_the_batch_of_the_look_count_apart_until_its_counts_
     exactly its 16 rows' counts, and every look's and the final counts are the synchronous body's."""
     log: dict = {}
     job = Job(items[0][1], PLAN, _recorded(log), index=items[0][0])
-    loop = EngineLoop(AsyncBody(PlainBody(engine, SIGMA, SEED, 20), LazyDevice()), engine.device, 20, 2)
+    loop = EngineLoop(AsyncBody(PlainBody(Smoothing(engine, SIGMA, SEED, 20)), LazyDevice()), engine.device, 20, 2)
     loop.add(job)
     assert loop.step() == [] and job.row == 20 and job.spare is None and loop.stats().drawn == 20
     finished = []
     while loop.busy:
         finished += loop.step()
     expected_log: dict = {}
-    certifier = StreamingCertifier(engine, PLAN, SIGMA, SEED, 20, PlainBody(engine, SIGMA, SEED, 20))
+    certifier = StreamingCertifier(Smoothing(engine, SIGMA, SEED, 20), PLAN)
     [expected] = certifier.run(items[:1], _recorded(expected_log))
     assert log.keys() == expected_log.keys() and all(np.array_equal(log[k], expected_log[k]) for k in log)
     assert int(log[items[0][0], 0].sum()) == 16
@@ -160,14 +162,14 @@ def test_a_look_reached_in_a_spare_slot_gets_its_own_copy_after_the_rows_join(en
 
     log: dict = {}
     job = Job(items[0][1], PLAN, decide_with(log), index=items[0][0])
-    loop = EngineLoop(AsyncBody(PlainBody(engine, SIGMA, SEED, 32), LazyDevice()), engine.device, 32, 2)
+    loop = EngineLoop(AsyncBody(PlainBody(Smoothing(engine, SIGMA, SEED, 32)), LazyDevice()), engine.device, 32, 2)
     loop.add(job)
     assert loop.step() == [] and job.row == 26 and job.past_next_look
     finished = []
     while loop.busy:
         finished += loop.step()
     expected_log: dict = {}
-    certifier = StreamingCertifier(engine, PLAN, SIGMA, SEED, 32, PlainBody(engine, SIGMA, SEED, 32))
+    certifier = StreamingCertifier(Smoothing(engine, SIGMA, SEED, 32), PLAN)
     [expected] = certifier.run(items[:1], decide_with(expected_log))
     assert log.keys() == expected_log.keys() == {(items[0][0], stage) for stage in range(stop_at + 1)}
     assert all(np.array_equal(log[k], expected_log[k]) for k in log)
@@ -190,7 +192,7 @@ class GatedBody(PlainBody):
 def test_the_emulated_device_fills_a_copy_only_after_the_batches_queued_before_it(engine, items):
     """``run`` returns at once; a copy of the counts queued after it stays unfilled (and its marker not done)
     until the batch has run, and a batch queued after the copy does not change it."""
-    inner = GatedBody(engine, SIGMA, SEED, BATCH)
+    inner = GatedBody(Smoothing(engine, SIGMA, SEED, BATCH))
     device = EmulatedDevice(0.0)
     try:
         body = AsyncBody(inner, device)
@@ -218,7 +220,7 @@ def test_a_decision_awaited_with_the_device_idle_is_a_stall_in_both_accounts(eng
     before batches issued after a wait; every batch ran on the device."""
     device = EmulatedDevice(0.005)
     try:
-        loop = EngineLoop(AsyncBody(PlainBody(engine, SIGMA, SEED, BATCH), device), engine.device, BATCH, 2)
+        loop = EngineLoop(AsyncBody(PlainBody(Smoothing(engine, SIGMA, SEED, BATCH)), device), engine.device, BATCH, 2)
         loop.add(Job(items[0][1], PLAN, lambda index, counts, stage: False, index=items[0][0]))
         finished = []
         while loop.busy:
@@ -235,7 +237,7 @@ def test_a_decision_awaited_with_the_device_idle_is_a_stall_in_both_accounts(eng
 def test_the_vote_engine_votes_for_its_label_as_often_as_the_population_says():
     """Through the plain body and the noise contract: 20,000 noisy copies of the image of pA 0.9."""
     engine = VoteEngine()
-    body = PlainBody(engine, 0.25, SEED, 20_000)
+    body = PlainBody(Smoothing(engine, 0.25, SEED, 20_000))
     counts = body.allocate(1, phase_ids(engine.device))
     body.load(0, vote_image(0.9, 0.25))
     rows = torch.arange(20_000)

@@ -27,6 +27,7 @@ from dmae_fast.batching.engine_loop import BatchFailed, EngineLoop
 from dmae_fast.batching.fallback import BodyChain, Candidate
 from dmae_fast.batching.fast_body import FastBody
 from dmae_fast.batching.job import Job
+from dmae_fast.batching.smoothing import Smoothing
 from dmae_fast.batching.stream import PlainBody
 from dmae_fast.bench.async_device import AsyncBody
 from dmae_fast.cli.certify import main
@@ -52,7 +53,8 @@ def _plan(sequential: bool) -> SamplingPlan:
 
 
 def _counts(engine, body, sequential: bool, items=ITEMS) -> dict[int, np.ndarray]:
-    return stream_counts(engine, items, _plan(sequential), SIGMA, SEED, BATCH, body, _decide if sequential else None)
+    return stream_counts(Smoothing(engine, SIGMA, SEED, BATCH), items, _plan(sequential), body,
+                         _decide if sequential else None)
 
 
 def _fail_once(monkeypatch, owner: type, name: str, fails: Callable[..., bool]) -> dict:
@@ -92,9 +94,9 @@ SYNCHRONOUS = {"load": (FastBody, "load"), "run": (FastBody, "run"), "copy": (St
 @pytest.mark.parametrize("call", SYNCHRONOUS)
 def test_a_body_call_that_fails_mid_run_gives_way_to_the_next_body_with_the_same_counts(engine, monkeypatch, capsys,
                                                                                      call, sequential):
-    expected = _counts(engine, PlainBody(engine, SIGMA, SEED, BATCH), sequential)
+    expected = _counts(engine, PlainBody(Smoothing(engine, SIGMA, SEED, BATCH)), sequential)
     monkeypatch.setattr(torch, "compile", lambda function, **kwargs: function)  # the compiled body: eager here
-    body = batch_body(engine, SIGMA, SEED, BATCH, BodyOptions(compile=True, noise="reference"))
+    body = batch_body(Smoothing(engine, SIGMA, SEED, BATCH), BodyOptions(compile=True, noise="reference"))
     assert body.options.compile and body.fallbacks == []
     capsys.readouterr()
     injected = _fail_once(monkeypatch, *SYNCHRONOUS[call], _nth(3))
@@ -109,9 +111,9 @@ def _asynchronous_body(engine, monkeypatch):
     monkeypatch.setattr(fallback, "trial_classes", lambda body, engine, rows: torch.zeros(rows))
 
     def build():
-        return AsyncBody(PlainBody(engine, SIGMA, SEED, BATCH), LazyDevice())
+        return AsyncBody(PlainBody(Smoothing(engine, SIGMA, SEED, BATCH)), LazyDevice())
 
-    plain = lambda: PlainBody(engine, SIGMA, SEED, BATCH)  # noqa: E731
+    plain = lambda: PlainBody(Smoothing(engine, SIGMA, SEED, BATCH))  # noqa: E731
     return BodyChain(engine).choose([Candidate("the asynchronous body", build)], plain, None)
 
 
@@ -136,7 +138,7 @@ ASYNCHRONOUS = {"spare load": (AsyncBody, "load", _spare_load), "fold": (LazyDev
 @pytest.mark.parametrize("call", ASYNCHRONOUS)
 def test_a_failure_on_an_asynchronous_device_gives_way_to_the_next_body_with_the_same_counts(engine, monkeypatch,
                                                                                           capsys, call):
-    expected = _counts(engine, PlainBody(engine, SIGMA, SEED, BATCH), True, ITEMS[:3])
+    expected = _counts(engine, PlainBody(Smoothing(engine, SIGMA, SEED, BATCH)), True, ITEMS[:3])
     body = _asynchronous_body(engine, monkeypatch)
     owner, name, fails = ASYNCHRONOUS[call]
     injected = _fail_once(monkeypatch, owner, name, fails())
@@ -174,7 +176,7 @@ def test_a_failed_load_ends_the_images_on_the_device_and_that_one_and_the_loop_g
     """The server's view: two slots, the third image's load fails. The image on the device and the one being
     loaded end with the failure, the queued ones keep their place and get the streamer's counts."""
     plan = SamplingPlan.certify(n0=10, n=20)
-    loop = EngineLoop(PlainBody(engine, SIGMA, SEED, BATCH), engine.device, BATCH, 2)
+    loop = EngineLoop(PlainBody(Smoothing(engine, SIGMA, SEED, BATCH)), engine.device, BATCH, 2)
     jobs = [Job(image, plan, index=index) for index, image, _ in ITEMS]
     for job in jobs:
         loop.add(job)
@@ -184,19 +186,20 @@ def test_a_failed_load_ends_the_images_on_the_device_and_that_one_and_the_loop_g
         finished.update(loop.step(0.0))
     failed = [job.index for job in jobs if isinstance(finished[job], BatchFailed)]
     assert len(failed) == 2 and str(finished[jobs[2]]) == BAD_ALLOC
-    expected = stream_counts(engine, [item for item in ITEMS if item[0] not in failed], plan, SIGMA, SEED, BATCH)
+    unfailed = [item for item in ITEMS if item[0] not in failed]
+    expected = stream_counts(Smoothing(engine, SIGMA, SEED, BATCH), unfailed, plan)
     assert all(np.array_equal(finished[job], expected[job.index]) for job in jobs if job.index not in failed)
     assert loop.stats().on_device == 0 and loop.stats().queued == 0
 
 
 def test_what_the_image_source_raises_is_raised_as_it_is_not_fallen_back_from(engine, monkeypatch):
     monkeypatch.setattr(torch, "compile", lambda function, **kwargs: function)
-    body = batch_body(engine, SIGMA, SEED, BATCH, BodyOptions(compile=True, noise="reference"))
+    body = batch_body(Smoothing(engine, SIGMA, SEED, BATCH), BodyOptions(compile=True, noise="reference"))
 
     def images():
         yield from ITEMS[:2]
         raise OSError("the data disappeared")
 
     with pytest.raises(OSError, match="the data disappeared"):
-        stream_counts(engine, images(), _plan(False), SIGMA, SEED, BATCH, body)
+        stream_counts(Smoothing(engine, SIGMA, SEED, BATCH), images(), _plan(False), body)
     assert body.fallbacks == [] and body.chain.body is body

@@ -23,6 +23,7 @@ from helpers import Run, one_line_error, rows_without, run_command, tiny_checkpo
 from scipy.stats import beta, norm
 
 from dmae_fast.base.errors import UserError
+from dmae_fast.batching.smoothing import Smoothing
 from dmae_fast.batching.stream import SamplingPlan, StreamingCertifier
 from dmae_fast.cli.certify import main
 from dmae_fast.data import demo_digits
@@ -522,7 +523,7 @@ def test_list_without_labels_for_image_dir(tmp_path: Path, capsys: pytest.Captur
 
 def test_nan_pixels_are_refused() -> None:
     engine = TorchEngine(load_classifier(DEMO_CHECKPOINT), torch.device("cpu"), "fp32")
-    streamer = StreamingCertifier(engine, SamplingPlan.certify(20, 200), SIGMA, seed=0, batch_size=64)
+    streamer = StreamingCertifier(Smoothing(engine, SIGMA, 0, 64), SamplingPlan.certify(20, 200))
     image = torch.full((3, 8, 8), 0.5)
     image[1, 2, 3] = math.nan
     with pytest.raises(UserError, match="NaN") as info:

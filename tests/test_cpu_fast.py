@@ -34,6 +34,7 @@ from dmae_fast.batching.cpu.runtimes import (
     TorchChunks,
     cpu_classifier,
 )
+from dmae_fast.batching.smoothing import Smoothing
 from dmae_fast.batching.stream import PlainBody, SamplingPlan
 from dmae_fast.cli.certify import main as certify_main
 from dmae_fast.data import demo_digits
@@ -231,11 +232,11 @@ def demo():
 
 
 def _counts(engine, body, items, n0=40, n=460, batch=300):
-    return stacked_counts(engine, items, SamplingPlan.certify(n0, n), 0.25, 5, batch, body)
+    return stacked_counts(Smoothing(engine, 0.25, 5, batch), items, SamplingPlan.certify(n0, n), body)
 
 
 def _plain(engine, batch=300):
-    return PlainBody(engine, 0.25, 5, batch)
+    return PlainBody(Smoothing(engine, 0.25, 5, batch))
 
 
 @pytest.mark.parametrize("runtime", [pytest.param("openvino", marks=needs_openvino), "onnxruntime", "torch"])
@@ -245,8 +246,8 @@ def test_cpu_body_counts_equal_the_plain_body(demo, runtime):
     classifier = cpu_classifier(engine, "fp32", 0.25, print, 2, runtime, chunk_sizes(300, 16, 2))
     first_word = {"openvino": "OpenVINO", "onnxruntime": "ONNX", "torch": "torch"}[runtime]
     assert classifier.description.split()[0] == first_word
-    body = CpuFastBody(classifier, model.spec, 0.25, 5, 300, workers=2, chunk=16,
-                             noise=NoiseSource(CPU, serial=True))
+    body = CpuFastBody(classifier, Smoothing(engine, 0.25, 5, 300), workers=2, chunk=16,
+                       noise=NoiseSource(CPU, serial=True))
     reference = _counts(engine, _plain(engine), items)
     assert (reference[:, 1].max(1) < 460).any()  # some votes are split: the comparison means something
     assert np.array_equal(_counts(engine, body, items), reference)
@@ -291,7 +292,7 @@ def test_cpu_body_restores_the_thread_setting(demo):
     model, items = demo
     engine = TorchEngine(model, CPU, "fp32")
     before = torch.get_num_threads()
-    body = CpuFastBody(TorchChunks(model, "fp32"), model.spec, 0.25, 5, 100, 2, 8, NoiseSource(CPU))
+    body = CpuFastBody(TorchChunks(model, "fp32"), Smoothing(engine, 0.25, 5, 100), 2, 8, NoiseSource(CPU))
     _counts(engine, body, items[:1], n0=10, n=90, batch=100)
     assert torch.get_num_threads() == before
 
@@ -321,7 +322,7 @@ def test_a_runtimes_first_call_is_made_alone(demo):
     model, items = demo
     engine = TorchEngine(model, CPU, "fp32")
     probe = _ConcurrencyProbe(model)
-    body = CpuFastBody(probe, model.spec, 0.25, 5, 300, workers=2, chunk=16, noise=NoiseSource(CPU, serial=True))
+    body = CpuFastBody(probe, Smoothing(engine, 0.25, 5, 300), workers=2, chunk=16, noise=NoiseSource(CPU, serial=True))
     assert np.array_equal(_counts(engine, body, items), _counts(engine, _plain(engine), items))
     assert probe.overlaps[0] == 1 and probe.overlaps[1] == 1  # the first call, and the next began after it
     assert max(probe.overlaps) == 2  # the rest run concurrently
@@ -339,8 +340,8 @@ def test_the_noise_kernel_is_compiled_once_for_every_worker_and_chunk(demo, seri
     second_reference = _counts(engine, _plain(engine), items[:2], n0=10, n=90)
     torch._dynamo.reset()
     counters.clear()
-    body = CpuFastBody(TorchChunks(model, "fp32"), model.spec, 0.25, 5, 300, workers=2, chunk=16,
-                             noise=NoiseSource(CPU, serial=serial))
+    body = CpuFastBody(TorchChunks(model, "fp32"), Smoothing(engine, 0.25, 5, 300), workers=2, chunk=16,
+                       noise=NoiseSource(CPU, serial=serial))
     slots = []
     allocate = body.allocate
     body.allocate = lambda num_slots, phase_ids: slots.append(num_slots) or allocate(num_slots, phase_ids)
@@ -356,19 +357,19 @@ def test_the_noise_kernel_is_compiled_once_for_every_worker_and_chunk(demo, seri
 def test_fast_on_cpu_picks_openvino_then_onnxruntime_then_pytorch(demo, monkeypatch, capsys):
     model, _ = demo
     engine = TorchEngine(model, CPU, "fp32")
-    body = batch_body(engine, 0.25, 0, 100, BodyOptions(fast=True))
+    body = batch_body(Smoothing(engine, 0.25, 0, 100), BodyOptions(fast=True))
     assert isinstance(body, CpuFastBody) and isinstance(body.classifier, OpenVinoChunks)
     assert capsys.readouterr().err == ""
     monkeypatch.setitem(__import__("sys").modules, "openvino", None)  # import fails
-    body = batch_body(engine, 0.25, 0, 100, BodyOptions(fast=True))
+    body = batch_body(Smoothing(engine, 0.25, 0, 100), BodyOptions(fast=True))
     assert isinstance(body.classifier, OrtChunks)
     assert "OpenVINO is not installed (pip install openvino); the CPU fast path runs ONNX Runtime" \
         in capsys.readouterr().err
     monkeypatch.setitem(__import__("sys").modules, "onnxruntime", None)
-    body = batch_body(engine, 0.25, 0, 100, BodyOptions(fast=True))
+    body = batch_body(Smoothing(engine, 0.25, 0, 100), BodyOptions(fast=True))
     assert isinstance(body.classifier, TorchChunks)
     assert "runs PyTorch" in capsys.readouterr().err
-    assert isinstance(batch_body(engine, 0.25, 0, 100, BodyOptions()), PlainBody)
+    assert isinstance(batch_body(Smoothing(engine, 0.25, 0, 100), BodyOptions()), PlainBody)
 
 
 @pytest.mark.parametrize("precision,runtime,modules,message", [
@@ -380,7 +381,8 @@ def test_a_cpu_runtime_that_cannot_run_is_one_clear_error(demo, monkeypatch, pre
     for module in modules:
         monkeypatch.setitem(__import__("sys").modules, module, None)
     with pytest.raises(cpu_runtimes.UserError) as error:
-        batch_body(TorchEngine(model, CPU, precision), 0.25, 0, 100, BodyOptions(fast=True, cpu_runtime=runtime))
+        batch_body(Smoothing(TorchEngine(model, CPU, precision), 0.25, 0, 100),
+                   BodyOptions(fast=True, cpu_runtime=runtime))
     assert str(error.value) == message
 
 
@@ -498,6 +500,7 @@ def test_a_signal_after_an_openvino_body_is_freed_reaches_its_handler():
     script = textwrap.dedent("""
         import gc, signal, torch
         from dmae_fast.batching.bodies import BodyOptions, batch_body
+        from dmae_fast.batching.smoothing import Smoothing
         from dmae_fast.batching.stream import SamplingPlan, StreamingCertifier
         from dmae_fast.engines import TorchEngine
         from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier
@@ -505,9 +508,10 @@ def test_a_signal_after_an_openvino_body_is_freed_reaches_its_handler():
         engine = TorchEngine(SmoothingClassifier(spec).eval(), torch.device("cpu"), "fp32")
         for patch_input in (True, False):  # two bodies, one after the other, as a test module or a server may
             options = BodyOptions(fast=True, workers=2, cpu_runtime="openvino", patch_input=patch_input)
-            body = batch_body(engine, 0.25, 0, 128, options)
+            smoothing = Smoothing(engine, 0.25, 0, 128)
+            body = batch_body(smoothing, options)
             plan = SamplingPlan.certify(30, 300)
-            list(StreamingCertifier(engine, plan, 0.25, 0, 128, body).run([(0, torch.rand(3, 16, 16), 0)]))
+            list(StreamingCertifier(smoothing, plan, body).run([(0, torch.rand(3, 16, 16), 0)]))
         del body
         gc.collect()
         caught = []

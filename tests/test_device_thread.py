@@ -14,6 +14,7 @@ from helpers import stream_counts
 
 from dmae_fast.batching.bodies import BodyOptions, batch_body
 from dmae_fast.batching.scheduler import Job
+from dmae_fast.batching.smoothing import Smoothing
 from dmae_fast.batching.stream import SamplingPlan
 from dmae_fast.serve.device_thread import DeviceThread, IndicesExhausted, QueueFull
 from dmae_fast.stats.procedure import sequential_certifier
@@ -34,7 +35,7 @@ def images():
 
 
 def _device_thread(engine, batch=64, max_wait_s=0.0, max_queue=64, first_index=500, slots=None, on_batch=None):
-    body = batch_body(engine, SIGMA, SEED, batch, BodyOptions(noise="reference"))
+    body = batch_body(Smoothing(engine, SIGMA, SEED, batch), BodyOptions(noise="reference"))
     thread = DeviceThread(body, engine.device, SHAPE, batch, max_wait_s, slots or batch + 2, max_queue, first_index,
                           on_batch)
     thread.start()
@@ -58,8 +59,8 @@ class Collector:
 
 
 def _offline(engine, plan, items, decide=None, batch=7):
-    body = batch_body(engine, SIGMA, SEED, batch, BodyOptions(noise="reference"))
-    return stream_counts(engine, items, plan, SIGMA, SEED, batch, body, decide)
+    body = batch_body(Smoothing(engine, SIGMA, SEED, batch), BodyOptions(noise="reference"))
+    return stream_counts(Smoothing(engine, SIGMA, SEED, batch), items, plan, body, decide)
 
 
 def test_mixed_plans_share_batches_and_match_the_offline_streamer(engine, images):
@@ -162,7 +163,7 @@ def test_non_finite_logits_fail_that_image_only(engine, images):
             return torch.where(x.flatten(1).mean(1) > 0.8, self.spec.num_classes, classes)
 
     bad = NaNForBrightImages(engine)
-    body = batch_body(bad, SIGMA, SEED, 32, BodyOptions(noise="reference"))
+    body = batch_body(Smoothing(bad, SIGMA, SEED, 32), BodyOptions(noise="reference"))
     thread = DeviceThread(body, engine.device, SHAPE, 32, 0.0, 8, 8, 0)
     thread.start()
     collector = Collector(2)
@@ -175,7 +176,7 @@ def test_non_finite_logits_fail_that_image_only(engine, images):
 
 
 def test_a_failed_batch_fails_its_images_and_the_server_keeps_serving(engine, images):
-    body = batch_body(engine, SIGMA, SEED, 32, BodyOptions(noise="reference"))
+    body = batch_body(Smoothing(engine, SIGMA, SEED, 32), BodyOptions(noise="reference"))
     run, batches = body.run, []
 
     def failing(*rows):

@@ -14,6 +14,7 @@ from helpers import stream_counts
 
 from dmae_fast.batching.engine_loop import BatchFailed, EngineLoop
 from dmae_fast.batching.scheduler import Job, RowSplit
+from dmae_fast.batching.smoothing import Smoothing
 from dmae_fast.batching.stream import PlainBody
 from dmae_fast.stats.plan import SamplingPlan
 
@@ -66,14 +67,14 @@ def images():
 
 
 def _streamed(engine, plan, items):
-    return stream_counts(engine, items, plan, SIGMA, SEED, 16)
+    return stream_counts(Smoothing(engine, SIGMA, SEED, 16), items, plan)
 
 
 class FailingBody(PlainBody):
     """The plain body, raising in its ``fail_at``-th batch (counted after the rows were counted)."""
 
     def __init__(self, engine, fail_at):
-        super().__init__(engine, SIGMA, SEED, 16)
+        super().__init__(Smoothing(engine, SIGMA, SEED, 16))
         self.batches, self.fail_at = 0, fail_at
 
     def run(self, *rows):
@@ -112,7 +113,7 @@ def _places(loop: EngineLoop) -> tuple[int, int]:
 
 def test_cancelled_jobs_are_never_returned_and_fail_all_ends_the_rest(engine, images):
     plan = SamplingPlan.certify(8, 40)
-    loop = EngineLoop(PlainBody(engine, SIGMA, SEED, 16), engine.device, 16, 2)
+    loop = EngineLoop(PlainBody(Smoothing(engine, SIGMA, SEED, 16)), engine.device, 16, 2)
     jobs = [Job(image, plan, index=i) for i, image in enumerate(images)]
     for job in jobs:
         loop.add(job)
@@ -154,9 +155,9 @@ def _split_between_two(engine, plan, items, decide=None):
     results = [None, None]
 
     def run(rank):
-        body = RowSpy(engine, SIGMA, SEED, 16)
+        body = RowSpy(Smoothing(engine, SIGMA, SEED, 16))
         split = RowSplit(rank, 2, lambda local: summed(rank, local))
-        counts = stream_counts(engine, items, plan, SIGMA, SEED, 16, body, decide, split=split)
+        counts = stream_counts(Smoothing(engine, SIGMA, SEED, 16), items, plan, body, decide, split=split)
         results[rank] = counts, body.rows
 
     threads = [threading.Thread(target=run, args=(rank,)) for rank in (0, 1)]
@@ -176,7 +177,7 @@ def test_a_row_split_shares_each_batch_and_gives_every_process_the_streamers_cou
     items = [(7 + i, image, 0) for i, image in enumerate(images)]
     decide = (lambda index, counts, stage: counts[-1].max() > 12) if plan.looks else None  # noqa: E731
     (counts0, rows0), (counts1, rows1) = _split_between_two(engine, plan, items, decide)
-    alone = stream_counts(engine, items, plan, SIGMA, SEED, 32, decide=decide)
+    alone = stream_counts(Smoothing(engine, SIGMA, SEED, 32), items, plan, decide=decide)
     assert counts0.keys() == counts1.keys() == alone.keys() == {7, 8, 9, 10}
     assert all(np.array_equal(counts0[i], alone[i]) and np.array_equal(counts1[i], alone[i]) for i in alone)
     assert rows0 and rows1 and not set(rows0) & set(rows1) and len(rows0) + len(rows1) == len(set(rows0 + rows1))

@@ -29,6 +29,7 @@ from dmae_fast.base.errors import Interrupted, UserError  # noqa: E402
 from dmae_fast.batching.bodies import BodyOptions, batch_body  # noqa: E402
 from dmae_fast.batching.cpu import runtimes as cpu_runtimes  # noqa: E402
 from dmae_fast.batching.fast_body import FastBody  # noqa: E402
+from dmae_fast.batching.smoothing import Smoothing
 from dmae_fast.batching.stream import PlainBody, SamplingPlan  # noqa: E402
 from dmae_fast.cli.certify import main  # noqa: E402
 from dmae_fast.engines import TorchEngine  # noqa: E402
@@ -44,13 +45,14 @@ def engine():
 
 
 def _counts(engine, body):
-    return stacked_counts(engine, random_images(4, step=3), SamplingPlan.certify(n0=10, n=60), 0.5, 11, 48, body)
+    plan = SamplingPlan.certify(n0=10, n=60)
+    return stacked_counts(Smoothing(engine, 0.5, 11, 48), random_images(4, step=3), plan, body)
 
 
 def _runs_like_the_plain_body(engine, options, capsys, expected):
     """The body chosen for ``options`` counts as the plain body, and its fallbacks match ``expected``."""
-    plain = _counts(engine, PlainBody(engine, 0.5, 11, 48))
-    body = batch_body(engine, 0.5, 11, 48, options)
+    plain = _counts(engine, PlainBody(Smoothing(engine, 0.5, 11, 48)))
+    body = batch_body(Smoothing(engine, 0.5, 11, 48), options)
     np.testing.assert_array_equal(_counts(engine, body), plain)
     err = capsys.readouterr().err
     assert len(body.fallbacks) == len(expected)
@@ -126,8 +128,8 @@ def test_cpu_runtime_sessions_that_fail_fall_back_to_pytorch(demo_model, monkeyp
     monkeypatch.setattr(cpu_runtimes.OpenVinoChunks, "__init__", _fail("[GENERAL_ERROR] could not compile model"))
     monkeypatch.setattr(cpu_runtimes.OrtChunks, "__init__", _fail("ONNXRuntimeError: INVALID_GRAPH"))
     engine = TorchEngine(demo_model, CPU, "fp32")
-    plain = _counts_demo(engine, PlainBody(engine, 0.25, 11, 48))
-    body = batch_body(engine, 0.25, 11, 48, BodyOptions(fast=True, workers=1))
+    plain = _counts_demo(engine, PlainBody(Smoothing(engine, 0.25, 11, 48)))
+    body = batch_body(Smoothing(engine, 0.25, 11, 48), BodyOptions(fast=True, workers=1))
     np.testing.assert_array_equal(_counts_demo(engine, body), plain)
     [notice] = body.fallbacks
     assert notice.startswith("the CPU fast body failed (RuntimeError: ") and "on PyTorch" in notice
@@ -140,7 +142,7 @@ def _counts_demo(engine, body):
 
     digits = demo_digits("test")
     images = [(i, digits[i][0], digits[i][1]) for i in (0, 7)]
-    return stacked_counts(engine, images, SamplingPlan.certify(20, 100), 0.25, 11, 48, body)
+    return stacked_counts(Smoothing(engine, 0.25, 11, 48), images, SamplingPlan.certify(20, 100), body)
 
 
 def test_an_exported_graph_that_fails_its_parity_check_is_not_used(demo_model, monkeypatch, capsys, tmp_path):
@@ -220,12 +222,12 @@ def test_a_body_that_fails_mid_run_gives_way_to_the_next_with_the_same_counts(en
         return look >= stop_at[index]
 
     def counts(body):
-        return stream_counts(engine, random_images(6, step=3), plan, 0.5, 11, 48, body,
+        return stream_counts(Smoothing(engine, 0.5, 11, 48), random_images(6, step=3), plan, body,
                              decide if sequential else None)
 
-    plain = counts(PlainBody(engine, 0.5, 11, 48))
+    plain = counts(PlainBody(Smoothing(engine, 0.5, 11, 48)))
     _fail_on_call(monkeypatch, FastBody, 4, RuntimeError("std::bad_alloc"), after_counting=True)
-    body = batch_body(engine, 0.5, 11, 48, BodyOptions(compile=True, noise="reference"))
+    body = batch_body(Smoothing(engine, 0.5, 11, 48), BodyOptions(compile=True, noise="reference"))
     assert body.options.compile and body.fallbacks == []
     got = counts(body)
     assert got.keys() == plain.keys() and all(np.array_equal(got[i], plain[i]) for i in plain)
@@ -239,7 +241,7 @@ def test_a_body_that_fails_mid_run_gives_way_to_the_next_with_the_same_counts(en
 def test_interrupts_and_user_errors_in_a_batch_are_not_fallen_back_from(engine, monkeypatch, error):
     monkeypatch.setattr(torch, "compile", lambda function, **kwargs: function)
     _fail_on_call(monkeypatch, FastBody, 2, error)  # the first batch after the trial
-    body = batch_body(engine, 0.5, 11, 48, BodyOptions(compile=True, noise="reference"))
+    body = batch_body(Smoothing(engine, 0.5, 11, 48), BodyOptions(compile=True, noise="reference"))
     with pytest.raises(type(error)):
         _counts(engine, body)
     assert body.fallbacks == [] and body.chain.body is body

@@ -14,6 +14,7 @@ from helpers import random_images, rows_without, stream_counts, tiny_engine_of
 
 from dmae_fast.base.errors import UserError  # noqa: E402
 from dmae_fast.batching.fast_body import FastBody, FastPath  # noqa: E402
+from dmae_fast.batching.smoothing import Smoothing
 from dmae_fast.batching.stage_timer import STAGES, StageTimer  # noqa: E402
 from dmae_fast.batching.stream import SamplingPlan  # noqa: E402
 from dmae_fast.cli.certify import main  # noqa: E402
@@ -38,7 +39,7 @@ def _images(size, count=5):
 
 
 def _counts(engine, images, plan, batch, body=None, decide=None):
-    return stream_counts(engine, images, plan, 0.5, 11, batch, body, decide)
+    return stream_counts(Smoothing(engine, 0.5, 11, batch), images, plan, body, decide)
 
 
 @pytest.mark.parametrize("fused", [False, pytest.param(True, marks=cpu_fused)])
@@ -47,7 +48,7 @@ def test_fast_body_gives_identical_counts(fused):
     plan = SamplingPlan.certify(n0=12, n=40)  # 52 rows per image, batch 48: images straddle batches
     plain = _counts(engine, images, plan, 48)
     timer = StageTimer(CPU)
-    body = FastBody(engine, 0.5, 11, 48, FastPath(fused=fused), timer)
+    body = FastBody(Smoothing(engine, 0.5, 11, 48), FastPath(fused=fused), timer)
     assert body.options.fused == fused and ("fused" in body.description) == fused
     fast = _counts(engine, images, plan, 48, body)
     assert plain.keys() == fast.keys()
@@ -60,7 +61,7 @@ def test_fast_body_gives_identical_counts(fused):
 
 def test_resizing_classifier_falls_back_to_the_unfused_front_end(capsys):
     engine, images = _engine(input_size=8), _images(8, count=3)
-    body = FastBody(engine, 0.5, 11, 32, FastPath(fused=True))
+    body = FastBody(Smoothing(engine, 0.5, 11, 32), FastPath(fused=True))
     assert "fused front end unavailable" in capsys.readouterr().err
     assert not body.options.fused
     plan = SamplingPlan.predict(n=30)
@@ -73,7 +74,7 @@ def test_sequential_plan_with_the_fused_body():
     engine, images = _engine(), _images(16, count=4)
     plan = SamplingPlan.sequential(n0=8, estimation_looks=(16, 40))
     decide = lambda index, counts, look: index % 2 == 0  # noqa: E731  (even images stop at the first look)
-    body = FastBody(engine, 0.5, 11, 24, FastPath(fused=True))
+    body = FastBody(Smoothing(engine, 0.5, 11, 24), FastPath(fused=True))
     plain, fast = _counts(engine, images, plan, 24, decide=decide), _counts(engine, images, plan, 24, body, decide)
     assert all(np.array_equal(plain[i], fast[i]) for i in plain)
     assert {i: int(c[1].sum()) for i, c in fast.items()} == {i: 16 if i % 2 == 0 else 40 for i, _, _ in images}
@@ -86,7 +87,7 @@ def test_fused_on_the_cpu_with_kernels_compiled_for_the_gpu_falls_back_with_a_no
 
     monkeypatch.setattr(fused_frontend, "INTERPRETED", False)
     engine, images = _engine(), _images(16, count=2)
-    body = FastBody(engine, 0.5, 11, 32, FastPath(fused=True))
+    body = FastBody(Smoothing(engine, 0.5, 11, 32), FastPath(fused=True))
     assert not body.options.fused
     assert "compiled for the GPU in this process, not for cpu" in capsys.readouterr().err
     plan = SamplingPlan.predict(n=30)
@@ -99,7 +100,7 @@ def test_non_torch_engines_are_refused():
         spec, device, precision, description = _engine().spec, CPU, "fp32", "onnxruntime on cpu"
 
     with pytest.raises(UserError, match="needs a PyTorch checkpoint"):
-        FastBody(Foreign(), 0.5, 0, 8, FastPath(fused=True))
+        FastBody(Smoothing(Foreign(), 0.5, 0, 8), FastPath(fused=True))
 
 
 def _image_folder(tmp_path):
@@ -151,7 +152,7 @@ def test_token_engine_behind_the_front_end_gives_identical_counts(token_engines,
     _, engines = token_engines
     engine = open_engine(engines[fmt], EngineOptions(device="cpu", input="tokens"))
     images, plan = _images(16), SamplingPlan.certify(n0=12, n=40)
-    body = FastBody(engine, 0.5, 11, 48, FastPath(fused=fused))
+    body = FastBody(Smoothing(engine, 0.5, 11, 48), FastPath(fused=fused))
     assert body.options.fused == fused and engine.path.name in body.description
     assert body.model.spec.encoder.depth == 0  # the front end read beside the engine, not a checkpoint
     plain = _counts(_engine(), images, plan, 48)
@@ -167,10 +168,10 @@ def test_token_engine_needs_its_front_end_file(token_engines, tmp_path):
     (tmp_path / (copy.name + ".json")).write_text(Path(str(engines["onnx"]) + ".json").read_text())
     engine = open_engine(copy, EngineOptions(device="cpu", input="tokens"))
     with pytest.raises(UserError, match="has no front end"):
-        FastBody(engine, 0.5, 0, 8, FastPath(fused=True))
+        FastBody(Smoothing(engine, 0.5, 0, 8), FastPath(fused=True))
     front_end_path(copy).write_bytes(front_end_path(engines["torch"]).read_bytes())  # another engine's
     with pytest.raises(UserError, match="does not fit"):
-        FastBody(engine, 0.5, 0, 8, FastPath(fused=True))
+        FastBody(Smoothing(engine, 0.5, 0, 8), FastPath(fused=True))
 
 
 @cpu_fused
@@ -199,7 +200,7 @@ def test_cuda_fast_paths_agree_with_the_plain_body(options):
     images = _images(16, count=6)
     plan = SamplingPlan.certify(n0=50, n=500)
     plain = _counts(engine, images, plan, 256)
-    fast = _counts(engine, images, plan, 256, FastBody(engine, 0.5, 11, 256, options))
+    fast = _counts(engine, images, plan, 256, FastBody(Smoothing(engine, 0.5, 11, 256), options))
     total = sum(c.sum() for c in plain.values())
     assert sum(c.sum() for c in fast.values()) == total
     flipped = sum(np.abs(plain[i] - fast[i]).sum() for i in plain) / 2
@@ -212,14 +213,14 @@ def test_a_run_with_the_previous_runs_layout_replays_its_captured_graph():
     """A second run on the same body (same slots and phases) keeps the graph and counts from zero;
     a run of another layout captures again. Counts equal a fresh body's each time."""
     engine = _engine(device=torch.device("cuda"))
-    body = FastBody(engine, 0.5, 11, 128, FastPath(cuda_graphs=True))
+    body = FastBody(Smoothing(engine, 0.5, 11, 128), FastPath(cuda_graphs=True))
     images, plan = _images(16, count=4), SamplingPlan.certify(n0=50, n=300)
     first = _counts(engine, images, plan, 128, body)
     graph = body._graph
     assert graph is not None
     again = _counts(engine, images, plan, 128, body)
     assert body._graph is graph
-    fresh = _counts(engine, images, plan, 128, FastBody(engine, 0.5, 11, 128, FastPath(cuda_graphs=True)))
+    fresh = _counts(engine, images, plan, 128, FastBody(Smoothing(engine, 0.5, 11, 128), FastPath(cuda_graphs=True)))
     assert all(np.array_equal(first[i], again[i]) and np.array_equal(first[i], fresh[i]) for i in first)
     other = SamplingPlan.certify(n0=10, n=40)  # a stage shorter than the batch: more slots
     _counts(engine, images, other, 128, body)
@@ -237,7 +238,7 @@ def test_fused_front_end_feeds_a_cuda_pt2_token_engine_under_a_cuda_graph(tmp_pa
     engine = open_engine(path, EngineOptions(device="cuda", input="tokens"))
     images, plan = _images(16, count=6), SamplingPlan.certify(n0=50, n=500)
     plain = _counts(_engine(device=torch.device("cuda")), images, plan, 256)
-    body = FastBody(engine, 0.5, 11, 256, FastPath(fused=True, cuda_graphs=True))
+    body = FastBody(Smoothing(engine, 0.5, 11, 256), FastPath(fused=True, cuda_graphs=True))
     assert body.options.cuda_graphs and body.options.fused
     fast = _counts(engine, images, plan, 256, body)
     total = sum(c.sum() for c in plain.values())

@@ -8,6 +8,7 @@ from torch import nn
 
 from dmae_fast.base.errors import UserError
 from dmae_fast.batching.fast_body import FastBody, FastPath
+from dmae_fast.batching.smoothing import Smoothing
 from dmae_fast.batching.stream import SamplingPlan
 from dmae_fast.cli.certify import main
 from dmae_fast.engines import EngineOptions, TorchEngine, open_engine
@@ -84,19 +85,19 @@ def test_open_engine_refuses_fp8_for_a_classifier_it_cannot_run(tmp_path):
 
 
 def _counts(engine, body=None):
-    return stream_counts(engine, random_images(4), SamplingPlan.certify(n0=10, n=50), 0.5, 11, 48, body)
+    return stream_counts(Smoothing(engine, 0.5, 11, 48), random_images(4), SamplingPlan.certify(n0=10, n=50), body)
 
 
 def test_the_fast_fp8_body_counts_as_the_plain_fp8_body():
     engine = TorchEngine(_model(), CPU, "fp8")
     plain = _counts(engine)
-    fast = _counts(engine, FastBody(engine, 0.5, 11, 48, FastPath()))
+    fast = _counts(engine, FastBody(Smoothing(engine, 0.5, 11, 48), FastPath()))
     assert all(np.array_equal(plain[i], fast[i]) for i in plain)  # the same fp8 classifier, the same samples
 
 
 def test_fp8_bodies_compile_in_the_default_mode_and_say_so(capsys):
     engine = TorchEngine(_model(), CPU, "fp8")
-    body = FastBody(engine, 0.5, 11, 48, FastPath(compile=True, compile_mode="max-autotune"))
+    body = FastBody(Smoothing(engine, 0.5, 11, 48), FastPath(compile=True, compile_mode="max-autotune"))
     assert body.options.compile and body.options.compile_mode == "default"
     assert "fp8: torch.compile mode 'default' instead of 'max-autotune'" in capsys.readouterr().err
 
@@ -120,7 +121,8 @@ def test_cuda_fp8_fast_body_agrees_with_fp16():
     cuda = torch.device("cuda")
     model = _model().to(cuda)
     fp8 = TorchEngine(model, cuda, "fp8")
-    body = FastBody(fp8, 0.5, 11, 48, FastPath(fused=True, compile=True, cuda_graphs=True, compile_mode="default"))
+    body = FastBody(Smoothing(fp8, 0.5, 11, 48),
+                    FastPath(fused=True, compile=True, cuda_graphs=True, compile_mode="default"))
     fast, eager = _counts(fp8, body), _counts(fp8)
     fp16 = _counts(TorchEngine(model, cuda, "fp16"))
     total = sum(c.sum() for c in fp16.values())

@@ -13,6 +13,7 @@ from helpers import stacked_counts, tiny_vit
 from dmae_fast.batching.bodies import BodyOptions, batch_body
 from dmae_fast.batching.cpu.exported import onnx_bytes
 from dmae_fast.batching.cpu.runtimes import OrtChunks
+from dmae_fast.batching.smoothing import Smoothing
 from dmae_fast.batching.stream import PlainBody, SamplingPlan
 from dmae_fast.engines import TorchEngine
 from dmae_fast.engines.graphs import PatchGraph
@@ -106,12 +107,12 @@ def test_patch_input_counts_equal_the_plain_body(runtime):
     # the two graphs' logits differ by ~2e-7 (float rounding): no vote can flip with these margins
     assert _top2_margins(model, items, n0, n, seed) > 2e-5
     engine, plan = TorchEngine(model, CPU, "fp32"), SamplingPlan.certify(n0, n)
-    body = batch_body(engine, 0.25, seed, 128, BodyOptions(fast=True, workers=2, cpu_runtime=runtime))
+    smoothing = Smoothing(engine, 0.25, seed, 128)
+    body = batch_body(smoothing, BodyOptions(fast=True, workers=2, cpu_runtime=runtime))
     assert body.classifier.layout == PatchLayout.of(model) and "patch rows" in body.description
-    got = stacked_counts(engine, items, plan, 0.25, seed, 128, body)
-    want = stacked_counts(engine, items, plan, 0.25, seed, 128, PlainBody(engine, 0.25, seed, 128))
+    got = stacked_counts(smoothing, items, plan, body)
+    want = stacked_counts(smoothing, items, plan, PlainBody(smoothing))
     assert (want[:, 1].max(1) < n).any()  # some votes are split: the comparison means something
     assert np.array_equal(got, want)
-    images_body = batch_body(engine, 0.25, seed, 128, BodyOptions(fast=True, workers=2, cpu_runtime=runtime,
-                                                                   patch_input=False))
+    images_body = batch_body(smoothing, BodyOptions(fast=True, workers=2, cpu_runtime=runtime, patch_input=False))
     assert images_body.classifier.layout is None and "patch rows" not in images_body.description

@@ -75,8 +75,7 @@ def sound_answers(one_torch_thread, tmp_path_factory) -> dict:
     for quantize in (False, True):
         config = ServeConfig(engine_path=str(DEMO_CHECKPOINT), seed=SEED, first_index=FIRST_INDEX, device="cpu",
                              batch=256, max_wait_ms=0)
-        service = Service(dataclasses.replace(config, body=dataclasses.replace(config.body,
-                                                                               sound=Sound(16, quantize))))
+        service = Service(dataclasses.replace(config, sound=Sound(16, quantize)))
         service.start()
         try:
             for name, (rounding, which, fields) in requests.items():
@@ -85,7 +84,7 @@ def sound_answers(one_torch_thread, tmp_path_factory) -> dict:
                 images = [base64.b64encode(files[w].read_bytes()).decode() for w in which]
                 body = json.dumps({"images": images, **fields}).encode()
                 parsed = parse_request(CERTIFY, "application/json", body, [], service.shape, Limits(), Defaults(),
-                                       service.config.sigma, service.config.body.sound)
+                                       service.config.sigma, service.config.sound)
                 out[name] = (json.loads(json.dumps(asyncio.run(service.answer(parsed)))),
                              [str(files[w]) for w in which])
         finally:

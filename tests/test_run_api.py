@@ -93,7 +93,7 @@ def test_a_config_is_made_of_parts_and_its_record_stays_flat():
     assert config.classifier == ClassifierOptions("m.safetensors", device="cpu")
     assert config.data == DataOptions("demo", skip=2) and config.output == OutputOptions("r.tsv", profile="prof")
     assert config.procedure == ProcedureOptions(sigma=0.5, n=500, sequential=True, looks=(100, 500), grow=math.inf)
-    assert (config.body.fused, config.body.sound.grid, config.batch) == (True, 16, 64)
+    assert (config.body.fused, config.sound.grid, config.batch) == (True, 16, 64)
     config.validate()
     recorded = config.recorded()
     assert set(recorded) == RECORDED_SETTINGS

@@ -33,6 +33,7 @@ import torch
 from helpers import one_line_error, procedure_of, run_command, stream_counts
 from PIL import Image
 
+from dmae_fast.batching.smoothing import Smoothing
 from dmae_fast.batching.stream import ImageCounts
 from dmae_fast.cli import serve as serve_cli
 from dmae_fast.data import demo_digits
@@ -185,8 +186,8 @@ def offline_counts(engine, receipt: dict, items: list[tuple[int, torch.Tensor]],
     """Counts by image index from the library's streaming certifier (the offline re-run)."""
     procedure = procedure_of(receipt)
     assert procedure.plan == plan_of(receipt)
-    return stream_counts(engine, [(i, image, 0) for i, image in items], procedure.plan, receipt["sigma"],
-                         receipt["seed"], batch, decide=procedure.decide)
+    smoothing = Smoothing(engine, receipt["sigma"], receipt["seed"], batch)
+    return stream_counts(smoothing, [(i, image, 0) for i, image in items], procedure.plan, decide=procedure.decide)
 
 
 def served_counts(result: dict, receipt: dict) -> np.ndarray:

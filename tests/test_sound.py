@@ -22,7 +22,7 @@ from helpers import rows_without, stream
 from PIL import Image
 
 from dmae_fast.base.errors import UserError
-from dmae_fast.batching.body_options import BodyOptions
+from dmae_fast.batching.smoothing import Smoothing
 from dmae_fast.batching.stream import PlainBody
 from dmae_fast.cli.certify import main as certify_main
 from dmae_fast.data import demo_digits
@@ -80,8 +80,8 @@ class TraceReader(Engine):
 
 def _counts(engine: Engine, image: torch.Tensor, plan: SamplingPlan, grid: int | None = None,
             seed: int = 0) -> np.ndarray:
-    body = PlainBody(engine, SIGMA, seed, 1000, NoiseSource(CPU, compiled=False, grid=grid))
-    [done] = stream(engine, [(0, image, 0)], plan, SIGMA, seed, 1000, body, sound=None if grid is None else Sound(grid))
+    smoothing = Smoothing(engine, SIGMA, seed, 1000, None if grid is None else Sound(grid))
+    [done] = stream(smoothing, [(0, image, 0)], plan, PlainBody(smoothing, NoiseSource(CPU, compiled=False, grid=grid)))
     return done.counts
 
 
@@ -184,8 +184,8 @@ def test_off_grid_images_are_refused_or_quantized_when_asked(one_torch_thread, t
 def test_a_config_asks_for_sound_on_the_datas_grid():
     settings = dict(engine="m", data="demo", out="o.tsv", sigma=0.25, sound=True)
     config = CertifyConfig.from_settings(settings)
-    assert config.body.sound == Sound(16) and config.procedure_spec().sound
-    assert CertifyConfig.from_settings({**settings, "data": "/imagenet/val"}).body.sound == Sound(255)
+    assert config.sound == Sound(16) and config.procedure_spec().sound
+    assert CertifyConfig.from_settings({**settings, "data": "/imagenet/val"}).sound == Sound(255)
     with pytest.raises(UserError, match="--quantize applies to --sound"):
         CertifyConfig.from_settings({**settings, "sound": False, "quantize": True})
 
@@ -213,7 +213,7 @@ def test_a_sound_servers_requests_are_checked():
 def test_a_sound_answer_replays_as_identical(one_torch_thread):
     config = ServeConfig(engine_path=str(DEMO_CHECKPOINT), seed=7, first_index=40, device="cpu", batch=256,
                          max_wait_ms=0)
-    service = Service(dataclasses.replace(config, body=dataclasses.replace(config.body, sound=Sound(16))))
+    service = Service(dataclasses.replace(config, sound=Sound(16)))
     images = [demo_digits("test").images[i] for i in (0, 11)]
     service.start()
     try:
@@ -298,7 +298,7 @@ def test_dmae_sound_table_refuses_a_table_beyond_the_bound_at_once(tmp_path, arg
 
 def test_a_server_a_run_and_a_replay_beyond_the_bound_are_refused_at_once():
     with pytest.raises(UserError, match=TOO_WIDE):
-        ServeConfig(engine_path="demo", sigma=100.0, body=BodyOptions(sound=Sound(65536))).validate()
+        ServeConfig(engine_path="demo", sigma=100.0, sound=Sound(65536)).validate()
     done = subprocess.run([str(BIN / "dmae-serve"), "--ckpt", "demo", "--sound", "--sound-grid", "65536", "--sigma",
                            "100", "--port", "0"], capture_output=True, text=True, timeout=600)
     _one_line(done, "dmae-serve", TOO_WIDE)

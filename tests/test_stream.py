@@ -7,6 +7,7 @@ from helpers import random_images, stream, stream_counts
 
 from dmae_fast.base.errors import UserError
 from dmae_fast.batching.smooth import Smooth
+from dmae_fast.batching.smoothing import Smoothing
 from dmae_fast.batching.stream import PlainBody, SamplingPlan
 from dmae_fast.engines import TorchEngine
 from dmae_fast.model import SmoothingClassifier
@@ -41,7 +42,7 @@ def images():
 
 
 def _counts(engine, images, plan, batch, sigma=0.5, seed=123):
-    out = stream(engine, images, plan, sigma, seed, batch)
+    out = stream(Smoothing(engine, sigma, seed, batch), images, plan)
     assert [o.index for o in out] == [i for i, _, _ in images]
     assert [o.label for o in out] == [label for _, _, label in images]
     return np.stack([o.counts for o in out])
@@ -79,8 +80,8 @@ def test_noise_is_added_in_pixel_space_to_the_clean_image(engine, images, compil
     the torch-op reference, to float32 rounding with the compiled kernel (the default)."""
     spy = SpyEngine(engine)
     plan = SamplingPlan.certify(n0=3, n=4)
-    body = PlainBody(spy, 0.25, 77, 5, NoiseSource(engine.device, compiled=compiled))
-    stream(spy, images[:2], plan, 0.25, 77, 5, body)
+    body = PlainBody(Smoothing(spy, 0.25, 77, 5), NoiseSource(engine.device, compiled=compiled))
+    stream(Smoothing(spy, 0.25, 77, 5), images[:2], plan, body)
     assert body.noise.implementation == (COMPILED if compiled else REFERENCE)
     received = torch.cat(spy.batches)
     expected = []
@@ -114,9 +115,9 @@ def test_bad_images_are_refused(engine):
     bad = torch.rand(SHAPE)
     bad[1, 2, 3] = float("nan")
     with pytest.raises(UserError, match="image 4 contains NaN"):
-        stream(engine, [(4, bad, 0)], plan, 0.5, 0, 8)
+        stream(Smoothing(engine, 0.5, 0, 8), [(4, bad, 0)], plan)
     with pytest.raises(UserError, match="shape"):
-        stream(engine, [(0, torch.rand(3, 16, 16), 0)], plan, 0.5, 0, 8)
+        stream(Smoothing(engine, 0.5, 0, 8), [(0, torch.rand(3, 16, 16), 0)], plan)
 
 
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -164,7 +165,7 @@ def test_sequential_plan_stops_early_with_prefix_counts_and_full_batches(engine,
             exhausted_at.append(len(spy.batches))  # index of the batch being built
 
         calls.clear()
-        results[batch] = stream_counts(spy, source(), plan, 0.5, 5, batch, decide=decide)
+        results[batch] = stream_counts(Smoothing(spy, 0.5, 5, batch), source(), plan, decide=decide)
         sizes = [len(b) for b in spy.batches]
         assert all(size == batch for size in sizes[: exhausted_at[0]])  # full until the tail
         assert sum(sizes) == sum(10 + looks[stop_at[i]] for i, _, _ in many)
@@ -180,4 +181,4 @@ def test_sequential_plan_stops_early_with_prefix_counts_and_full_batches(engine,
 
 def test_sequential_plan_needs_a_decision_rule(engine, images):
     with pytest.raises(ValueError, match="decide"):
-        stream(engine, images, SamplingPlan.sequential(5, (5, 10)), 0.5, 0, 8)
+        stream(Smoothing(engine, 0.5, 0, 8), images, SamplingPlan.sequential(5, (5, 10)))

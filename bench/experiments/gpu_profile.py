@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from dmae_fast import Smoothing
 from dmae_fast.batching.fast_body import FastBody, FastPath
 from dmae_fast.batching.stage_timer import STAGES, StageTimer
 from dmae_fast.bench.throughput import build_model
@@ -55,8 +56,8 @@ def main() -> None:
     model = build_model(args.model, device)
     engine = TorchEngine(model, device, args.precision)
     timer = StageTimer(device)
-    body = FastBody(engine, 0.25, 0, args.batch, FastPath(fused=True, compile=args.compile, compile_mode=args.mode),
-                       timer)
+    body = FastBody(Smoothing(engine, 0.25, 0, args.batch),
+                    FastPath(fused=True, compile=args.compile, compile_mode=args.mode), timer)
     slots = 8
     body.allocate(slots, torch.tensor([1], device=device))
     for slot in range(slots):

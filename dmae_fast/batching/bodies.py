@@ -25,9 +25,9 @@ from dmae_fast.batching.cpu.runtimes import cpu_classifier
 from dmae_fast.batching.fallback import BodyChain, Candidate
 from dmae_fast.batching.fast_body import FastBody, FastPath
 from dmae_fast.batching.scheduler import BatchBody
+from dmae_fast.batching.smoothing import Smoothing
 from dmae_fast.batching.stage_timer import StageTimer
 from dmae_fast.batching.stream import PlainBody
-from dmae_fast.engines.base import Engine
 from dmae_fast.noise.compiled import NoiseSource
 
 
@@ -68,36 +68,35 @@ class ResolvedBody:
         return {"name": self.name, "reason": self.reason}
 
 
-def resolve_body(engine: Engine, sigma: float, seed: int, batch: int, options: BodyOptions,
-                 timer: StageTimer | None = None) -> ResolvedBody:
-    """The batch body for ``engine`` and ``options`` (see the module doc), and why. ``body.fallbacks`` lists
+def resolve_body(smoothing: Smoothing, options: BodyOptions, timer: StageTimer | None = None) -> ResolvedBody:
+    """The batch body for ``smoothing`` and ``options`` (see the module doc), and why. ``body.fallbacks`` lists
     the notices of the bodies passed over (also printed); ``body.chain`` gives the next body if this one
     fails mid-run. A ``timer`` (a per-stage profile) times the stages of whichever body runs."""
+    engine = smoothing.engine
     if engine.device.type == "cpu":
         keep_freed_memory()
     chain = BodyChain(engine)
-    grid = None if options.sound is None else options.sound.grid
-    noise = functools.partial(NoiseSource, engine.device, options.noise == "compiled", grid=grid, notice=chain.notice)
+    noise = functools.partial(NoiseSource, engine.device, options.noise == "compiled", grid=smoothing.grid,
+                              notice=chain.notice)
     path = _fast_path(options, engine.device.type)
     if options.fast and engine.device.type == "cpu" and engine.input == "image":
-        candidates = _cpu_candidates(engine, sigma, seed, batch, options, timer, noise)
+        candidates = _cpu_candidates(smoothing, options, timer, noise)
     elif path is not None or engine.input == "tokens":
-        candidates = _fast_candidates(engine, sigma, seed, batch, path or FastPath(), timer, noise)
+        candidates = _fast_candidates(smoothing, path or FastPath(), timer, noise)
     else:
         candidates = []
     # the trial's reference: the torch-op noise
-    reference_noise = functools.partial(NoiseSource, engine.device, False, grid=grid, notice=chain.notice)
-    reference = _plain(engine, sigma, seed, batch, None, reference_noise) if candidates else None
-    body = chain.choose(candidates, functools.partial(_plain, engine, sigma, seed, batch, timer, noise), reference)
+    reference_noise = functools.partial(NoiseSource, engine.device, False, grid=smoothing.grid, notice=chain.notice)
+    reference = _plain(smoothing, None, reference_noise) if candidates else None
+    body = chain.choose(candidates, functools.partial(_plain, smoothing, timer, noise), reference)
     if timer is not None:
         timer.reset()  # the trial batches are not part of the profile
     return ResolvedBody(body, options)
 
 
-def batch_body(engine: Engine, sigma: float, seed: int, batch: int, options: BodyOptions,
-               timer: StageTimer | None = None) -> BatchBody:
+def batch_body(smoothing: Smoothing, options: BodyOptions, timer: StageTimer | None = None) -> BatchBody:
     """:func:`resolve_body`'s body alone."""
-    return resolve_body(engine, sigma, seed, batch, options, timer).body
+    return resolve_body(smoothing, options, timer).body
 
 
 def _fast_path(options: BodyOptions, device_type: str) -> FastPath | None:
@@ -109,15 +108,14 @@ def _fast_path(options: BodyOptions, device_type: str) -> FastPath | None:
     return None
 
 
-def _plain(engine: Engine, sigma: float, seed: int, batch: int, timer: StageTimer | None,
-           noise: Callable[..., NoiseSource]) -> BatchBody:
+def _plain(smoothing: Smoothing, timer: StageTimer | None, noise: Callable[..., NoiseSource]) -> BatchBody:
     """The plain body; for a token engine, which no plain body runs, the eager unfused fast body."""
-    if engine.input == "tokens":
-        return FastBody(engine, sigma, seed, batch, FastPath(), timer, noise())
-    return PlainBody(engine, sigma, seed, batch, noise(), timer)
+    if smoothing.engine.input == "tokens":
+        return FastBody(smoothing, FastPath(), timer, noise())
+    return PlainBody(smoothing, noise(), timer)
 
 
-def _fast_candidates(engine: Engine, sigma: float, seed: int, batch: int, path: FastPath, timer: StageTimer | None,
+def _fast_candidates(smoothing: Smoothing, path: FastPath, timer: StageTimer | None,
                      noise: Callable[..., NoiseSource]) -> list[Candidate]:
     """``path``, then the same without CUDA graphs, without compiling, unfused (those that differ)."""
     chain = [path]
@@ -126,26 +124,27 @@ def _fast_candidates(engine: Engine, sigma: float, seed: int, batch: int, path: 
             chain.append(replace(chain[-1], **{part: False}))
 
     def build(option: FastPath) -> FastBody:
-        return FastBody(engine, sigma, seed, batch, option, timer, noise())
+        return FastBody(smoothing, option, timer, noise())
 
     return [Candidate(f"the fast body ({option.describe()})", functools.partial(build, option)) for option in chain]
 
 
-def _cpu_candidates(engine: Engine, sigma: float, seed: int, batch: int, options: BodyOptions,
-                    timer: StageTimer | None, noise: Callable[..., NoiseSource]) -> list[Candidate]:
+def _cpu_candidates(smoothing: Smoothing, options: BodyOptions, timer: StageTimer | None,
+                    noise: Callable[..., NoiseSource]) -> list[Candidate]:
     """The CPU fast body on the runtime asked for (auto: the fastest installed), then on PyTorch (fp32 checkpoints)."""
     if options.named_parts:
         print_notice(f"--fast-parts {','.join(options.named_parts)} ignored: --fast on a CPU runs its own body "
                      "(one worker per core, an exported graph per worker); drop --fast to use them")
+    engine = smoothing.engine
     workers = options.workers or cpu_workers()
     chunk = options.chunk or chunk_rows(engine.spec)
 
     def build(runtime: str, cache_reads: list[Path]) -> CpuFastBody:
-        classifier = cpu_classifier(engine, engine.precision, sigma, print_notice, workers, runtime,
-                                    chunk_sizes(batch, chunk, workers), options.patch_input, cache_reads)
+        classifier = cpu_classifier(engine, engine.precision, smoothing.sigma, print_notice, workers, runtime,
+                                    chunk_sizes(smoothing.batch_size, chunk, workers), options.patch_input,
+                                    cache_reads)
         # made by each worker for its own chunks, as the classifier takes them
-        return CpuFastBody(classifier, engine.spec, sigma, seed, batch, workers, chunk,
-                           noise(serial=True, layout=classifier.layout), timer)
+        return CpuFastBody(classifier, smoothing, workers, chunk, noise(serial=True, layout=classifier.layout), timer)
 
     reads: list[Path] = []
     candidates = [Candidate("the CPU fast body", functools.partial(build, options.cpu_runtime, reads), reads)]

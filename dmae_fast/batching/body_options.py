@@ -7,9 +7,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from dmae_fast.base.errors import UserError, raise_first
+from dmae_fast.base.errors import raise_first
 from dmae_fast.batching.choices import CPU_RUNTIMES, FAST_PARTS, NOISE_CHOICES
-from dmae_fast.noise.sound_options import Sound
 
 
 def how(default: Any = dataclasses.MISSING) -> Any:
@@ -37,7 +36,6 @@ class BodyOptions:
     chunk: int | None = how(None)  # CPU fast path: rows per chunk (default: fits the L2 cache)
     patch_input: bool = how(True)  # CPU fast path: feed an exported checkpoint patch rows where it allows
     reason: str = how("")  # why these options ("" where a caller named them in code)
-    sound: Sound | None = None  # --sound: the exact rounded Gaussian on the inputs' grid (None: Gaussian noise)
 
     @property
     def named_parts(self) -> tuple[str, ...]:
@@ -54,19 +52,10 @@ class BodyOptions:
         """The body asked for: "fast" (``fast``, or a part named) or "plain"."""
         return "fast" if self.fast or self.named_parts else "plain"
 
-    def validate(self, sigma: float | None = None) -> None:
-        """Refuse bad options; with a ``sigma``, also a ``--sound`` table too large to build (checked at once)."""
+    def validate(self) -> None:
         raise_first([
             (self.noise in NOISE_CHOICES, f"--noise must be one of {', '.join(NOISE_CHOICES)}, got {self.noise!r}"),
             (self.cpu_runtime in CPU_RUNTIMES,
              f"--cpu-runtime must be one of {', '.join(CPU_RUNTIMES)}, got {self.cpu_runtime!r}"),
             (self.cpu_runtime == "auto" or self.fast, "--cpu-runtime applies to --fast (on a CPU); add --fast"),
-            (self.sound is None or (isinstance(self.sound.grid, int) and 1 <= self.sound.grid <= 2**16),
-             f"the --sound grid must be a whole number in [1, 65536], got {self.sound and self.sound.grid!r}"),
         ])
-        if self.sound is not None and sigma is not None:
-            from dmae_fast.stats.rounded_gaussian import table_problem  # mpmath: only for --sound
-
-            problem = table_problem(sigma, self.sound.grid)
-            if problem is not None:
-                raise UserError(problem)

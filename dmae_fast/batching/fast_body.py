@@ -19,6 +19,7 @@ import torch
 from dmae_fast.base.errors import UserError
 from dmae_fast.base.messages import print_notice
 from dmae_fast.batching.job import count, zero_counts
+from dmae_fast.batching.smoothing import Smoothing
 from dmae_fast.batching.stage_timer import StageTimer, count_batch, stage
 from dmae_fast.engines.base import Engine, TokenBody, predicted_classes
 from dmae_fast.engines.torch_engine import PRECISIONS
@@ -59,12 +60,14 @@ def _front_and_body(engine: Engine) -> tuple[SmoothingClassifier, TokenBody | No
 class FastBody:
     """A batch body (:class:`~dmae_fast.batching.scheduler.BatchBody`) for PyTorch classifiers and token engines."""
 
-    def __init__(self, engine: Engine, sigma: float, seed: int, batch_size: int, options: FastPath = FastPath(),
-                 timer: StageTimer | None = None, noise: NoiseSource | None = None) -> None:
+    def __init__(self, smoothing: Smoothing, options: FastPath = FastPath(), timer: StageTimer | None = None,
+                 noise: NoiseSource | None = None) -> None:
+        engine = smoothing.engine
         self.model, self.token_body = _front_and_body(engine)
-        self.noise = noise or NoiseSource(engine.device)  # the unfused front end's noise
+        self.noise = noise or NoiseSource(engine.device, grid=smoothing.grid)  # the unfused front end's noise
         self.device, self.spec, self.precision = engine.device, engine.spec, engine.precision
-        self.sigma, self.seed, self.batch_size, self.timer = sigma, seed, batch_size, timer
+        self.sigma, self.seed, self.batch_size = smoothing.sigma, smoothing.seed, smoothing.batch_size
+        self.timer = timer
         self.options = self._available(options)
         self.dtype = PRECISIONS[engine.precision] if self.token_body is None else None  # engines take fp32
         # the body's weights: cast once to fp16/bf16 or fp8 (the front end and E stay on the fp32 classifier)
@@ -83,8 +86,8 @@ class FastBody:
 
             self._fused_tokens = fused_frontend.fused_tokens
             token_dtype = self.dtype or torch.float32
-            self._front = self.model.fused_front_end(sigma).cast(token_dtype)
-            self._tokens = torch.empty((batch_size, 1 + self._front.num_patches, self._front.embed_dim),
+            self._front = self.model.fused_front_end(self.sigma).cast(token_dtype)
+            self._tokens = torch.empty((self.batch_size, 1 + self._front.num_patches, self._front.embed_dim),
                                        dtype=token_dtype, device=self.device)
         forward = self._classify_tokens if self.options.fused else self._classify_images
         self._classify = torch.compile(forward, mode=self.options.compile_mode, dynamic=False) \

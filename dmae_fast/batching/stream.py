@@ -21,13 +21,9 @@ from dmae_fast.base.errors import UserError, raise_if_interrupted
 from dmae_fast.batching.engine_loop import BatchFailed, EngineLoop
 from dmae_fast.batching.job import count, zero_counts
 from dmae_fast.batching.scheduler import BatchBody, Job, LoopStats, RowSplit
+from dmae_fast.batching.smoothing import Smoothing
 from dmae_fast.batching.stage_timer import StageTimer, count_batch, stage
-from dmae_fast.data import check_finite
-from dmae_fast.engines.base import Engine
 from dmae_fast.noise.compiled import NoiseSource
-from dmae_fast.noise.contract import MASK32
-from dmae_fast.noise.grid import check_on_grid, quantize
-from dmae_fast.noise.sound_options import Sound
 from dmae_fast.stats.plan import Decide, SamplingPlan
 
 
@@ -41,16 +37,16 @@ class ImageCounts:
 
 
 class PlainBody:
-    """The plain batch body, for any :class:`Engine`: noisy images ``x[slot] + sigma * eta`` ->
-    ``engine.classify`` -> counts (``noise`` default: the contract compiled into one kernel); a ``timer``
-    (``--profile``) times the three as front end, body and counting."""
+    """The plain batch body, for any engine: noisy images ``x[slot] + sigma * eta`` -> ``engine.classify`` ->
+    counts (``noise`` default: the smoothing's noise compiled into one kernel); a ``timer`` (``--profile``) times
+    the three as front end, body and counting."""
 
-    def __init__(self, engine: Engine, sigma: float, seed: int, batch_size: int,
-                 noise: NoiseSource | None = None, timer: StageTimer | None = None) -> None:
-        self.engine, self.sigma, self.seed, self.timer = engine, sigma, seed, timer
-        self.device, self.shape = engine.device, engine.spec.input_shape
-        self.noise = noise or NoiseSource(engine.device)
-        self._ones = torch.ones(batch_size, dtype=torch.int64, device=self.device)
+    def __init__(self, smoothing: Smoothing, noise: NoiseSource | None = None,
+                 timer: StageTimer | None = None) -> None:
+        self.smoothing, self.engine, self.timer = smoothing, smoothing.engine, timer
+        self.device, self.shape = self.engine.device, self.engine.spec.input_shape
+        self.noise = noise or NoiseSource(self.device, grid=smoothing.grid)
+        self._ones = torch.ones(smoothing.batch_size, dtype=torch.int64, device=self.device)
 
     @property
     def description(self) -> str:
@@ -72,51 +68,34 @@ class PlainBody:
         """Noise, classify and count one batch of rows (device tensors), without synchronizing (unless timed)."""
         count_batch(self.timer)
         with stage(self.timer, "front end"):
-            noisy = self.noise(self._slot_images, slot, self.sigma, self.seed, index, self._phase_ids[position],
-                               sample)
+            noisy = self.noise(self._slot_images, slot, self.smoothing.sigma, self.smoothing.seed, index,
+                               self._phase_ids[position], sample)
         with stage(self.timer, "body"):
             predicted = self.engine.classify(noisy)
         with stage(self.timer, "counting"):
             count(self._counts, slot, position, predicted, self._ones)
 
 
-def checked_image(index: int, image: torch.Tensor, shape: tuple[int, ...], sound: Sound | None) -> torch.Tensor:
-    """``image`` if it can be certified as image ``index``: the classifier's shape, an index inside
-    the noise contract, finite pixels (checked on the host only: no device synchronisation); with
-    ``sound``, on its grid (or rounded onto it where ``sound.quantize``)."""
-    if tuple(image.shape) != shape:
-        raise UserError(f"image {index} has shape {tuple(image.shape)}, the classifier expects {shape}")
-    if not 0 <= index <= MASK32:
-        raise UserError(f"image index {index} outside the noise contract's range [0, 2**32)")
-    if image.device.type == "cpu":
-        check_finite(image, index)
-    if sound is not None and sound.quantize:
-        return quantize(image, sound.grid)
-    if sound is not None:
-        check_on_grid(image[None], sound.grid, "the data", first=index)
-    return image
-
-
 class StreamingCertifier:
     """Counts the classes of noisy samples for a stream of images, in full batches.
 
-    ``body`` runs the batches (default :class:`PlainBody` at ``sigma`` and ``seed``, which are read for
-    nothing else). With ``sound`` (the body's noise on the same grid) images off its grid are refused.
-    With ``split`` (``--shard samples``) this process counts its share of every batch of
-    ``split.world * batch_size`` rows, and all processes yield the same counts. ``samples``: the noisy
-    samples this process counted so far; :meth:`stats`: the engine loop's.
+    ``body`` runs the batches (default: ``smoothing``'s :class:`PlainBody`; a body given must have been built
+    from the same ``smoothing``, which checks each image: :meth:`Smoothing.checked`). With ``split``
+    (``--shard samples``) this process counts its share of every batch of ``split.world * batch_size`` rows,
+    and all processes yield the same counts. ``samples``: the noisy samples this process counted so far;
+    :meth:`stats`: the engine loop's.
     """
 
     _loop: EngineLoop | None = None  # the current run's (after a body failed: the latest body's)
 
-    def __init__(self, engine: Engine, plan: SamplingPlan, sigma: float, seed: int, batch_size: int,
-                 body: BatchBody | None = None, sound: Sound | None = None, split: RowSplit | None = None) -> None:
-        self.engine, self.plan, self.sound, self.split = engine, plan, sound, split
-        self.body = body or PlainBody(engine, sigma, seed, batch_size)
-        self.device, self.shape = engine.device, engine.spec.input_shape
+    def __init__(self, smoothing: Smoothing, plan: SamplingPlan, body: BatchBody | None = None,
+                 split: RowSplit | None = None) -> None:
+        self.smoothing, self.plan, self.split = smoothing, plan, split
+        self.body = body or PlainBody(smoothing)
+        self.device = smoothing.engine.device
         self.samples = 0
         # the batch the schedule packs: every process's rows together
-        self.schedule_batch = batch_size * (split.world if split is not None else 1)
+        self.schedule_batch = smoothing.batch_size * (split.world if split is not None else 1)
         # At most ceil(B / stage) + 1 images meet in one batch and one carries over; in
         # sequential mode as many again may wait for the host's decision.
         shortest = min(np.diff((0,) + plan.stage_ends))
@@ -139,7 +118,7 @@ class StreamingCertifier:
             if item is None:
                 return None
             index, image, label = item
-            image = checked_image(index, image, self.shape, self.sound)
+            image = self.smoothing.checked(index, image)
             job = Job(image, self.plan, decide, index=index, label=int(label))
             unfinished[job] = None
             return job

@@ -6,13 +6,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from dataclasses import fields, replace
+from dataclasses import fields
 
 from dmae_fast.base.command import Parser, import_torch_while_starting, run_reporting_errors
 from dmae_fast.base.errors import UserError
 
 # Only light modules here: --help and option errors answer without importing torch or uvicorn.
-from dmae_fast.batching.body_options import BodyOptions
 from dmae_fast.batching.choices import PRECISION_CHOICES
 from dmae_fast.cli.body_args import add_body_arguments, body_options
 from dmae_fast.demo_files import DEMO, DEMO_CHECKPOINT
@@ -91,20 +90,20 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
         engine_path=engine_path, host=args.host, port=args.port, batch=args.batch, max_wait_ms=args.max_wait_ms,
         max_queue=args.max_queue, slots=args.slots, token_file=args.token_file, seed=args.seed,
         first_index=args.first_index, sigma=args.sigma, device=args.device, precision=args.precision,
-        input_size=args.input_size, normalize=args.normalize, body=_with_sound(body_options(args, os.environ), args),
+        input_size=args.input_size, normalize=args.normalize, body=body_options(args, os.environ), sound=_sound(args),
         max_connections=args.max_connections, keep_alive_s=args.keep_alive, read_timeout_s=args.read_timeout,
         access_log=args.access_log, limits=limits, defaults=Defaults(args.n0, args.n, args.alpha))
 
 
-def _with_sound(options: BodyOptions, args: argparse.Namespace) -> BodyOptions:
-    """The body options with the server's ``--sound`` (grid: ``--sound-grid``, else the demo's or 8 bits)."""
+def _sound(args: argparse.Namespace) -> Sound | None:
+    """The server's ``--sound`` (grid: ``--sound-grid``, else the demo's or 8 bits), or None."""
     if not args.sound:
         if args.sound_grid is not None or args.quantize:
             raise UserError("--sound-grid and --quantize apply to --sound; add --sound")
-        return options
+        return None
     demo = (args.engine or args.ckpt) in (DEMO, str(DEMO_CHECKPOINT))
     grid = args.sound_grid if args.sound_grid is not None else default_grid(demo)
-    return replace(options, sound=Sound(grid, args.quantize))
+    return Sound(grid, args.quantize)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dmae_fast.base.errors import UserError
+
 BYTE_GRID, DEMO_GRID = 255, 16  # --sound's grids: 8-bit images; the demo digits' 17 grey levels k/16
 
 
@@ -21,6 +23,17 @@ class Sound:
 
     grid: int = BYTE_GRID
     quantize: bool = False
+
+    def validate(self, sigma: float | None = None) -> None:
+        """Refuse a grid outside [1, 65536]; with a ``sigma``, also a noise table too large to build (at once)."""
+        if not (isinstance(self.grid, int) and 1 <= self.grid <= 2**16):
+            raise UserError(f"the --sound grid must be a whole number in [1, 65536], got {self.grid!r}")
+        if sigma is not None:
+            from dmae_fast.stats.rounded_gaussian import table_problem  # mpmath: only for --sound
+
+            problem = table_problem(sigma, self.grid)
+            if problem is not None:
+                raise UserError(problem)
 
     def record(self) -> dict:
         return {"grid": self.grid, "quantize": self.quantize}

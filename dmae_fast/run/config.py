@@ -153,17 +153,16 @@ class CertifyConfig:
     data: DataOptions
     procedure: ProcedureOptions
     output: OutputOptions
-    # the batch body (the record's "body" names the one that ran); its sound follows the procedure's
-    # (:meth:`from_settings` sets it)
-    body: BodyOptions = field(default_factory=BodyOptions)
+    body: BodyOptions = field(default_factory=BodyOptions)  # the batch body (the record's "body": the one that ran)
+    sound: Sound | None = None  # --sound (and --quantize): the noise on the inputs' grid; None: Gaussian noise
     batch: int = how(1000)  # noisy samples per forward pass
     shard: str = how("images")  # under torchrun: "images" (ranks claim images) or "samples" (ranks split each image's)
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any], body: BodyOptions | None = None) -> CertifyConfig:
         """The config of flat settings (the run record's keys; ``engine``, ``data`` and ``out`` required,
-        the rest defaulted), with ``body`` (else the body settings among them) and its ``--sound`` part
-        set from ``sound`` and ``quantize``."""
+        the rest defaulted), with ``body`` (else the body settings among them); ``sound`` and ``quantize``
+        give its :class:`Sound` on the data's default grid."""
         if settings.get("grow") == "off":
             settings = {**settings, "grow": math.inf}
         unknown = sorted(set(settings) - SETTINGS - set(BODY_SETTINGS))
@@ -179,16 +178,15 @@ class CertifyConfig:
                                   if settings.get(key) is not None})
         demo = settings["data"] == "demo"
         sound = Sound(default_grid(demo), bool(settings.get("quantize"))) if settings.get("sound") else None
-        body = dataclasses.replace(body, sound=sound)
         run = {key: settings[key] for key in ("batch", "shard") if key in settings}
-        return cls(**parts, body=body, **run)  # type: ignore[arg-type]
+        return cls(**parts, body=body, sound=sound, **run)  # type: ignore[arg-type]
 
     def recorded(self) -> dict:
         """The settings as the run record writes them, flat (``procedure_name`` only when one is named)."""
         settings = {_setting(f): getattr(getattr(self, name), f.name) for name, part in PARTS.items()
                     for f in dataclasses.fields(part)}
         settings.update({key: getattr(self.body, field) for key, field in BODY_SETTINGS.items()})
-        sound = self.body.sound
+        sound = self.sound
         settings.update(batch=self.batch, shard=self.shard, sound=sound is not None,
                         quantize=sound is not None and sound.quantize)
         if self.procedure.procedure_name is None:
@@ -204,7 +202,7 @@ class CertifyConfig:
 
     def procedure_spec(self) -> ProcedureSpec:
         """What this run asks for (``sigma`` as resolved so far)."""
-        return self.procedure.spec(self.body.sound is not None)
+        return self.procedure.spec(self.sound is not None)
 
     def must_match(self) -> tuple[str, ...]:
         """The recorded settings a run must share with the rows it continues: every setting that is not
@@ -230,4 +228,6 @@ class CertifyConfig:
             (1 <= self.batch <= MAX_BATCH, f"--batch must be in [1, {MAX_BATCH:,}], got {self.batch}"),
             (self.shard in SHARD_CHOICES, f"--shard must be one of {', '.join(SHARD_CHOICES)}, got {self.shard!r}"),
         ])
-        self.body.validate(self.procedure.sigma)
+        self.body.validate()
+        if self.sound is not None:
+            self.sound.validate(self.procedure.sigma)

@@ -15,6 +15,7 @@ from dmae_fast.base.errors import UserError
 from dmae_fast.batching.bodies import ResolvedBody, resolve_body
 from dmae_fast.batching.classifier import open_classifier, smoothing_sigma
 from dmae_fast.batching.scheduler import BatchBody, RowSplit
+from dmae_fast.batching.smoothing import Smoothing
 from dmae_fast.batching.stage_timer import StageTimer
 from dmae_fast.batching.stream import StreamingCertifier
 from dmae_fast.data import TensorImageDataset, open_dataset, subset_indices
@@ -88,14 +89,19 @@ class OpenedRun:
         procedure = dataclasses.replace(self.config.procedure, seed=seed)
         return dataclasses.replace(self, config=dataclasses.replace(self.config, procedure=procedure))
 
-    def body(self, timer: StageTimer | None = None) -> ResolvedBody:
+    @property
+    def smoothing(self) -> Smoothing:
+        """What the run smooths (after :meth:`seeded`: with its seed)."""
         c = self.config
-        return resolve_body(self.engine, c.procedure.sigma, c.procedure.seed, c.batch, c.body, timer)
+        if c.procedure.sigma is None or c.procedure.seed is None:
+            raise ValueError("the run's sigma and seed must be resolved first")
+        return Smoothing(self.engine, c.procedure.sigma, c.procedure.seed, c.batch, c.sound)
+
+    def body(self, timer: StageTimer | None = None) -> ResolvedBody:
+        return resolve_body(self.smoothing, self.config.body, timer)
 
     def streamer(self, body: BatchBody, split: RowSplit | None = None) -> StreamingCertifier:
-        c = self.config
-        return StreamingCertifier(self.engine, self.procedure.plan, c.procedure.sigma, c.procedure.seed, c.batch,
-                                  body, c.body.sound, split)
+        return StreamingCertifier(self.smoothing, self.procedure.plan, body, split)
 
     def announce(self, images: int, body: ResolvedBody, ranks: str = "") -> None:
         """The start line: what runs, on which body and why."""

@@ -67,7 +67,7 @@ class RunRecord:
 
 def sound_record(opened: OpenedRun) -> dict | None:
     """A ``--sound`` run's grid and guarantee (:func:`~dmae_fast.stats.rounded_gaussian.guarantee`); None without."""
-    sound, procedure = opened.config.body.sound, opened.config.procedure
+    sound, procedure = opened.config.sound, opened.config.procedure
     if sound is None:
         return None
     table = sound_table(procedure.sigma, sound.grid)

@@ -140,7 +140,7 @@ def build_app(service: Service) -> Starlette:
             body = await read_body(request, limits.max_body_bytes, service.config.read_timeout_s)
             parsed = await run_in_threadpool(parse_request, kind, request.headers.get("content-type"), body,
                                              list(request.query_params.multi_items()), service.shape, limits,
-                                             service.config.defaults, service.config.sigma, service.config.body.sound)
+                                             service.config.defaults, service.config.sigma, service.config.sound)
             return JSONResponse(await until_disconnected(request, service.answer(parsed)))
 
         return handler

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from dmae_fast.base.errors import raise_first
 from dmae_fast.batching.body_options import BodyOptions
 from dmae_fast.model.config import sigma_problem
+from dmae_fast.noise.sound_options import Sound
 from dmae_fast.run.config import MAX_BATCH
 from dmae_fast.stats.settings import SMALLEST_SEQUENTIAL_ALPHA
 
@@ -77,6 +78,7 @@ class ServeConfig:
     input_size: int | None = None
     normalize: str | None = None
     body: BodyOptions = field(default_factory=BodyOptions)  # the batch body, as dmae-certify's
+    sound: Sound | None = None  # --sound (and --quantize): the noise on the inputs' grid; None: Gaussian noise
     max_connections: int = 1024  # uvicorn answers 503 beyond
     keep_alive_s: float = 5.0  # an idle keep-alive connection is closed after this long
     read_timeout_s: float = 10.0  # to send a request's line and headers, then its body (408 and closed after)
@@ -108,4 +110,6 @@ class ServeConfig:
             (self.limits.min_alpha <= self.defaults.alpha <= self.limits.max_alpha,
              f"--alpha must be in [--min-alpha, --max-alpha], got {self.defaults.alpha}"),
         ])
-        self.body.validate(self.sigma)
+        self.body.validate()
+        if self.sound is not None:
+            self.sound.validate(self.sigma)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +19,7 @@ from dmae_fast.base.errors import UserError
 from dmae_fast.base.integrity import file_sha256, is_sha256
 from dmae_fast.batching.bodies import resolve_body
 from dmae_fast.batching.body_options import BodyOptions
+from dmae_fast.batching.smoothing import Smoothing
 from dmae_fast.batching.stream import SamplingPlan, StreamingCertifier
 from dmae_fast.engines.base import Engine
 from dmae_fast.model.config import sigma_problem
@@ -244,12 +245,10 @@ class Replay:
         return not self.differences and not any(r.differences for r in self.results)
 
 
-def _rerun(procedure: Procedure, seed: int, items: Iterable[tuple[int, torch.Tensor, int]], engine: Engine,
-           batch: int, options: BodyOptions) -> dict[int, np.ndarray]:
+def _rerun(procedure: Procedure, smoothing: Smoothing, items: Iterable[tuple[int, torch.Tensor, int]],
+           options: BodyOptions) -> dict[int, np.ndarray]:
     """The offline counts of ``(index, image, key)`` items, by key, on the body ``options`` ask for."""
-    sigma = procedure.spec.sigma
-    body = resolve_body(engine, sigma, seed, batch, options).body
-    streamer = StreamingCertifier(engine, procedure.plan, sigma, seed, batch, body, options.sound)
+    streamer = StreamingCertifier(smoothing, procedure.plan, resolve_body(smoothing, options).body)
     return {done.label: done.counts for done in streamer.run(items, procedure.decide)}
 
 
@@ -289,7 +288,8 @@ def replay_answer(answer: Answer | dict, images: list[torch.Tensor], engine: Eng
     fit = [fit_problem(procedure.plan, r.counts, engine.spec.num_classes) for r in results]
     items = [(r.index, image, key) for key, (r, image, problem) in enumerate(zip(results, smoothed, fit))
              if not problem]
-    offline = _rerun(procedure, receipt.seed, items, engine, batch, replace(options, sound=sound)) if items else {}
+    smoothing = Smoothing(engine, procedure.spec.sigma, receipt.seed, batch, sound)
+    offline = _rerun(procedure, smoothing, items, options) if items else {}
     return Replay(tuple(differences), tuple(_compared(procedure, result, image, fit[key], offline.get(key),
                                                       engine.spec.class_names, extras[key])
                                             for key, (result, image) in enumerate(zip(results, smoothed))))

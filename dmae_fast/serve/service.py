@@ -24,6 +24,7 @@ from dmae_fast.base.integrity import file_sha256
 from dmae_fast.batching.bodies import resolve_body
 from dmae_fast.batching.classifier import open_classifier, smoothing_sigma
 from dmae_fast.batching.scheduler import Job
+from dmae_fast.batching.smoothing import Smoothing
 from dmae_fast.noise.sound_options import Sound
 from dmae_fast.run.host import device_name
 from dmae_fast.serve.config import ServeConfig
@@ -89,7 +90,8 @@ class Service:
             config, sigma=smoothing_sigma(config.sigma, self.engine), precision=self.engine.precision,
             seed=config.seed if config.seed is not None else secrets.randbits(64))
         self.shape = tuple(self.engine.spec.input_shape)
-        self.resolved = resolve_body(self.engine, config.sigma, config.seed, config.batch, config.body)
+        self.smoothing = Smoothing(self.engine, config.sigma, config.seed, config.batch, config.sound)
+        self.resolved = resolve_body(self.smoothing, config.body)
         self.body = self.resolved.body
         slots = config.slots or default_slots(config.batch, math.prod(self.shape))
         self.device_thread = DeviceThread(
@@ -117,7 +119,7 @@ class Service:
             "precision": self.engine.precision,
             "device": device_name(self.engine.device),
             "sigma": config.sigma,
-            "sound": None if config.body.sound is None else config.body.sound.record(),
+            "sound": None if config.sound is None else config.sound.record(),
             "input_shape": list(self.shape),
             "num_classes": spec.num_classes,
             "class_names": list(spec.class_names) if spec.class_names else None,
@@ -148,7 +150,7 @@ class Service:
         except BaseException:
             self.device_thread.cancel(jobs)
             raise
-        names, sound = self.engine.spec.class_names, self.config.body.sound
+        names, sound = self.engine.spec.class_names, self.config.sound
         stated = {} if sound is None else sound_guarantee(procedure, sound.grid, math.prod(self.shape))
         rounded = [None] * len(jobs) if request.rounded is None else request.rounded  # --quantize: what it changed
         results = [{"index": job.index, "input_sha256": input_sha256(job.image), **json_result(procedure, c, names),

@@ -16,12 +16,11 @@ import argparse
 import json
 import statistics
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import torch
 
-from dmae_fast import SamplingPlan, StreamingCertifier
+from dmae_fast import SamplingPlan, Smoothing, StreamingCertifier
 from dmae_fast.batching.bodies import batch_body
 from dmae_fast.batching.body_options import BodyOptions
 from dmae_fast.bench.throughput import build_model
@@ -40,18 +39,17 @@ def measure(model_name: str, device: torch.device, precision: str, batch: int, i
     generator = torch.Generator().manual_seed(1)
     pictures = [(i, torch.randint(0, grid + 1, shape, generator=generator) / grid, 0) for i in range(images)]
     fast = BodyOptions(fast=True) if device.type == "cpu" else BodyOptions(fused=True, compile=True, cuda_graphs=True)
-    asked = {(name, mode): replace(options, sound=Sound(grid) if mode else None)
-             for name, options in (("fast", fast), ("plain", BodyOptions())) for mode in (False, True)}
-    bodies = {key: batch_body(engine, SIGMA, SEED, batch, options) for key, options in asked.items()}
+    smoothings = {mode: Smoothing(engine, SIGMA, SEED, batch, Sound(grid) if mode else None) for mode in (False, True)}
+    bodies = {(name, mode): batch_body(smoothings[mode], options)
+              for name, options in (("fast", fast), ("plain", BodyOptions())) for mode in (False, True)}
     plan = SamplingPlan.certify(100, n)
     seconds: dict[tuple[str, bool], list[float]] = {key: [] for key in bodies}
     for round_ in range(rounds + 1):  # the first round warms up (compiles, captures) and is not kept
         for (name, mode), body in bodies.items():
-            sound = Sound(grid) if mode else None
             if device.type == "cuda":
                 torch.cuda.synchronize()
             start = time.perf_counter()
-            for _ in StreamingCertifier(engine, plan, SIGMA, SEED, batch, body, sound).run(pictures):
+            for _ in StreamingCertifier(smoothings[mode], plan, body).run(pictures):
                 pass
             if round_:
                 seconds[(name, mode)].append(time.perf_counter() - start)

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from dmae_fast import SamplingPlan, StreamingCertifier
+from dmae_fast import SamplingPlan, Smoothing, StreamingCertifier
 from dmae_fast.batching.fast_body import FastBody, FastPath
 from dmae_fast.bench.peak import matmul_peak
 from dmae_fast.bench.reference_loops import COHEN, DMAE
@@ -162,12 +162,12 @@ class TimedBatches:
 def _run(args, engine: TorchEngine, body, plan: SamplingPlan, images: int, decide=None) -> dict:
     """One timed run over ``images`` images (after a one-image warm-up of the same plan: compiling and
     capturing happen there), stopping at the deadline; the drawn samples include in-flight images."""
-    device = engine.device
-    warm = StreamingCertifier(engine, plan, SIGMA, SEED, args.batch, body)
+    device, smoothing = engine.device, Smoothing(engine, SIGMA, SEED, args.batch)
+    warm = StreamingCertifier(smoothing, plan, body)
     list(warm.run(_population(engine.spec.input_shape, 1), decide))
     _sync(device)
     timed = TimedBatches(body) if device.type == "cuda" else None
-    certifier = StreamingCertifier(engine, plan, SIGMA, SEED, args.batch, timed or body)
+    certifier = StreamingCertifier(smoothing, plan, timed or body)
     start, finished, stopped = time.perf_counter(), 0, False
     for _ in certifier.run(_population(engine.spec.input_shape, images), decide):
         finished += 1
@@ -189,7 +189,7 @@ def _engine(args):
     device = resolve_device(args.device)
     precision = args.precision if device.type == "cuda" else "fp32"
     engine = TorchEngine(build_model(args.model, device), device, precision)
-    return engine, FastBody(engine, SIGMA, SEED, args.batch, _fast(device)), precision
+    return engine, FastBody(Smoothing(engine, SIGMA, SEED, args.batch), _fast(device)), precision
 
 
 def certify(args) -> int:

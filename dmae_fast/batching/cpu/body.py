@@ -15,6 +15,7 @@ import torch
 
 from dmae_fast.batching.cpu.runtimes import ChunkClassifier
 from dmae_fast.batching.job import count, zero_counts
+from dmae_fast.batching.smoothing import Smoothing
 from dmae_fast.batching.stage_timer import StageTimer, count_batch, stage
 from dmae_fast.noise.compiled import NoiseSource
 
@@ -62,10 +63,10 @@ def chunk_sizes(rows: int, chunk: int, workers: int) -> set[int]:
 class CpuFastBody:
     """A batch body (see :class:`~dmae_fast.batching.stream.BatchBody`) for CPUs."""
 
-    def __init__(self, classifier: ChunkClassifier, spec, sigma: float, seed: int, batch_size: int,
-                 workers: int, chunk: int, noise: NoiseSource, timer: StageTimer | None = None) -> None:
-        self.classifier, self.spec, self.timer = classifier, spec, timer
-        self.sigma, self.seed, self.batch_size = sigma, seed, batch_size
+    def __init__(self, classifier: ChunkClassifier, smoothing: Smoothing, workers: int, chunk: int, noise: NoiseSource,
+                 timer: StageTimer | None = None) -> None:
+        self.classifier, self.spec, self.timer = classifier, smoothing.engine.spec, timer
+        self.sigma, self.seed, self.batch_size = smoothing.sigma, smoothing.seed, smoothing.batch_size
         if noise.layout != classifier.layout:
             raise ValueError("the noise source must make the classifier's input layout")
         self.workers, self.chunk, self.noise = workers, chunk, noise
