@@ -29,9 +29,23 @@ from dmae_fast.noise.sound import (
     sound_rows,
 )
 from dmae_fast.stats import rounded_gaussian
-from dmae_fast.stats.rounded_gaussian import exact_pmf, implemented_pmf, sound_table, tv_per_image
+from dmae_fast.stats.rounded_gaussian import BITS, DIGITS, SoundTable, sound_table, tv_per_image
 
 SETTINGS = [(0.25, 255), (0.5, 255), (1.0, 255), (0.25, 16)]
+
+
+def exact_pmf(sigma: float, grid: int, k: int, digits: int = DIGITS[0]) -> mpmath.mpf:
+    """P(Z = k) = Phi((k + 1/2) / s) - Phi((k - 1/2) / s) of the exact rounded Gaussian (mpmath)."""
+    ctx = rounded_gaussian._context(digits)
+    s, m = ctx.mpf(sigma) * grid, abs(k)  # symmetric: the tails of |k| avoid cancellation
+    tail = rounded_gaussian._lower_tail
+    return tail(ctx, (m - ctx.mpf(0.5)) / s) - tail(ctx, (m + ctx.mpf(0.5)) / s)
+
+
+def implemented_pmf(table: SoundTable) -> dict[int, Fraction]:
+    """q_k = (T_k - T_{k-1}) / 2**64 for |k| <= K: what the sampler draws, exactly (0 beyond K)."""
+    ends = [0, *(int(t) + 2 ** (BITS - 1) for t in table.thresholds), 2**BITS]
+    return {k: Fraction(ends[i + 1] - ends[i], 2**BITS) for i, k in enumerate(range(-table.K, table.K + 1))}
 
 
 def rounded_gaussian_pmf(s: float, k: np.ndarray) -> np.ndarray:

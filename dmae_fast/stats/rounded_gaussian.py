@@ -128,21 +128,6 @@ def _total_variation(thresholds: list[int], tails: list[mpmath.mpf], digits: int
     tv = (gap + 2 * tails[K]) / 2
     # float() rounds to nearest; one step up covers that and mpmath's error (~1e-118 relative)
     return math.nextafter(float(tv), math.inf)
-
-
-def exact_pmf(sigma: float, grid: int, k: int, digits: int = DIGITS[0]) -> mpmath.mpf:
-    """P(Z = k) = Phi((k + 1/2) / s) - Phi((k - 1/2) / s) of the exact rounded Gaussian (mpmath)."""
-    ctx = _context(digits)
-    s, m = ctx.mpf(sigma) * grid, abs(k)  # symmetric: the tails of |k| avoid cancellation
-    return _lower_tail(ctx, (m - ctx.mpf(0.5)) / s) - _lower_tail(ctx, (m + ctx.mpf(0.5)) / s)
-
-
-def implemented_pmf(table: SoundTable) -> dict[int, Fraction]:
-    """q_k = (T_k - T_{k-1}) / 2**64 for |k| <= K: what the sampler draws, exactly (0 beyond K)."""
-    ends = [0, *(int(t) + 2 ** (BITS - 1) for t in table.thresholds), 2**BITS]
-    return {k: Fraction(ends[i + 1] - ends[i], 2**BITS) for i, k in enumerate(range(-table.K, table.K + 1))}
-
-
 def rounded_up(value: Fraction) -> float:
     """The smallest float >= ``value``."""
     rounded = float(value)
