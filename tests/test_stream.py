@@ -1,5 +1,7 @@
 """The streaming certifier: full batches, device-side counts, identical to the reference loop."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -8,11 +10,12 @@ from helpers import random_images, stream, stream_counts
 from dmae_fast.base.errors import UserError
 from dmae_fast.batching.smooth import Smooth
 from dmae_fast.batching.smoothing import Smoothing
-from dmae_fast.batching.stream import PlainBody, SamplingPlan
+from dmae_fast.batching.stream import PlainBody, SamplingPlan, StreamingCertifier
 from dmae_fast.engines import TorchEngine
 from dmae_fast.model import SmoothingClassifier
 from dmae_fast.noise.compiled import COMPILED, REFERENCE, NoiseSource
 from dmae_fast.noise.contract import gaussian_noise
+from dmae_fast.noise.sound_options import Sound
 from dmae_fast.stats.plan import Phase
 
 SHAPE = (3, 8, 8)
@@ -182,3 +185,13 @@ def test_sequential_plan_stops_early_with_prefix_counts_and_full_batches(engine,
 def test_sequential_plan_needs_a_decision_rule(engine, images):
     with pytest.raises(ValueError, match="decide"):
         stream(Smoothing(engine, 0.5, 0, 8), images, SamplingPlan.sequential(5, (5, 10)))
+
+
+def test_a_body_built_for_another_smoothing_is_refused(engine):
+    """The streamer checks images against its smoothing (grid, shape) and the body draws the noise of its own: a
+    body built for another sigma, seed, batch size or grid would count other samples than the streamer claims."""
+    smoothing = Smoothing(engine, 0.5, 0, 8)
+    StreamingCertifier(smoothing, SamplingPlan.certify(2, 4), PlainBody(Smoothing(engine, 0.5, 0, 8)))  # equal: fine
+    for other in (replace(smoothing, sigma=0.25), replace(smoothing, seed=1), replace(smoothing, sound=Sound(16))):
+        with pytest.raises(ValueError, match="another smoothing"):
+            StreamingCertifier(smoothing, SamplingPlan.certify(2, 4), PlainBody(other))

@@ -66,7 +66,8 @@ class FastBody:
         self.model, self.token_body = _front_and_body(engine)
         self.noise = noise or NoiseSource(engine.device, grid=smoothing.grid)  # the unfused front end's noise
         self.device, self.spec, self.precision = engine.device, engine.spec, engine.precision
-        self.sigma, self.seed, self.batch_size = smoothing.sigma, smoothing.seed, smoothing.batch_size
+        self.smoothing, self.sigma, self.seed = smoothing, smoothing.sigma, smoothing.seed
+        self.batch_size = smoothing.batch_size
         self.timer = timer
         self.options = self._available(options)
         self.dtype = PRECISIONS[engine.precision] if self.token_body is None else None  # engines take fp32

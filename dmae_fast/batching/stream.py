@@ -80,7 +80,7 @@ class StreamingCertifier:
     """Counts the classes of noisy samples for a stream of images, in full batches.
 
     ``body`` runs the batches (default: ``smoothing``'s :class:`PlainBody`; a body given must have been built
-    from the same ``smoothing``, which checks each image: :meth:`Smoothing.checked`). With ``split``
+    for the same ``smoothing``, which checks each image: :meth:`Smoothing.checked`). With ``split``
     (``--shard samples``) this process counts its share of every batch of ``split.world * batch_size`` rows,
     and all processes yield the same counts. ``samples``: the noisy samples this process counted so far;
     :meth:`stats`: the engine loop's.
@@ -92,6 +92,8 @@ class StreamingCertifier:
                  split: RowSplit | None = None) -> None:
         self.smoothing, self.plan, self.split = smoothing, plan, split
         self.body = body or PlainBody(smoothing)
+        if getattr(self.body, "smoothing", smoothing) != smoothing:  # a wrapped body may not say
+            raise ValueError("the body was built for another smoothing than the streamer's")
         self.device = smoothing.engine.device
         self.samples = 0
         # the batch the schedule packs: every process's rows together

@@ -66,7 +66,8 @@ class CpuFastBody:
     def __init__(self, classifier: ChunkClassifier, smoothing: Smoothing, workers: int, chunk: int, noise: NoiseSource,
                  timer: StageTimer | None = None) -> None:
         self.classifier, self.spec, self.timer = classifier, smoothing.engine.spec, timer
-        self.sigma, self.seed, self.batch_size = smoothing.sigma, smoothing.seed, smoothing.batch_size
+        self.smoothing, self.sigma, self.seed = smoothing, smoothing.sigma, smoothing.seed
+        self.batch_size = smoothing.batch_size
         if noise.layout != classifier.layout:
             raise ValueError("the noise source must make the classifier's input layout")
         self.workers, self.chunk, self.noise = workers, chunk, noise
