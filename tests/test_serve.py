@@ -45,6 +45,7 @@ from dmae_fast.serve.payloads import decode_image
 from dmae_fast.serve.receipt import plan_of, replay_answer
 from dmae_fast.stats.rounded_gaussian import guarantee, sound_table
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # the offline re-runs, beside a busy server
 ROOT = Path(__file__).resolve().parents[1]
 SEED, FIRST_INDEX, TOKEN = 12345, 1000, "s3cret-token"
 MAIN_ARGS = ["--seed", str(SEED), "--first-index", str(FIRST_INDEX), "--batch", "256", "--max-wait-ms", "2",
@@ -705,8 +706,8 @@ def test_sigterm_finishes_the_requests_in_flight_then_stops(small_server, digits
 def test_sigterm_as_soon_as_the_server_listens_is_a_clean_stop():
     """A SIGTERM the moment the listening line appears, five times: each a graceful stop and exit 0 (was,
     now and then, 143 "interrupted by SIGTERM": the signal came before the server's own handling of it)."""
-    for _ in range(5):
-        server = start_server("--batch", "64", timeout=300)
+    for _ in range(5):  # (the reference noise: no warm-up compile before the line, the stop after it is the same)
+        server = start_server("--batch", "64", "--noise", "reference", timeout=300)
         server.process.send_signal(signal.SIGTERM)
         status = server.process.wait(300)
         server.reader.join(600)
@@ -721,7 +722,7 @@ def test_slow_clients_are_cut_off_and_cannot_lock_the_others_out():
     """More slow clients than --max-connections (request line and one header, then silence or a byte
     now and then) hold every slot only until --read-timeout: then they get 408 and are closed, and
     other clients are answered while the slow ones still have their sockets open."""
-    server = start_server("--max-connections", "40", "--read-timeout", "3")
+    server = start_server("--max-connections", "40", "--read-timeout", "3", "--noise", "reference")
     address = (server.host, server.port)
     sockets: list[socket.socket] = []
     try:
