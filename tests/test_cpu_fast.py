@@ -239,8 +239,18 @@ def _plain(engine, batch=300):
     return PlainBody(Smoothing(engine, 0.25, 5, batch))
 
 
+@pytest.fixture(scope="module")
+def plain_counts(demo):
+    """What every CPU body must count: the plain body's counts of the demo digits at ``_counts``' defaults,
+    and of the first two at n0 10, n 90 (one body: its noise is compiled once)."""
+    model, items = demo
+    engine = TorchEngine(model, CPU, "fp32")
+    plain = _plain(engine)
+    return _counts(engine, plain, items), _counts(engine, plain, items[:2], n0=10, n=90)
+
+
 @pytest.mark.parametrize("runtime", [pytest.param("openvino", marks=needs_openvino), "onnxruntime", "torch"])
-def test_cpu_body_counts_equal_the_plain_body(demo, runtime):
+def test_cpu_body_counts_equal_the_plain_body(demo, plain_counts, runtime):
     model, items = demo
     engine = TorchEngine(model, CPU, "fp32")
     classifier = cpu_classifier(engine, "fp32", 0.25, print, 2, runtime, chunk_sizes(300, 16, 2))
@@ -248,7 +258,7 @@ def test_cpu_body_counts_equal_the_plain_body(demo, runtime):
     assert classifier.description.split()[0] == first_word
     body = CpuFastBody(classifier, Smoothing(engine, 0.25, 5, 300), workers=2, chunk=16,
                        noise=NoiseSource(CPU, serial=True))
-    reference = _counts(engine, _plain(engine), items)
+    reference, _ = plain_counts
     assert (reference[:, 1].max(1) < 460).any()  # some votes are split: the comparison means something
     assert np.array_equal(_counts(engine, body, items), reference)
 
@@ -292,7 +302,8 @@ def test_cpu_body_restores_the_thread_setting(demo):
     model, items = demo
     engine = TorchEngine(model, CPU, "fp32")
     before = torch.get_num_threads()
-    body = CpuFastBody(TorchChunks(model, "fp32"), Smoothing(engine, 0.25, 5, 100), 2, 8, NoiseSource(CPU))
+    body = CpuFastBody(TorchChunks(model, "fp32"), Smoothing(engine, 0.25, 5, 100), 2, 8,
+                       NoiseSource(CPU, compiled=False))
     _counts(engine, body, items[:1], n0=10, n=90, batch=100)
     assert torch.get_num_threads() == before
 
@@ -316,28 +327,27 @@ class _ConcurrencyProbe(TorchChunks):
                 self._active -= 1
 
 
-def test_a_runtimes_first_call_is_made_alone(demo):
+def test_a_runtimes_first_call_is_made_alone(demo, plain_counts):
     """A runtime's first inference sets up its binding, which is not thread-safe (two first calls
     at once deadlocked OpenVINO): the body makes it alone, then runs its workers concurrently."""
     model, items = demo
     engine = TorchEngine(model, CPU, "fp32")
     probe = _ConcurrencyProbe(model)
     body = CpuFastBody(probe, Smoothing(engine, 0.25, 5, 300), workers=2, chunk=16, noise=NoiseSource(CPU, serial=True))
-    assert np.array_equal(_counts(engine, body, items), _counts(engine, _plain(engine), items))
+    assert np.array_equal(_counts(engine, body, items[:2], n0=10, n=90), plain_counts[1])  # 200 rows: chunks of 16
     assert probe.overlaps[0] == 1 and probe.overlaps[1] == 1  # the first call, and the next began after it
     assert max(probe.overlaps) == 2  # the rest run concurrently
 
 
 @pytest.mark.parametrize("serial", [True, False])
-def test_the_noise_kernel_is_compiled_once_for_every_worker_and_chunk(demo, serial):
+def test_the_noise_kernel_is_compiled_once_for_every_worker_and_chunk(demo, plain_counts, serial):
     """Workers run with one torch thread and get chunks at every storage offset: neither may make
     Dynamo recompile the checked kernel (concurrently, unchecked; an error in torch 2.11)."""
     from torch._dynamo.utils import counters
 
     model, items = demo
     engine = TorchEngine(model, CPU, "fp32")
-    reference = _counts(engine, _plain(engine), items)
-    second_reference = _counts(engine, _plain(engine), items[:2], n0=10, n=90)
+    reference, second_reference = plain_counts
     torch._dynamo.reset()
     counters.clear()
     body = CpuFastBody(TorchChunks(model, "fp32"), Smoothing(engine, 0.25, 5, 300), workers=2, chunk=16,
@@ -507,9 +517,11 @@ def test_a_signal_after_an_openvino_body_is_freed_reaches_its_handler():
         spec = ClassifierSpec(EncoderConfig(32, 2, 2, patch_size=4, img_size=16), num_classes=10, input_size=16)
         engine = TorchEngine(SmoothingClassifier(spec).eval(), torch.device("cpu"), "fp32")
         for patch_input in (True, False):  # two bodies, one after the other, as a test module or a server may
-            options = BodyOptions(fast=True, workers=2, cpu_runtime="openvino", patch_input=patch_input)
+            options = BodyOptions(fast=True, workers=2, cpu_runtime="openvino", patch_input=patch_input,
+                                  noise="reference")  # no noise kernel to compile: seconds
             smoothing = Smoothing(engine, 0.25, 0, 128)
             body = batch_body(smoothing, options)
+            assert body.description.startswith("OpenVINO"), body.description
             plan = SamplingPlan.certify(30, 300)
             list(StreamingCertifier(smoothing, plan, body).run([(0, torch.rand(3, 16, 16), 0)]))
         del body

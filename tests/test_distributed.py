@@ -22,6 +22,7 @@ from typing import NamedTuple
 
 import numpy as np
 import pytest
+from finished_hooks import holding, let_go, with_site
 from helpers import rows_without
 from PIL import Image
 
@@ -91,54 +92,6 @@ def reference(tmp_path_factory) -> dict[str, Path]:
     return files
 
 
-HOLD_AFTER_EACH_ROW = """
-import importlib.machinery, os, sys, time
-
-
-class HoldAfterEachRow:  # in a rank: each row written is followed by a wait until the file HOLD_UNTIL exists
-    def find_spec(self, name, path=None, target=None):
-        if name != "dmae_fast.results.writer" or "RANK" not in os.environ:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        load = spec.loader.exec_module
-
-        def exec_module(module):
-            load(module)
-            write = module.ResultsWriter.write
-
-            def write_and_hold(self, row):
-                write(self, row)
-                while not os.path.exists(os.environ["HOLD_UNTIL"]):
-                    time.sleep(0.05)
-
-            module.ResultsWriter.write = write_and_hold
-
-        spec.loader.exec_module = exec_module
-        return spec
-
-
-sys.meta_path.insert(0, HoldAfterEachRow())
-"""
-
-
-def _with_site(folder: Path, code: str) -> dict[str, str]:
-    """The environment of processes that run ``code`` (their ``sitecustomize``) before anything else."""
-    site = folder / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(code)
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
-
-
-def _holding(folder: Path) -> dict[str, str]:
-    """The environment of a job whose ranks each stop after every row they write until :func:`_let_go`:
-    a signal sent once a row is on disk always lands mid-run."""
-    return {**_with_site(folder, HOLD_AFTER_EACH_ROW), "HOLD_UNTIL": str(folder / "go")}
-
-
-def _let_go(folder: Path) -> None:
-    (folder / "go").touch()
-
-
 def _rows_on_disk(out: Path) -> int:
     files = list(parts_dir(out).glob("rank*.tsv")) if parts_dir(out).is_dir() else []
     return sum(max(0, len(f.read_text().splitlines()) - 1) for f in files)
@@ -205,10 +158,10 @@ def test_a_restarted_rank_keeps_the_fresh_seed_and_the_file_is_complete(tmp_path
     out = tmp_path / "r.tsv"
     out.write_text("a user's old file\n")
     process = _torchrun(2, out, SMALL, "--shard", "images", "--overwrite", restarts=1, seed=None,
-                        env=_holding(tmp_path))
+                        env=holding(tmp_path))
     _wait_for_rows(process, out)
     os.kill(_worker_pids(process.pid)[1], signal.SIGKILL)
-    _let_go(tmp_path)
+    let_go(tmp_path)
     status, err = _finish(process)
     assert status == 0, err
     assert _record(out)["status"] == "complete"
@@ -331,7 +284,7 @@ def _kill_launcher_and_resume(folder: Path, when: str, extra: tuple[str, ...], r
     """``when`` "start-up": the job's process group SIGKILLed as its ranks start; "mid-run": the launcher alone,
     once a row is on disk. ``resume(out)`` then starts the job that continues it."""
     out = folder / "r.tsv"
-    process = _launch(out, SMALL, *extra, env=_holding(folder))
+    process = _launch(out, SMALL, *extra, env=holding(folder))
     ranks = _wait_for_ranks(process)
     if when == "start-up":
         os.killpg(process.pid, signal.SIGKILL)
@@ -400,7 +353,7 @@ def test_a_killed_rank_is_named_in_one_line(tmp_path, rank):
     and the run record said 'running' beside a stale lock file (rank 0 ends the run's record and lock; the
     launcher, which survives it, now does what a killed rank 0 could not)."""
     out = tmp_path / "r.tsv"
-    process = _launch(out, SMALL, env=_holding(tmp_path))
+    process = _launch(out, SMALL, env=holding(tmp_path))
     _wait_for_rows(process, out)
     os.kill(_worker_pids(process.pid)[rank], signal.SIGKILL)
     status, err = _finish(process)
@@ -452,7 +405,7 @@ def test_a_rank_killed_while_sharing_samples_is_one_line(tmp_path):
     launcher says it); the launcher's SIGTERM then found it in Python's exit handlers, where the
     Interrupted it raised was printed as 'Exception ignored in atexit callback' with a traceback."""
     out = tmp_path / "r.tsv"
-    env = _with_site(tmp_path, RANK_1_DIES_RANK_0_ENDS_FIRST)
+    env = with_site(tmp_path, RANK_1_DIES_RANK_0_ENDS_FIRST)
     status, err = _finish(_launch(out, SMALL, "--shard", "samples", env=env))
     assert status == 137
     said = _said(err, out)
@@ -465,7 +418,7 @@ def test_ctrl_c_is_the_run_s_own_line_and_one_process_resumes_the_job(tmp_path, 
     """Was followed by torch's 'Received 2 death signal, shutting down workers' warning. The rows kept by
     2 ranks are continued by one process (this one)."""
     out = tmp_path / "r.tsv"
-    process = _launch(out, SMALL, env=_holding(tmp_path))
+    process = _launch(out, SMALL, env=holding(tmp_path))
     _wait_for_rows(process, out)
     os.killpg(process.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the foreground process group
     status, err = _finish(process)
@@ -480,7 +433,7 @@ def test_ctrl_c_is_the_run_s_own_line_and_one_process_resumes_the_job(tmp_path, 
 
 def test_a_full_disk_is_one_line_naming_the_file(tmp_path):
     """Was one line per rank, each ending in ': None' (write and fsync errors carry no file name)."""
-    env = _with_site(tmp_path,  # every process of the job: each fsync meets a full disk
+    env = with_site(tmp_path,  # every process of the job: each fsync meets a full disk
                      "import os\n\ndef fsync(fd):\n    raise OSError(28, 'No space left on device')\n\n"
                      "os.fsync = fsync\n")
     out = tmp_path / "r.tsv"

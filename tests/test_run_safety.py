@@ -1,7 +1,8 @@
 """What crashes, signals, second writers and edited files do to dmae-certify's outputs.
 
 Subprocess tests run the real console entry (signals need a real process); the rest go
-through ``main(argv)`` in-process.
+through ``main(argv)`` in-process. A run to be signalled needs no long run: it stops after each
+row (or checkpoint) until the test lets it go (tests/finished_hooks.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from finished_hooks import CHECKPOINT_SAVED, ROW_WRITTEN, holding, let_go
 from helpers import rows_without
 
 from dmae_fast.base.errors import UserError
@@ -24,11 +26,10 @@ from dmae_fast.cli.certify import main
 # One thread in-process, as in the subprocesses: training runs compare weights bit for bit.
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-# 12 demo digits, 2,020 samples each: a few seconds on one CPU thread.
-RUN = ["--data", "demo", "--seed", "0", "--n0", "20", "--n", "2000", "--batch", "500", "--max", "12", "--device", "cpu",
-       "--sigma", "0.25", "--precision", "fp32", "--quiet"]
+# 4 demo digits; the torch-ops noise: a fresh process need not compile the noise kernel (seconds), and nothing
+# here depends on how the noise is computed.
 SMALL = ["--data", "demo", "--seed", "0", "--n0", "20", "--n", "200", "--batch", "64", "--max", "4", "--device", "cpu",
-         "--sigma", "0.25", "--precision", "fp32", "--quiet"]
+         "--sigma", "0.25", "--precision", "fp32", "--noise", "reference", "--quiet"]
 
 
 def one_error(capsys, rc: int, *mentions: str) -> str:
@@ -41,15 +42,8 @@ def one_error(capsys, rc: int, *mentions: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory) -> Path:
-    """The uninterrupted run that interrupted and resumed runs must reproduce."""
-    out = tmp_path_factory.mktemp("reference") / "reference.tsv"
-    assert main([*RUN, "--out", str(out)]) == 0
-    return out
-
-
-@pytest.fixture(scope="module")
 def small(tmp_path_factory) -> Path:
+    """The uninterrupted run that interrupted and resumed runs must reproduce."""
     out = tmp_path_factory.mktemp("small") / "small.tsv"
     assert main([*SMALL, "--out", str(out)]) == 0
     return out
@@ -73,81 +67,79 @@ def test_a_second_writer_is_refused_and_the_first_file_is_intact(tmp_path, capsy
     assert not Path(str(out) + ".partial").exists()
 
 
-def test_a_second_real_process_is_refused_while_the_first_runs(tmp_path, reference):
+def _holding(folder: Path, after: str = ROW_WRITTEN) -> dict[str, str]:
+    """The environment of a one-thread process that holds after each call of ``after`` until ``let_go(folder)``."""
+    return {**holding(folder, after), "OMP_NUM_THREADS": "1"}
+
+
+def _command(out: Path, *extra: str) -> list[str]:
+    """dmae-certify (the console script) on SMALL."""
+    script = Path(sys.executable).with_name("dmae-certify")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "dmae_fast.cli.certify"]
+    return [*command, *SMALL, *extra, "--out", str(out)]
+
+
+def _start(out: Path, env: dict[str, str], *extra: str) -> subprocess.Popen:
+    return subprocess.Popen(_command(out, *extra), stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _wait_for(done, process: subprocess.Popen) -> None:
+    """Wait until ``done()`` (a hang guard of 900 s); a process that ended first fails the test."""
+    deadline = time.monotonic() + 900
+    while not done():
+        assert process.poll() is None, process.communicate()[1]
+        assert time.monotonic() < deadline, "the process never got there"
+        time.sleep(0.02)
+
+
+def _rows_in(path: Path) -> int:
+    return path.read_text().count("\n") - 1 if path.exists() else 0
+
+
+def _signal_when(done, process: subprocess.Popen, signum: int, folder: Path) -> str:
+    """Send ``signum`` to a ``_holding(folder)`` process once ``done()`` (it holds there), then let it go (a run
+    that ignored the signal ends normally instead of hanging); its stderr."""
+    _wait_for(done, process)
+    process.send_signal(signum)
+    let_go(folder)
+    return process.communicate(timeout=900)[1]
+
+
+def test_a_second_real_process_is_refused_while_the_first_runs(tmp_path, small):
     out = tmp_path / "busy.tsv"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    first = subprocess.Popen([sys.executable, "-m", "dmae_fast.cli.certify", *RUN, "--out", str(out)],
-                             stderr=subprocess.PIPE, text=True, env=env)
+    env = _holding(tmp_path)
+    first = _start(out, env)
     try:
-        lock = Path(str(out) + ".lock")
-        deadline = time.monotonic() + 900
-        while not lock.exists() and first.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        second = subprocess.run([sys.executable, "-m", "dmae_fast.cli.certify", *RUN, "--resume", "--out", str(out)],
-                                capture_output=True, text=True, env=env, timeout=900)
+        _wait_for(lambda: _rows_in(out) >= 1, first)  # it holds the lock, and holds after its first row
+        second = subprocess.run(_command(out, "--resume"), capture_output=True, text=True, env=env, timeout=900)
     finally:
-        first.wait(timeout=300)
+        let_go(tmp_path)
+    _, err = first.communicate(timeout=900)
     assert second.returncode == 2, second.stderr
     assert second.stderr.strip().splitlines()[-1].startswith("dmae-certify: error: results file")
     assert f"pid {first.pid}" in second.stderr
-    assert first.returncode == 0, first.stderr.read()
-    assert rows_without(out) == rows_without(reference)
-    assert not lock.exists()
+    assert first.returncode == 0, err
+    assert rows_without(out) == rows_without(small)
+    assert not Path(str(out) + ".lock").exists()
 
 
 # --------------------------------------------------------------------------- signals
 
 
-def _start(out: Path, *extra: str) -> subprocess.Popen:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    script = Path(sys.executable).with_name("dmae-certify")
-    command = [str(script)] if script.exists() else [sys.executable, "-m", "dmae_fast.cli.certify"]
-    return subprocess.Popen([*command, *RUN, *extra, "--out", str(out)], stderr=subprocess.PIPE, text=True,
-                            env=env)
-
-
-def _wait_for_rows(path: Path, rows: int, process: subprocess.Popen) -> int:
-    """Wait until ``path`` holds at least ``rows`` rows; returns how many it holds then."""
-    deadline = time.monotonic() + 900
-    while time.monotonic() < deadline and process.poll() is None:
-        if path.exists() and (held := path.read_text().count("\n") - 1) >= rows:
-            return held
-        time.sleep(0.02)
-    raise AssertionError(f"{path} never reached {rows} rows")
-
-
-def _signal_mid_run(out: Path, signum: int) -> tuple[subprocess.Popen, str]:
-    """Start the 12-image run and signal it once 2 rows are on disk. If this test process was
-    held up until every row was written (a loaded machine), the signal cannot land mid-run:
-    start again (twice at most). A run that ends normally although rows were still missing
-    just after the signal was sent fails the test. (The rows are counted after the signal:
-    counted before it, a test process held up between the count and the signal would blame
-    the run for a signal that came after its last row.)"""
-    for _ in range(3):
-        for leftover in out.parent.glob(out.name + "*"):
-            leftover.unlink()
-        process = _start(out)
-        _wait_for_rows(out, 2, process)
-        process.send_signal(signum)
-        held = out.read_text().count("\n") - 1
-        _, err = process.communicate(timeout=900)
-        if process.returncode == 128 + signum or held < 12:
-            return process, err
-    raise AssertionError("every run had written all its rows before the test process could signal it")
-
-
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_a_signal_during_the_run_keeps_the_rows_and_resume_completes_them(tmp_path, reference, signum):
+def test_a_signal_during_the_run_keeps_the_rows_and_resume_completes_them(tmp_path, small, signum):
     out = tmp_path / "signalled.tsv"
-    process, err = _signal_mid_run(out, signum)
+    process = _start(out, _holding(tmp_path))
+    err = _signal_when(lambda: _rows_in(out) >= 1, process, signum, tmp_path)
     assert process.returncode == 128 + signum, err
+    assert 1 <= _rows_in(out) < _rows_in(small)
     lines = err.strip().splitlines()
     assert "Traceback" not in err
     assert lines[-1].startswith(f"dmae-certify: interrupted by {signal.Signals(signum).name}")
-    assert "--resume" in lines[-1] and "new rows are in" in lines[-1]
+    assert "--resume" in lines[-1] and f"1 new row is in {out}" in lines[-1]
     assert json.loads(Path(str(out) + ".json").read_text())["status"] == "interrupted"
-    assert main([*RUN, "--resume", "--out", str(out)]) == 0
-    assert rows_without(out) == rows_without(reference)
+    assert main([*SMALL, "--resume", "--out", str(out)]) == 0
+    assert rows_without(out) == rows_without(small)
 
 
 def test_a_signal_whose_exception_a_library_swallows_still_stops_the_run(tmp_path, capsys, monkeypatch):
@@ -172,21 +164,20 @@ def test_a_signal_whose_exception_a_library_swallows_still_stops_the_run(tmp_pat
 
     monkeypatch.setattr(NoiseSource, "__call__", swallowing)
     out = tmp_path / "swallowed.tsv"
-    assert main([*RUN, "--out", str(out)]) == 130
+    assert main([*SMALL, "--out", str(out)]) == 130
     assert len(calls) == 2, "the run went on after the signal"
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("dmae-certify: interrupted by SIGINT") and "--resume" in err[-1]
+    assert f"0 new rows are in {out}" in err[-1]  # 2 batches of 64 samples: no image has its 220
     assert json.loads(Path(str(out) + ".json").read_text())["status"] == "interrupted"
-    assert main([*RUN, "--out", str(tmp_path / "after.tsv")]) == 0  # the next command starts afresh
+    assert main([*SMALL, "--out", str(tmp_path / "after.tsv")]) == 0  # the next command starts afresh
 
 
 def test_a_signal_during_overwrite_leaves_the_old_file(tmp_path, small):
     out = tmp_path / "precious.tsv"
     out.write_bytes(small.read_bytes())
-    process = _start(out, "--overwrite")
-    _wait_for_rows(Path(str(out) + ".partial"), 1, process)
-    process.send_signal(signal.SIGTERM)
-    _, err = process.communicate(timeout=900)
+    process = _start(out, _holding(tmp_path), "--overwrite")
+    err = _signal_when(lambda: _rows_in(Path(str(out) + ".partial")) >= 1, process, signal.SIGTERM, tmp_path)
     assert process.returncode == 143, err
     assert out.read_bytes() == small.read_bytes()
     assert "is unchanged" in err.strip().splitlines()[-1] and ".partial" in err
@@ -365,7 +356,7 @@ time.sleep(60)
 # --------------------------------------------------------------------------- training run directories
 
 TRAIN = ["pretrain", "--preset", "demo-pretrain", "--set", "data.limit=32", "--set", "optim.batch_size=16",
-         "--set", "data.crop_scale=none", "--set", "optim.warmup_epochs=1", "--quiet"]
+         "--set", "data.crop_scale=none", "--set", "optim.warmup_epochs=1", "--set", "optim.epochs=3", "--quiet"]
 
 
 def _train(*args: str) -> int:
@@ -382,16 +373,16 @@ def _weights(run: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> Path:
-    """An uninterrupted 8-epoch run, the reference for interrupted ones."""
+    """An uninterrupted 3-epoch run, the reference for interrupted ones."""
     out = tmp_path_factory.mktemp("train") / "reference"
-    assert _train(*TRAIN, "--set", "optim.epochs=8", "--out", str(out)) == 0
+    assert _train(*TRAIN, "--out", str(out)) == 0
     return out
 
 
 def test_training_killed_before_its_first_checkpoint_resumes_from_the_start(tmp_path, capsys, trained):
     """Was a dead end: --resume said 'nothing to resume', a new run said 'already holds a run'."""
     out = tmp_path / "early"
-    assert _train(*TRAIN, "--set", "optim.epochs=8", "--show-config") == 0
+    assert _train(*TRAIN, "--show-config") == 0
     out.mkdir()
     config = json.loads(capsys.readouterr().out)
     (out / "config.json").write_text(json.dumps(config))  # what a run killed at once leaves
@@ -406,7 +397,7 @@ def test_a_second_training_run_on_one_directory_is_refused(tmp_path, capsys, tra
     out = tmp_path / "shared"
     out.mkdir()
     with OutputLock(out, "run directory"):
-        assert _train(*TRAIN, "--set", "optim.epochs=1", "--out", str(out)) == 2
+        assert _train(*TRAIN, "--out", str(out)) == 2
     err = capsys.readouterr().err
     assert "run directory" in err and "being written by another process" in err and len(err.splitlines()) == 1
     assert sorted(p.name for p in out.iterdir()) == []  # nothing written
@@ -414,17 +405,11 @@ def test_a_second_training_run_on_one_directory_is_refused(tmp_path, capsys, tra
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_during_training_resumes_to_the_same_weights(tmp_path, trained, signum):
+    """Signalled after its first checkpoint (of 3)."""
     out = tmp_path / "signalled"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    process = subprocess.Popen([sys.executable, "-m", "dmae_fast.cli.train", *TRAIN, "--set", "optim.epochs=8",
-                                "--out", str(out)], stderr=subprocess.PIPE, text=True, env=env)
-    deadline = time.monotonic() + 900
-    while not (out / "checkpoint.pt").exists() and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    process.send_signal(signum)
-    _, err = process.communicate(timeout=900)
-    if process.returncode == 0:
-        pytest.skip("the run finished before the signal arrived")
+    process = subprocess.Popen([sys.executable, "-m", "dmae_fast.cli.train", *TRAIN, "--out", str(out)],
+                               stderr=subprocess.PIPE, text=True, env=_holding(tmp_path, CHECKPOINT_SAVED))
+    err = _signal_when((out / "checkpoint.pt").exists, process, signum, tmp_path)
     assert process.returncode == 128 + signum, err
     last = err.strip().splitlines()[-1]
     assert "Traceback" not in err and last.startswith(f"dmae-train: interrupted by {signal.Signals(signum).name}")
