@@ -162,9 +162,9 @@ def _methods(model, images, load: Workload, threads: int) -> dict[str, tuple[Cal
     fast = batch_body(smoothing, BodyOptions(fast=True, workers=threads))
     fast_ort = batch_body(smoothing, BodyOptions(fast=True, workers=threads, cpu_runtime="onnxruntime"))
     compiled = FastBody(smoothing, FastPath(compile=True, compile_mode="default"))
-    sound = replace(smoothing, sound=Sound(default_grid(load.model == "demo")))
-    plain_sound = batch_body(sound, BodyOptions())
-    fast_sound = batch_body(sound, BodyOptions(fast=True, workers=threads))
+    sounded = replace(smoothing, sound=Sound(default_grid(load.model == "demo")))
+    plain_sound = batch_body(sounded, BodyOptions())
+    fast_sound = batch_body(sounded, BodyOptions(fast=True, workers=threads))
     methods = {
         "reference: Cohen et al. (fp32, batch 400)": (reference_run(COHEN, model, images, load), COHEN.name, False),
         "reference: DMAE (fp32 on CPU, batch 1000)": (
@@ -177,8 +177,8 @@ def _methods(model, images, load: Workload, threads: int) -> dict[str, tuple[Cal
         "ours: --fast --cpu-runtime onnxruntime": (
             ours_run(smoothing, fast_ort, images, load), fast_ort.description, True),
         "ours: compiled body": (ours_run(smoothing, compiled, images, load), compiled.description, True),
-        "ours: plain --sound": (ours_run(sound, plain_sound, images, load), plain_sound.description, False),
-        "ours: --fast --sound": (ours_run(sound, fast_sound, images, load), fast_sound.description, False),
+        "ours: plain --sound": (ours_run(sounded, plain_sound, images, load), plain_sound.description, False),
+        "ours: --fast --sound": (ours_run(sounded, fast_sound, images, load), fast_sound.description, False),
     }
     if bf16_supported():
         bf16_smoothing = replace(smoothing, engine=TorchEngine(model, CPU, "bf16"))

@@ -66,9 +66,7 @@ class FastBody:
         self.model, self.token_body = _front_and_body(engine)
         self.noise = noise or NoiseSource(engine.device, grid=smoothing.grid)  # the unfused front end's noise
         self.device, self.spec, self.precision = engine.device, engine.spec, engine.precision
-        self.smoothing, self.sigma, self.seed = smoothing, smoothing.sigma, smoothing.seed
-        self.batch_size = smoothing.batch_size
-        self.timer = timer
+        self.smoothing, self.timer = smoothing, timer
         self.options = self._available(options)
         self.dtype = PRECISIONS[engine.precision] if self.token_body is None else None  # engines take fp32
         # the body's weights: cast once to fp16/bf16 or fp8 (the front end and E stay on the fp32 classifier)
@@ -87,8 +85,8 @@ class FastBody:
 
             self._fused_tokens = fused_frontend.fused_tokens
             token_dtype = self.dtype or torch.float32
-            self._front = self.model.fused_front_end(self.sigma).cast(token_dtype)
-            self._tokens = torch.empty((self.batch_size, 1 + self._front.num_patches, self._front.embed_dim),
+            self._front = self.model.fused_front_end(smoothing.sigma).cast(token_dtype)
+            self._tokens = torch.empty((smoothing.batch_size, 1 + self._front.num_patches, self._front.embed_dim),
                                        dtype=token_dtype, device=self.device)
         forward = self._classify_tokens if self.options.fused else self._classify_images
         self._classify = torch.compile(forward, mode=self.options.compile_mode, dynamic=False) \
@@ -153,9 +151,9 @@ class FastBody:
         shape = (self._front.num_patches, self._front.embed_dim) if self.options.fused else self.spec.input_shape
         self._slots = torch.zeros((num_slots + 1, *shape), device=self.device)
         self._counts = zero_counts(num_slots + 1, len(phase_ids), self.spec.num_classes, self.device)
-        self._rows = torch.zeros((4, self.batch_size), dtype=torch.int64, device=self.device)
+        self._rows = torch.zeros((4, self.smoothing.batch_size), dtype=torch.int64, device=self.device)
         self._rows[0] = num_slots
-        self._ones = torch.ones(self.batch_size, dtype=torch.int64, device=self.device)
+        self._ones = torch.ones(self.smoothing.batch_size, dtype=torch.int64, device=self.device)
         self._graph = None
         return self._counts[:num_slots]
 
@@ -191,10 +189,10 @@ class FastBody:
         phase = self._phase_ids[position]
         with stage(self.timer, "front end"):
             if self.options.fused:
-                inputs = self._fused_tokens(self._front, self._slots, slot, index, phase, sample, self.seed,
+                inputs = self._fused_tokens(self._front, self._slots, slot, index, phase, sample, self.smoothing.seed,
                                             out=self._tokens)
             else:
-                inputs = self.noise(self._slots, slot, self.sigma, self.seed, index, phase, sample)
+                inputs = self.noise(self._slots, slot, self.smoothing.sigma, self.smoothing.seed, index, phase, sample)
         with stage(self.timer, "body"):
             predicted = self._classify(inputs)
         with stage(self.timer, "counting"):

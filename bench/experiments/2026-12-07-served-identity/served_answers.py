@@ -2,7 +2,7 @@
 
 Runs the demo classifier's ``Service`` in-process on the CPU (no HTTP) at a fixed seed and first index: PREDICT,
 CERTIFY, sequential CERTIFY, and a ``--sound`` server's CERTIFY; replays each answer with ``replay_answer`` (which
-must find it identical) and writes every answer as JSON, minus the fields that time the request.
+must find it identical) and writes every answer as JSON (an answer holds no timing field).
 
     python bench/experiments/2026-12-07-served-identity/served_answers.py OUT.json   (run from the checkout)
 """
@@ -27,16 +27,6 @@ from dmae_fast.serve.receipt import replay_answer
 from dmae_fast.serve.service import Service
 from dmae_fast.stats.procedure import CERTIFY, PREDICT, ProcedureSpec
 
-TIMED = ("time", "seconds", "queued_s", "latency_s", "elapsed_s")
-
-
-def _untimed(value):
-    if isinstance(value, dict):
-        return {key: _untimed(item) for key, item in value.items() if key not in TIMED}
-    if isinstance(value, list):
-        return [_untimed(item) for item in value]
-    return value
-
 
 def answers(sound: Sound | None) -> dict:
     config = ServeConfig(engine_path=str(DEMO_CHECKPOINT), seed=4242, first_index=500, device="cpu", batch=256,
@@ -57,7 +47,7 @@ def answers(sound: Sound | None) -> dict:
             images = [digits[i] for i in which]
             answer = json.loads(json.dumps(asyncio.run(service.answer(ParsedRequest(spec, images)))))
             replay = replay_answer(answer, images, service.engine, 97)
-            out[name] = {"answer": _untimed(answer), "replay_identical": replay.identical}
+            out[name] = {"answer": answer, "replay_identical": replay.identical}
     finally:
         service.stop()
     return out

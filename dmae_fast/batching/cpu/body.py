@@ -66,8 +66,7 @@ class CpuFastBody:
     def __init__(self, classifier: ChunkClassifier, smoothing: Smoothing, workers: int, chunk: int, noise: NoiseSource,
                  timer: StageTimer | None = None) -> None:
         self.classifier, self.spec, self.timer = classifier, smoothing.engine.spec, timer
-        self.smoothing, self.sigma, self.seed = smoothing, smoothing.sigma, smoothing.seed
-        self.batch_size = smoothing.batch_size
+        self.smoothing = smoothing
         if noise.layout != classifier.layout:
             raise ValueError("the noise source must make the classifier's input layout")
         self.workers, self.chunk, self.noise = workers, chunk, noise
@@ -86,7 +85,7 @@ class CpuFastBody:
         self._slots = torch.zeros((num_slots, *(self.spec.input_shape if layout is None else layout.row_shape)))
         self._phase_ids = phase_ids
         self._counts = zero_counts(num_slots, len(phase_ids), self.spec.num_classes, self.device)
-        self._ones = torch.ones(self.batch_size, dtype=torch.int64)
+        self._ones = torch.ones(self.smoothing.batch_size, dtype=torch.int64)
         return self._counts
 
     def load(self, slot: int, image: torch.Tensor) -> None:
@@ -118,7 +117,8 @@ class CpuFastBody:
         """On a worker: this chunk's noisy images, then their classes, on one core."""
         torch.set_num_threads(1)  # this worker's own intra-op threads (torch-op noise, PyTorch classifier)
         slot, index, phase, sample = rows
-        return self.classifier.classify(self.noise(self._slots, slot, self.sigma, self.seed, index, phase, sample))
+        noisy = self.noise(self._slots, slot, self.smoothing.sigma, self.smoothing.seed, index, phase, sample)
+        return self.classifier.classify(noisy)
 
     def finish(self) -> None:
         """After a run: restore the process's intra-op thread count (the workers set their own)."""
