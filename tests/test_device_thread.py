@@ -16,7 +16,7 @@ from dmae_fast.batching.bodies import BodyOptions, batch_body
 from dmae_fast.batching.scheduler import Job
 from dmae_fast.batching.smoothing import Smoothing
 from dmae_fast.batching.stream import SamplingPlan
-from dmae_fast.serve.device_thread import DeviceThread, IndicesExhausted, QueueFull
+from dmae_fast.serve.device_thread import Closed, DeviceThread, IndicesExhausted, QueueFull
 from dmae_fast.stats.procedure import sequential_certifier
 
 SIGMA, SEED = 0.5, 99
@@ -112,6 +112,27 @@ def test_cancelled_images_free_their_slot_and_are_not_answered(engine, images):
     assert set(collector.results) == {1, 2}
     assert thread.stats().admitted == 0 and thread.stats().on_device == 0
     thread.close(10)
+
+
+def test_images_admitted_before_close_are_answered_and_later_ones_refused(engine, images):
+    """SIGTERM's drain (``close``): what was admitted is finished with its full counts; a request that arrives
+    after the drain began is refused with Closed (the server's 503 "the server is shutting down")."""
+    thread = _device_thread(engine, batch=32)
+    collector = Collector(2)
+    thread.submit([Job(images[i], SamplingPlan.predict(3000)) for i in (0, 1)], [collector.done_for(i) for i in (0, 1)])
+    closer = threading.Thread(target=thread.close, args=(600,))
+    closer.start()
+    deadline = time.monotonic() + 600  # a hang guard: close() refuses new images at once
+    while True:
+        try:
+            thread.submit([Job(images[2], SamplingPlan.predict(10))], [lambda result: None])
+        except Closed as refused:
+            assert str(refused) == "the server is shutting down"
+            break
+        assert time.monotonic() < deadline
+    closer.join(600)
+    assert collector.event.is_set() and sorted(collector.results) == [0, 1]
+    assert all(int(np.sum(counts)) == 3000 for counts in collector.results.values()), collector.results
 
 
 def test_queue_bound_and_index_range(engine, images):

@@ -38,7 +38,7 @@ from dmae_fast.batching.stream import ImageCounts
 from dmae_fast.cli import serve as serve_cli
 from dmae_fast.data import demo_digits
 from dmae_fast.demo import DEMO_CHECKPOINT
-from dmae_fast.engines import EngineOptions, open_engine
+from dmae_fast.engines.opening import EngineOptions, open_engine
 from dmae_fast.run.record import result_row
 from dmae_fast.serve.config import Limits
 from dmae_fast.serve.payloads import decode_image
@@ -682,21 +682,19 @@ def test_a_client_that_leaves_with_a_request_pipelined_behind_counts_as_499(smal
 
 
 def test_sigterm_finishes_the_requests_in_flight_then_stops(small_server, digits):
+    """Every request admitted before SIGTERM is answered with its result. (Was: SIGTERM once two of three were
+    admitted, the third allowed a 503; on a busy machine the third had not yet been accepted, and its connection
+    was reset when the server stopped listening. What a request read after SIGTERM gets is the 503 "shutting
+    down": test_device_thread.py::test_images_admitted_before_close_are_answered_and_later_ones_refused.)"""
     answers: list = []
     threads = [_in_thread(small_server, "/v1/predict?n=1000", npy_bytes(digits[i].numpy()), answers)
                for i in range(3)]
-    _wait_for_queue(small_server, 2)
+    _wait_for_queue(small_server, 3)
     small_server.process.send_signal(signal.SIGTERM)
     for thread in threads:
         thread.join(600)
-    assert len(answers) == 3  # every request is answered: with its result if admitted before SIGTERM, else 503
-    statuses = [status for status, _, _ in answers]
-    assert statuses.count(200) >= 2 and set(statuses) <= {200, 503}, answers
-    for status, _, payload in answers:
-        if status == 200:
-            assert sum(payload["results"][0]["counts"]["prediction"]) == 1000
-        else:
-            assert "shutting down" in payload["error"]
+    assert [status for status, _, _ in answers] == [200] * 3, answers
+    assert all(sum(payload["results"][0]["counts"]["prediction"]) == 1000 for _, _, payload in answers)
     assert small_server.process.wait(600) == 0
     assert any("stopped by SIGTERM after answering" in line for line in small_server.stderr)
     with pytest.raises(OSError):
