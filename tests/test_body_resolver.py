@@ -10,13 +10,14 @@ import types
 import pytest
 from helpers import rows_without
 
+from dmae_fast.base.command import Parser
 from dmae_fast.base.errors import UserError
 from dmae_fast.batching.bodies import ResolvedBody
 from dmae_fast.batching.body_options import BodyOptions
 from dmae_fast.batching.fast_body import FastBody
 from dmae_fast.batching.stream import PlainBody
 from dmae_fast.cli import serve, serve_replay
-from dmae_fast.cli.body_args import body_options
+from dmae_fast.cli.body_args import add_body_arguments, body_options
 from dmae_fast.cli.certify import main as certify_main
 from dmae_fast.demo import DEMO_CHECKPOINT
 
@@ -61,25 +62,30 @@ def test_profile_times_the_body_asked_for_and_changes_no_row(body, tmp_path, cap
     assert int(stages["total"][2]) >= 1  # batches
     assert rows_without(tmp_path / "plain.tsv") == rows_without(tmp_path / "timed.tsv")
 
-def _args(*flags: str, body: str | None = None) -> types.SimpleNamespace:
-    parts = [flag.removeprefix("--") for flag in flags if flag != "--fast"]
-    return types.SimpleNamespace(body=body, fast="--fast" in flags, fast_parts=parts, noise="compiled",
-                                 cpu_runtime="auto")
+def _args(*flags: str):
+    """The body options' words as dmae-certify's parser reads them."""
+    parser = Parser(prog="test")
+    add_body_arguments(parser)
+    return parser.parse_args(flags)
 
 
 def test_the_body_choice_and_its_reason():
     default = "the default (--body plain runs the plain reference body)"
     assert (body_options(_args(), {}).fast, body_options(_args(), {}).reason) == (True, default)
-    assert body_options(_args(body="plain"), {}).body == "plain"
+    assert body_options(_args("--body", "plain"), {}).body == "plain"
     assert body_options(_args("--fast"), {"DMAE_FAST_BODY": "plain"}).reason == "--fast"
+    assert body_options(_args("--body", "fast"), {"DMAE_FAST_BODY": "plain"}).reason == "--body fast"
+    assert body_options(_args("--fast", "--body", "fast"), {}).fast  # the alias and its word agree
     assert body_options(_args(), {"DMAE_FAST_BODY": "plain"}).reason == "DMAE_FAST_BODY=plain"
     assert body_options(_args(), {}, default="plain").body == "plain"
     fused = body_options(_args("--fused", "--compile"), {"DMAE_FAST_BODY": "plain"})
     assert (fused.fast, fused.body, fused.reason) == (False, "fast", "--fast-parts fused,compile")  # their own body
     with pytest.raises(UserError, match="--body plain and --fast-parts fused contradict each other"):
-        body_options(_args("--fused", body="plain"), {})
-    with pytest.raises(UserError, match="--fast and --body plain contradict"):
-        body_options(_args("--fast", body="plain"), {})
+        body_options(_args("--fused", "--body", "plain"), {})
+    with pytest.raises(UserError, match="^--fast and --body plain contradict each other; give one$"):
+        _args("--fast", "--body", "plain")
+    with pytest.raises(UserError, match="^--body plain and --fast contradict each other; give one$"):
+        _args("--body", "plain", "--fast")  # in either order
     with pytest.raises(UserError, match="DMAE_FAST_BODY='quick': choose fast or plain"):
         body_options(_args(), {"DMAE_FAST_BODY": "quick"})
 

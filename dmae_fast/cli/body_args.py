@@ -19,12 +19,12 @@ def add_body_arguments(parser: argparse.ArgumentParser) -> argparse._ArgumentGro
     """Add the body options to ``parser``, in a group of their own (returned, for a command's extras)."""
     group = parser.add_argument_group("batch body (PyTorch checkpoints, or token engines from dmae-export --input "
                                       "tokens; every body gives the same counts up to the classifier's rounding)")
-    group.add_argument("--body", choices=BODY_CHOICES, help="fast: the fastest body for the device that passes a "
-                       "check against the plain body on a trial batch (on CUDA fused + compiled + CUDA graphs; on a "
-                       "CPU one worker per core on cache-sized chunks, OpenVINO or ONNX Runtime for fp32, PyTorch "
-                       "otherwise), falling back one step at a time with a notice; plain: the reference body "
+    group.add_argument("--body", choices=BODY_CHOICES, action=_OneBody, help="fast: the fastest body for the device "
+                       "that passes a check against the plain body on a trial batch (on CUDA fused + compiled + CUDA "
+                       "graphs; on a CPU one worker per core on cache-sized chunks, OpenVINO or ONNX Runtime for fp32, "
+                       "PyTorch otherwise), falling back one step at a time with a notice; plain: the reference body "
                        f"(default from ${BODY_ENV} where set; docs/performance.md)")
-    group.add_argument("--fast", action="store_true", help="the same as --body fast")
+    group.add_argument("--fast", dest="body", action=_OneBody, nargs=0, const="fast", help="the same as --body fast")
     group.add_argument("--fast-parts", action="extend", type=_parts, metavar="PARTS", help="for experts: the fast "
                        "body with exactly these of its parts, comma-separated: fused (a Triton kernel: noise + patch "
                        "embedding in one pass; falls back, with a notice, for classifiers that resize inside, e.g. "
@@ -37,7 +37,19 @@ def add_body_arguments(parser: argparse.ArgumentParser) -> argparse._ArgumentGro
     group.add_argument("--noise", default="compiled", choices=NOISE_CHOICES, help="compiled (default): the noise "
                        "contract as one compiled kernel, falling back with a notice; reference: the torch-op "
                        "reference (slow; same noise to float32 rounding)")
+    parser.set_defaults(body_option=None)
     return group
+
+
+class _OneBody(argparse.Action):
+    """``--body NAME`` and its alias ``--fast``: one body, however spelled (two that differ contradict each other);
+    the spelling given is kept as ``body_option``, the reason a run reports."""
+
+    def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[no-untyped-def]
+        body, given = self.const or values, f"{option_string} {values}".strip() if values else option_string
+        if namespace.body not in (None, body):
+            parser.error(f"{namespace.body_option} and {given} contradict each other; give one")
+        namespace.body, namespace.body_option = body, given
 
 
 def _parts(text: str) -> list[str]:
@@ -49,21 +61,17 @@ def _parts(text: str) -> list[str]:
 
 
 def body_options(args: argparse.Namespace, environ: Mapping[str, str], default: str = "fast") -> BodyOptions:
-    """The body options ``args`` ask for, and why: ``--body``, else ``--fast``, else the fast path's
-    parts (which run the fast body with those parts), else ``$DMAE_FAST_BODY``, else ``default``."""
-    if args.fast and args.body == "plain":
-        raise UserError("--fast and --body plain contradict each other; give one")
+    """The body options ``args`` ask for, and why: ``--body`` (or ``--fast``), else the fast path's parts (which
+    run the fast body with those parts), else ``$DMAE_FAST_BODY``, else ``default``."""
     parts = set(args.fast_parts or ())
     options = BodyOptions(fused="fused" in parts, compile="compile" in parts, cuda_graphs="cuda-graphs" in parts,
                           noise=args.noise, cpu_runtime=args.cpu_runtime)
     if args.body == "plain" and parts:
-        raise UserError(f"--body plain and {options.parts} contradict each other (the parts are the fast body's); "
-                        "give one")
+        raise UserError(f"{args.body_option} and {options.parts} contradict each other (the parts are the fast "
+                        "body's); give one")
     env = environ.get(BODY_ENV)
     if args.body is not None:
-        body, why = args.body, f"--body {args.body}"
-    elif args.fast:
-        body, why = "fast", "--fast"
+        body, why = args.body, args.body_option
     elif options.parts:  # fast=False with parts named: the fast body with exactly those (BodyOptions.body)
         body, why = "plain", options.parts
     elif env is not None:
