@@ -1,6 +1,6 @@
 """``dmae-bench``: throughput and end-to-end certification timings, reference loops vs ours; a parser over
 :func:`dmae_fast.bench.suite.run_bench`, which writes DIR/<date>-<device>[-throughput|-certify].json, .md and .png
-(docs/performance.md). Its subcommands cpu, serve, scaling and stall live in bench_cpu.py, bench_serve.py and so on."""
+(docs/performance.md). Its subcommands cpu, serve, scaling and stall: command_cpu.py, command_serve.py and so on."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from dmae_fast.bench.config import MODELS, PROG, VARIANT_KEYS, BenchConfig
 # Options only one stage reads: naming one for the other stage alone is an error, not ignored.
 THROUGHPUT_ONLY = ("models", "batches", "main_batch", "seconds", "engines", "export_models", "engine_dir", "variants")
 CERTIFY_ONLY = ("certify_model", "images", "n0", "n", "reference_budget_s")
-SUBCOMMANDS = ("cpu", "serve", "scaling", "stall")  # dmae-bench NAME: dmae_fast.cli.bench_NAME
+SUBCOMMANDS = ("cpu", "serve", "scaling", "stall")  # dmae-bench NAME: dmae_fast.bench.command_NAME
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -104,7 +104,7 @@ def run_subcommand(prog: str, config: Callable[[], Any], runner: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in SUBCOMMANDS:
-        return importlib.import_module(f"dmae_fast.cli.bench_{argv[0]}").main(argv[1:])
+        return importlib.import_module(f"dmae_fast.bench.command_{argv[0]}").main(argv[1:])
     return run_reporting_errors(PROG, lambda: _run(argv))
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from dmae_fast.base.command import Parser
-from dmae_fast.cli.bench import run_subcommand
+from dmae_fast.bench.command import run_subcommand
 
 PROG = "dmae-bench cpu"
 

@@ -9,8 +9,8 @@ import argparse
 import sys
 
 from dmae_fast.base.command import Parser
+from dmae_fast.bench.command import run_subcommand
 from dmae_fast.bench.config import DEFAULT_CERTIFY, ScalingConfig
-from dmae_fast.cli.bench import run_subcommand
 
 PROG = "dmae-bench scaling"
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 
 from dmae_fast.base.command import Parser
+from dmae_fast.bench.command import run_subcommand
 from dmae_fast.bench.config import ServeBenchConfig
-from dmae_fast.cli.bench import run_subcommand
 
 PROG = "dmae-bench serve"
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 
 from dmae_fast.base.command import Parser
+from dmae_fast.bench.command import run_subcommand
 from dmae_fast.bench.config import StallConfig
-from dmae_fast.cli.bench import run_subcommand
 
 PROG = "dmae-bench stall"
 

@@ -55,7 +55,7 @@ from dmae_fast.bench.reference_loops import COHEN, DMAE, ReferenceLoop
 from dmae_fast.bench.report import result_stem
 from dmae_fast.bench.throughput import build_model
 from dmae_fast.data.sources import DEMO_TEST_SIZE
-from dmae_fast.engines import TorchEngine
+from dmae_fast.engines.torch_engine import TorchEngine
 from dmae_fast.noise.compiled import NoiseSource
 from dmae_fast.noise.contract import gaussian_noise, gaussian_rows, key_words
 from dmae_fast.noise.sound_options import BYTE_GRID, Sound, default_grid

@@ -17,8 +17,8 @@ from dmae_fast.batching.smoothing import Smoothing
 from dmae_fast.batching.stream import SamplingPlan, StreamingCertifier
 from dmae_fast.bench.config import PAPER_IMAGES
 from dmae_fast.bench.reference_loops import ReferenceLoop
-from dmae_fast.engines import TorchEngine
-from dmae_fast.model import SmoothingClassifier
+from dmae_fast.engines.torch_engine import TorchEngine
+from dmae_fast.model.classifier import SmoothingClassifier
 from dmae_fast.stats.procedure import Procedure
 
 

@@ -21,8 +21,8 @@ from dmae_fast.base.errors import UserError
 from dmae_fast.data import DEMO
 from dmae_fast.engines.sidecar import BatchRange, read_sidecar
 from dmae_fast.export import ExportConfig, export_engines
-from dmae_fast.model import SmoothingClassifier
 from dmae_fast.model.checkpoints import save_classifier
+from dmae_fast.model.classifier import SmoothingClassifier
 
 LABELS = {"torch": ".pt2", "onnx": "ONNX"}
 SUFFIXES = {"torch": ".pt2", "onnx": ".onnx"}

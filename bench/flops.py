@@ -14,7 +14,7 @@ GFLOP; ViT-L/16: 61.6 GMACs = 123.1 GFLOP. A classifier that resizes inside (CIF
 
 from __future__ import annotations
 
-from dmae_fast.model import ClassifierSpec
+from dmae_fast.model.config import ClassifierSpec
 
 
 def vit_forward_flops(spec: ClassifierSpec) -> float:

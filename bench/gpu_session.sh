@@ -232,7 +232,7 @@ fp8_check() {  # top-1 agreement with fp16; the demo certified in fp16 and in fp
 # scaling: 1 and 2 processes sharing GPU 0 (image claiming through the store; rows compared: --seed 0),
 # then sample sharding with 2 processes on it (counts all-reduced over NCCL)
 scaling() {
-    "$PY" -m dmae_fast.cli.bench scaling --procs 1 2 --rounds 1 --threads 0 --out "$OUT/scaling" -- \
+    "$PY" -m dmae_fast.bench.command scaling --procs 1 2 --rounds 1 --threads 0 --out "$OUT/scaling" -- \
         --data demo --max 40 --n 10000 --seed 0 --device cuda:0 --workers 0
     local first=$?
     "$PY" -m dmae_fast.cli.certify --nproc-per-node 2 --shard samples --device cuda:0 --data demo --max 4 \
@@ -322,7 +322,7 @@ wanted sound && run_step sound "$(limit sound)" "$PY" bench/experiments/2026-11-
 if wanted vit-l; then L=$(limit vit-l)
     run_step vit-l "$L" "${MEASURE[@]}" throughput "${VITL[@]}" --deadline "$(deadline "$L")" --out "$OUT/vit-l"; fi
 # (g) dmae-serve at saturation and under load
-wanted serve && run_step serve "$(limit serve)" "$PY" -m dmae_fast.cli.bench serve "${SERVE[@]}" --out "$OUT/serve"
+wanted serve && run_step serve "$(limit serve)" "$PY" -m dmae_fast.bench.command serve "${SERVE[@]}" --out "$OUT/serve"
 # (h) pre-training images/s
 wanted train && run_step train "$(limit train)" "$PY" -m dmae_fast.bench.train_throughput "${TRAIN[@]}" --out "$OUT/train"
 
@@ -332,7 +332,7 @@ if wanted bench; then  # dmae-bench as it is (not in the default steps)
     [ "$SMOKE" = 1 ] && BUDGET_S=120  # the bench's own budget: it stops early, it does not fail
     ENGINE_DIR=(--engine-dir "$SCRATCH")  # exported engines stay behind (too large to bring back)
     [[ " ${BENCH[*]} " =~ " --export-models "(--|$) ]] && ENGINE_DIR=()  # no exports: no engine folder
-    run_step bench "$L" "$PY" -m dmae_fast.cli.bench "${BENCH[@]}" --out "$OUT/bench" --budget "$BUDGET_S" \
+    run_step bench "$L" "$PY" -m dmae_fast.bench.command "${BENCH[@]}" --out "$OUT/bench" --budget "$BUDGET_S" \
         "${ENGINE_DIR[@]}"
     find "$SCRATCH" -maxdepth 2 -name '*.json' -path '*-engines/*' -exec cp {} "$OUT/bench/engines/" \; 2>/dev/null
 fi

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from dmae_fast.engines.torch_engine import PRECISIONS
-from dmae_fast.model import SmoothingClassifier
+from dmae_fast.model.classifier import SmoothingClassifier
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ from dmae_fast.batching.smoothing import Smoothing
 from dmae_fast.batching.stream import SamplingPlan, StreamingCertifier
 from dmae_fast.bench.config import ServeBenchConfig
 from dmae_fast.data import demo_digits
-from dmae_fast.engines import EngineOptions, open_engine, resolve_device
+from dmae_fast.engines.opening import EngineOptions, open_engine, resolve_device
 from dmae_fast.run.host import device_name
 
 SEED = 0

@@ -37,7 +37,7 @@ from dmae_fast.bench.config import StallConfig
 from dmae_fast.bench.report import result_stem
 from dmae_fast.bench.sequential_savings import population
 from dmae_fast.engines.base import Engine
-from dmae_fast.model import ClassifierSpec, EncoderConfig
+from dmae_fast.model.config import ClassifierSpec, EncoderConfig
 from dmae_fast.noise.compiled import NoiseSource
 from dmae_fast.stats.procedure import CERTIFY, Procedure, ProcedureSpec
 

@@ -1,5 +1,5 @@
 """The ``dmae-bench`` run itself (:func:`run_bench`): the throughput table, the exported engines it
-times and the CERTIFY timing, within the time budget; ``dmae_fast.cli.bench`` is its parser."""
+times and the CERTIFY timing, within the time budget; ``dmae_fast.bench.command`` is its parser."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from dmae_fast.bench.e2e import CertifyTiming, time_ours, time_reference
 from dmae_fast.bench.peak import matmul_peak
 from dmae_fast.bench.reference_loops import COHEN, DMAE
 from dmae_fast.bench.throughput import Row, Variant, add_ratios, build_model, measure
-from dmae_fast.engines import EngineOptions, open_engine, resolve_device
+from dmae_fast.engines.opening import EngineOptions, open_engine, resolve_device
 from dmae_fast.engines.sidecar import KIND_BY_SUFFIX, BatchRange, read_sidecar
 from dmae_fast.export.pipeline import writable_directory
 from dmae_fast.run.host import device_name

@@ -21,9 +21,10 @@ from dmae_fast.bench.config import MODEL_SPECS
 from dmae_fast.bench.flops import vit_forward_flops
 from dmae_fast.bench.reference_loops import ReferenceLoop
 from dmae_fast.demo_files import DEMO_CHECKPOINT
-from dmae_fast.engines import Engine, TorchEngine
-from dmae_fast.model import SmoothingClassifier
+from dmae_fast.engines.base import Engine
+from dmae_fast.engines.torch_engine import TorchEngine
 from dmae_fast.model.checkpoints import load_classifier
+from dmae_fast.model.classifier import SmoothingClassifier
 
 SIGMA, SEED, SLOTS = 0.25, 0, 8
 

@@ -26,7 +26,7 @@ import torch
 from dmae_fast.base.command import Parser, run_reporting_errors
 from dmae_fast.base.errors import UserError
 from dmae_fast.bench.report import result_stem
-from dmae_fast.engines import resolve_device
+from dmae_fast.engines.opening import resolve_device
 from dmae_fast.export.config import device_problem
 from dmae_fast.export.pipeline import writable_directory
 from dmae_fast.model.config import NORMALIZATIONS

@@ -21,9 +21,9 @@ from dmae_fast.demo_files import DEMO_CHECKPOINT  # re-exported: the demo model 
 
 
 def main() -> int:
-    from dmae_fast.cli import train
     from dmae_fast.data import demo_digits
     from dmae_fast.model.checkpoints import load_classifier
+    from dmae_fast.train import command as train
 
     parser = argparse.ArgumentParser(description="Rebuild the embedded demo classifier with dmae-train.")
     parser.add_argument("--work", type=Path, default=Path("runs/demo"), help="run directory (must not hold a run)")

@@ -9,7 +9,7 @@ import torch
 from dmae_fast.engines.agreement import compare_logits
 from dmae_fast.engines.exported import ExportedEngine
 from dmae_fast.engines.sidecar import Parity
-from dmae_fast.model import SmoothingClassifier
+from dmae_fast.model.classifier import SmoothingClassifier
 
 THRESHOLDS = {"fp32": 0.999, "fp16": 0.99, "bf16": 0.99}  # minimum top-1 agreement
 REFERENCE = "torch fp32 eager"

@@ -26,10 +26,10 @@ from dmae_fast import __version__
 from dmae_fast.base.errors import UserError
 from dmae_fast.base.integrity import file_sha256
 from dmae_fast.demo_files import DEMO, DEMO_CHECKPOINT
-from dmae_fast.engines import engine_class, resolve_device
 from dmae_fast.engines.aoti_engine import aoti_torch_problem
 from dmae_fast.engines.front_end import front_end_path, write_front_end
 from dmae_fast.engines.graphs import build_graph, example_input
+from dmae_fast.engines.opening import engine_class, resolve_device
 from dmae_fast.engines.sidecar import (
     SUFFIX_BY_KIND,
     BatchRange,
@@ -49,8 +49,8 @@ from dmae_fast.export.tensorrt_build import (
     build_engine,
     check_tensorrt_operators,
 )
-from dmae_fast.model import SmoothingClassifier
 from dmae_fast.model.checkpoints import load_classifier
+from dmae_fast.model.classifier import SmoothingClassifier
 
 KIND_BY_FORMAT = {"onnx": "onnx", "tensorrt": "tensorrt", "torch": "aoti"}
 Report = Callable[[str], None]

@@ -13,9 +13,9 @@ PatchEmbed(a + b) = PatchEmbed(a) + W @ b (the bias counted once, in E).
 
 It holds only when the noise is added at the encoder's resolution: a classifier that
 resizes inside (CIFAR-10: 32 -> 224) is run unfused
-(:attr:`dmae_fast.model.ClassifierSpec.fused_unsupported_reason`). A classifier folds its own front end
-(:meth:`dmae_fast.model.SmoothingClassifier.fused_front_end`) and computes E
-(:meth:`~dmae_fast.model.SmoothingClassifier.clean_embedding`); this module reads no model.
+(:attr:`dmae_fast.model.config.ClassifierSpec.fused_unsupported_reason`). A classifier folds its own front end
+(:meth:`dmae_fast.model.classifier.SmoothingClassifier.fused_front_end`) and computes E
+(:meth:`~dmae_fast.model.classifier.SmoothingClassifier.clean_embedding`); this module reads no model.
 """
 
 from __future__ import annotations

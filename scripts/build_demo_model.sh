@@ -11,6 +11,6 @@ cd "$(dirname "$0")/.."
 WORK=${1:-runs/demo}
 PYTHON=${PYTHON:-python}
 time "$PYTHON" -m dmae_fast.demo --work "$WORK"
-"$PYTHON" -m dmae_fast.cli.train visualize --preset demo-visualize --init "$WORK/pretrain/pretrain.pth" \
+"$PYTHON" -m dmae_fast.train.command visualize --preset demo-visualize --init "$WORK/pretrain/pretrain.pth" \
     --out "$WORK/pretrain/figure.png"
 "$PYTHON" -m dmae_fast.cli.certify --data demo --skip 10 --out "$WORK/certify-skip10.tsv"

@@ -18,8 +18,9 @@ from dmae_fast.batching.smoothing import Smoothing
 from dmae_fast.batching.stream import ImageCounts, StreamingCertifier
 from dmae_fast.bench.async_device import QueuedDevice
 from dmae_fast.engines.torch_engine import TorchEngine
-from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier
 from dmae_fast.model.checkpoints import save_classifier
+from dmae_fast.model.classifier import SmoothingClassifier
+from dmae_fast.model.config import ClassifierSpec, EncoderConfig
 from dmae_fast.serve.receipt import read_receipt
 from dmae_fast.stats.plan import Decide, SamplingPlan
 from dmae_fast.stats.procedure import Procedure

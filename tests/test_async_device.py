@@ -20,8 +20,8 @@ from dmae_fast.batching.job import Job, phase_ids
 from dmae_fast.batching.smoothing import Smoothing
 from dmae_fast.batching.stream import PlainBody, StreamingCertifier
 from dmae_fast.bench.async_device import AsyncBody, EmulatedDevice
+from dmae_fast.bench.command_stall import main as stall_main
 from dmae_fast.bench.stall import VoteEngine, vote_image
-from dmae_fast.cli.bench_stall import main as stall_main
 from dmae_fast.stats.plan import SamplingPlan
 
 SIGMA, SEED, SHAPE, BATCH = 0.5, 21, (3, 8, 8), 16

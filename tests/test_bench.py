@@ -17,11 +17,11 @@ if not torch.cuda.is_available():  # the fused kernel runs in Triton's interpret
 import pytest  # noqa: E402
 
 from dmae_fast.bench import report  # noqa: E402
+from dmae_fast.bench.command import main  # noqa: E402
 from dmae_fast.bench.flops import vit_forward_flops  # noqa: E402
 from dmae_fast.bench.reference_loops import COHEN, DMAE  # noqa: E402
 from dmae_fast.bench.suite import SEQUENTIAL_IMAGES  # noqa: E402
 from dmae_fast.bench.throughput import MODEL_SPECS, build_model  # noqa: E402
-from dmae_fast.cli.bench import main  # noqa: E402
 
 
 @pytest.mark.parametrize("name,gflop", [("vit-b16", 35.1), ("vit-l16", 123.1)])
@@ -172,7 +172,7 @@ def test_gpu_session_default_budgets_fit_one_call_and_certify_calls_pass_a_seed(
     assert len(calls) >= 4
     for line in calls:
         assert "--seed 0" in line or ('"${common[@]}"' in line and re.search(r"common=\(.*--seed 0", script)), line
-    [scaling] = [line for line in logical if "cli.bench scaling" in line]
+    [scaling] = [line for line in logical if "bench.command scaling" in line]
     assert "--seed 0" in scaling  # its dmae-certify arguments replace the default ones (with --seed 0)
 
 

@@ -23,13 +23,14 @@ from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
 from dmae_fast.base.errors import UserError
-from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier
 from dmae_fast.model.checkpoints import (
     encoder_state,
     load_classifier,
     load_pretrain,
     save_classifier,
 )
+from dmae_fast.model.classifier import SmoothingClassifier
+from dmae_fast.model.config import ClassifierSpec, EncoderConfig
 
 # Deliberately not ImageNet's (the default for foreign files), so that passing them matters.
 MEAN = (0.4914, 0.4822, 0.4465)

@@ -28,7 +28,7 @@ from dmae_fast.batching.stream import SamplingPlan, StreamingCertifier
 from dmae_fast.cli.certify import main
 from dmae_fast.data import demo_digits
 from dmae_fast.demo import DEMO_CHECKPOINT
-from dmae_fast.engines import TorchEngine
+from dmae_fast.engines.torch_engine import TorchEngine
 from dmae_fast.model.checkpoints import load_classifier
 from dmae_fast.stats.sequential_radius import Z_STEP
 

@@ -39,9 +39,9 @@ from dmae_fast.batching.stream import PlainBody, SamplingPlan
 from dmae_fast.cli.certify import main as certify_main
 from dmae_fast.data import demo_digits
 from dmae_fast.demo import DEMO_CHECKPOINT
-from dmae_fast.engines import TorchEngine
-from dmae_fast.model import ClassifierSpec, EncoderConfig
+from dmae_fast.engines.torch_engine import TorchEngine
 from dmae_fast.model.checkpoints import load_classifier
+from dmae_fast.model.config import ClassifierSpec, EncoderConfig
 from dmae_fast.noise.compiled import COMPILED, REFERENCE, NoiseSource
 from dmae_fast.noise.contract import MASK32, gaussian_noise, key_words, philox4x32
 
@@ -468,7 +468,7 @@ def test_cli_reference_noise_gives_the_same_certificates(tmp_path):
 
 
 def test_bench_cpu_quick_writes_both_tables(tmp_path):
-    from dmae_fast.cli.bench_cpu import main as bench_cpu
+    from dmae_fast.bench.command_cpu import main as bench_cpu
 
     assert bench_cpu(["--quick", "--models", "demo", "--threads", "1", "--rounds", "1", "--out", str(tmp_path)]) == 0
     record = json.loads(next(tmp_path.glob("*-cpu.json")).read_text())

@@ -18,13 +18,14 @@ from helpers import Run, one_line_error, run_command, tiny_checkpoint
 from dmae_fast.base.errors import UserError
 from dmae_fast.cli.certify import main as certify_main
 from dmae_fast.demo import DEMO_CHECKPOINT
-from dmae_fast.engines import EngineOptions, TorchEngine, open_engine
 from dmae_fast.engines.onnx_engine import ORT_MISSING
+from dmae_fast.engines.opening import EngineOptions, open_engine
 from dmae_fast.engines.sidecar import BatchRange, read_sidecar, sidecar_path
 from dmae_fast.engines.tensorrt_engine import TENSORRT_MISSING
+from dmae_fast.engines.torch_engine import TorchEngine
 from dmae_fast.export import ExportConfig, export_engines
-from dmae_fast.model import SmoothingClassifier
 from dmae_fast.model.checkpoints import load_classifier
+from dmae_fast.model.classifier import SmoothingClassifier
 
 CERTIFY = ["--data", "demo", "--seed", "0", "--max", "2", "--n0", "10", "--n", "50", "--batch", "32", "--quiet"]
 

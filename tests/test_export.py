@@ -1,4 +1,4 @@
-"""Tests for ``dmae-export`` (dmae_fast.export, dmae_fast.cli.export).
+"""Tests for ``dmae-export`` (dmae_fast.export, dmae_fast.export.command).
 
 The demo model is exported once per module: ONNX fp32, ONNX fp16, ONNX tokens fp16 (about
 a second each) and two AOTInductor packages (fp32 images, bf16 tokens; ~15 s each on CPU).
@@ -21,14 +21,14 @@ from helpers import Run, one_line_error, run_command, tiny_vit
 
 from dmae_fast.base.errors import UserError
 from dmae_fast.cli.certify import main as certify_main
-from dmae_fast.cli.export import main as export_main
 from dmae_fast.demo import DEMO_CHECKPOINT
-from dmae_fast.engines import EngineOptions, open_engine
 from dmae_fast.engines.graphs import ImageGraph, bicubic_matrix
+from dmae_fast.engines.opening import EngineOptions, open_engine
 from dmae_fast.engines.sidecar import BatchRange, read_sidecar
 from dmae_fast.engines.tensorrt_engine import TENSORRT_MISSING
 from dmae_fast.export import ExportConfig, export_engines
 from dmae_fast.export import parity as parity_module
+from dmae_fast.export.command import main as export_main
 from dmae_fast.export.onnx_export import operators, write_onnx
 from dmae_fast.export.tensorrt_build import (
     TENSORRT_ONNX_OPS,
@@ -37,8 +37,8 @@ from dmae_fast.export.tensorrt_build import (
     check_tensorrt_operators,
     profile_shapes,
 )
-from dmae_fast.model import SmoothingClassifier
 from dmae_fast.model.checkpoints import load_classifier
+from dmae_fast.model.classifier import SmoothingClassifier
 
 CONTRACT_FIELDS = {"format", "kind", "file", "input", "input_name", "input_shape", "input_dtype", "output_name",
                    "precision", "batch", "classifier", "num_classes", "sigma", "patch_size", "parity", "versions",

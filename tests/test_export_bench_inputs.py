@@ -15,14 +15,15 @@ import torch
 
 from dmae_fast.bench import report, suite
 from dmae_fast.bench import train_throughput as train_bench
+from dmae_fast.bench.command import main as bench_main
 from dmae_fast.bench.compare_counts import main as compare_main
-from dmae_fast.cli.bench import main as bench_main
-from dmae_fast.cli.export import main as export_main
 from dmae_fast.demo import DEMO_CHECKPOINT
 from dmae_fast.engines.sidecar import sidecar_path
 from dmae_fast.export import ExportConfig, export_engines, pipeline
-from dmae_fast.model import DecoderConfig, DMAEPretrain
+from dmae_fast.export.command import main as export_main
 from dmae_fast.model.checkpoints import load_classifier
+from dmae_fast.model.config import DecoderConfig
+from dmae_fast.model.dmae import DMAEPretrain
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

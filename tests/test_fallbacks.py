@@ -32,8 +32,8 @@ from dmae_fast.batching.fast_body import FastBody  # noqa: E402
 from dmae_fast.batching.smoothing import Smoothing
 from dmae_fast.batching.stream import PlainBody, SamplingPlan  # noqa: E402
 from dmae_fast.cli.certify import main  # noqa: E402
-from dmae_fast.engines import TorchEngine  # noqa: E402
 from dmae_fast.engines.aoti_engine import AOTIEngine  # noqa: E402
+from dmae_fast.engines.torch_engine import TorchEngine
 
 CPU = torch.device("cpu")
 cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="fused on the CPU needs the interpreter (CI)")

@@ -18,8 +18,9 @@ from dmae_fast.batching.smoothing import Smoothing
 from dmae_fast.batching.stage_timer import STAGES, StageTimer  # noqa: E402
 from dmae_fast.batching.stream import SamplingPlan  # noqa: E402
 from dmae_fast.cli.certify import main  # noqa: E402
-from dmae_fast.engines import Engine, EngineOptions, open_engine  # noqa: E402
+from dmae_fast.engines.base import Engine
 from dmae_fast.engines.front_end import front_end_path  # noqa: E402
+from dmae_fast.engines.opening import EngineOptions, open_engine
 from dmae_fast.export import ExportConfig, export_engines  # noqa: E402
 from dmae_fast.model.checkpoints import save_classifier  # noqa: E402
 

@@ -11,7 +11,8 @@ from dmae_fast.batching.fast_body import FastBody, FastPath
 from dmae_fast.batching.smoothing import Smoothing
 from dmae_fast.batching.stream import SamplingPlan
 from dmae_fast.cli.certify import main
-from dmae_fast.engines import EngineOptions, TorchEngine, open_engine
+from dmae_fast.engines.opening import EngineOptions, open_engine
+from dmae_fast.engines.torch_engine import TorchEngine
 from dmae_fast.model.checkpoints import save_classifier
 from dmae_fast.model.fp8 import E4M3, Fp8Linear, fp8_problem, to_fp8
 

@@ -11,14 +11,9 @@ import torch.nn.functional as F
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
-from dmae_fast.model import (
-    ENCODER_PRESETS,
-    ClassifierSpec,
-    DecoderConfig,
-    DMAEPretrain,
-    EncoderConfig,
-    SmoothingClassifier,
-)
+from dmae_fast.model.classifier import SmoothingClassifier
+from dmae_fast.model.config import ENCODER_PRESETS, ClassifierSpec, DecoderConfig, EncoderConfig
+from dmae_fast.model.dmae import DMAEPretrain
 from dmae_fast.model.pos_embed import sincos_2d
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)

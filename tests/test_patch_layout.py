@@ -15,9 +15,9 @@ from dmae_fast.batching.cpu.exported import onnx_bytes
 from dmae_fast.batching.cpu.runtimes import OrtChunks
 from dmae_fast.batching.smoothing import Smoothing
 from dmae_fast.batching.stream import PlainBody, SamplingPlan
-from dmae_fast.engines import TorchEngine
 from dmae_fast.engines.graphs import PatchGraph
-from dmae_fast.model import SmoothingClassifier
+from dmae_fast.engines.torch_engine import TorchEngine
+from dmae_fast.model.classifier import SmoothingClassifier
 from dmae_fast.noise.compiled import COMPILED, REFERENCE, NoiseSource
 from dmae_fast.noise.contract import gaussian_noise
 from dmae_fast.noise.patch_layout import PatchLayout

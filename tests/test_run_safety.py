@@ -360,7 +360,7 @@ TRAIN = ["pretrain", "--preset", "demo-pretrain", "--set", "data.limit=32", "--s
 
 
 def _train(*args: str) -> int:
-    from dmae_fast.cli.train import main as train_main
+    from dmae_fast.train.command import main as train_main
 
     return train_main(list(args))
 
@@ -407,7 +407,7 @@ def test_a_second_training_run_on_one_directory_is_refused(tmp_path, capsys, tra
 def test_a_signal_during_training_resumes_to_the_same_weights(tmp_path, trained, signum):
     """Signalled after its first checkpoint (of 3)."""
     out = tmp_path / "signalled"
-    process = subprocess.Popen([sys.executable, "-m", "dmae_fast.cli.train", *TRAIN, "--out", str(out)],
+    process = subprocess.Popen([sys.executable, "-m", "dmae_fast.train.command", *TRAIN, "--out", str(out)],
                                stderr=subprocess.PIPE, text=True, env=_holding(tmp_path, CHECKPOINT_SAVED))
     err = _signal_when((out / "checkpoint.pt").exists, process, signum, tmp_path)
     assert process.returncode == 128 + signum, err

@@ -11,8 +11,8 @@ from dmae_fast.base.errors import UserError
 from dmae_fast.batching.smooth import Smooth
 from dmae_fast.batching.smoothing import Smoothing
 from dmae_fast.batching.stream import PlainBody, SamplingPlan, StreamingCertifier
-from dmae_fast.engines import TorchEngine
-from dmae_fast.model import SmoothingClassifier
+from dmae_fast.engines.torch_engine import TorchEngine
+from dmae_fast.model.classifier import SmoothingClassifier
 from dmae_fast.noise.compiled import COMPILED, REFERENCE, NoiseSource
 from dmae_fast.noise.contract import gaussian_noise
 from dmae_fast.noise.sound_options import Sound

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from dmae_fast.base.errors import UserError
-from dmae_fast.model import ENCODER_PRESETS, DecoderConfig, DMAEPretrain, EncoderConfig
+from dmae_fast.model.config import ENCODER_PRESETS, DecoderConfig, EncoderConfig
+from dmae_fast.model.dmae import DMAEPretrain
 from dmae_fast.train import config as cfg
 from dmae_fast.train.datasets import open_training_data
 from dmae_fast.train.losses import consistency_loss
@@ -171,7 +172,8 @@ def test_no_weight_decay_on_norms_biases_and_tokens_and_layer_decay():
             name = names[id(p)]
             exempt = p.ndim == 1 or name.endswith(".bias") or name in ("cls_token", "mask_token")
             assert group["weight_decay"] == (0.0 if exempt else 0.05), name
-    from dmae_fast.model import ClassifierSpec, SmoothingClassifier
+    from dmae_fast.model.classifier import SmoothingClassifier
+    from dmae_fast.model.config import ClassifierSpec
 
     vit = SmoothingClassifier(ClassifierSpec(EncoderConfig(32, 3, 2, patch_size=4, img_size=16), 5, 16))
     names = {id(p): n for n, p in vit.named_parameters()}

@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from dmae_fast.base.errors import UserError
-from dmae_fast.cli.train import main
 from dmae_fast.train import config as cfg
+from dmae_fast.train.command import main
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -319,7 +319,8 @@ def test_out_below_a_file(tmp_path, capsys):
 
 def _pretrain_file(path: Path, width: int, depth: int) -> Path:
     """A DMAE pre-training file of the demo's image and patch size but another encoder."""
-    from dmae_fast.model import DecoderConfig, DMAEPretrain, EncoderConfig
+    from dmae_fast.model.config import DecoderConfig, EncoderConfig
+    from dmae_fast.model.dmae import DMAEPretrain
 
     model = DMAEPretrain(EncoderConfig(width, depth, 4, patch_size=2, img_size=8), DecoderConfig(64, 2, 4))
     torch.save({"model": model.state_dict()}, path)
@@ -477,8 +478,8 @@ def test_visualize_with_every_patch_hidden(tmp_path, capsys, pretrained):
 
 
 def test_init_demo_names_the_shipped_classifier_as_dmae_certify_does(tmp_path):
-    from dmae_fast.cli.train import _resolve, build_parser
     from dmae_fast.demo import DEMO_CHECKPOINT
+    from dmae_fast.train.command import _resolve, build_parser
 
     args = build_parser().parse_args(["finetune", "--preset", "demo-finetune", "--init", "demo",
                                       "--out", str(tmp_path / "run")])

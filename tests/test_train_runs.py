@@ -15,8 +15,8 @@ import pytest
 import torch
 from helpers import one_line_error, run_command
 
-from dmae_fast.cli.train import main
 from dmae_fast.model.checkpoints import load_classifier, read_checkpoint
+from dmae_fast.train.command import main
 from dmae_fast.train.pretrain import load_own_pretrain
 
 # 32 digits, batch 16, no crop: 2 optimizer steps per epoch, about 0.1 s each.
@@ -200,7 +200,7 @@ def test_two_process_torchrun_equals_one_process_on_the_combined_batch(tmp_path)
         env.pop(key, None)
     launched = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-         "-m", "dmae_fast.cli.train", *args, "--out", str(tmp_path / "ddp")],
+         "-m", "dmae_fast.train.command", *args, "--out", str(tmp_path / "ddp")],
         env=env, capture_output=True, text=True, timeout=900, check=False,
     )
     assert launched.returncode == 0, launched.stderr[-2000:]

@@ -19,8 +19,9 @@ from timm.data import Mixup
 from torch import nn
 
 from dmae_fast.base.errors import UserError
-from dmae_fast.model import ClassifierSpec, SmoothingClassifier
 from dmae_fast.model.checkpoints import encoder_state, save_classifier
+from dmae_fast.model.classifier import SmoothingClassifier
+from dmae_fast.model.config import ClassifierSpec
 from dmae_fast.train.config import FinetuneConfig, LinprobeConfig, to_json
 from dmae_fast.train.datasets import TrainingData
 from dmae_fast.train.loop import Task

@@ -18,8 +18,9 @@ from torch import nn
 
 from dmae_fast.base.errors import UserError
 from dmae_fast.base.integrity import CONTENT_KEY, tensors_sha256
-from dmae_fast.model import DecoderConfig, DMAEPretrain
 from dmae_fast.model.checkpoints import load_strict, read_checkpoint
+from dmae_fast.model.config import DecoderConfig
+from dmae_fast.model.dmae import DMAEPretrain
 from dmae_fast.train.config import PretrainConfig, from_json, to_json
 from dmae_fast.train.datasets import TrainingData
 from dmae_fast.train.loop import Task

@@ -16,8 +16,8 @@ from matplotlib.figure import Figure
 
 from dmae_fast.base.errors import UserError
 from dmae_fast.data import open_dataset
-from dmae_fast.model import DMAEPretrain
 from dmae_fast.model.checkpoints import load_pretrain
+from dmae_fast.model.dmae import DMAEPretrain
 from dmae_fast.train.config import VisualizeConfig, check_mask_ratio
 from dmae_fast.train.pretrain import load_own_pretrain
 from dmae_fast.train.randomness import Stream, gaussians, uniforms

@@ -23,7 +23,7 @@ from torch import nn
 
 from dmae_fast.bench.throughput import MODEL_SPECS, build_model
 from dmae_fast.data import demo_digits
-from dmae_fast.engines import TorchEngine
+from dmae_fast.engines.torch_engine import TorchEngine
 
 
 def images_for(model_name: str, count: int, device: torch.device, generator: torch.Generator) -> torch.Tensor:

@@ -25,7 +25,7 @@ from dmae_fast import Smoothing
 from dmae_fast.batching.fast_body import FastBody, FastPath
 from dmae_fast.batching.stage_timer import STAGES, StageTimer
 from dmae_fast.bench.throughput import build_model
-from dmae_fast.engines import TorchEngine
+from dmae_fast.engines.torch_engine import TorchEngine
 
 GROUPS = [  # (group, pattern on the kernel name), first match wins
     ("attention", r"flash|fmha|attention|sdpa|softmax"),

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from dmae_fast.base.errors import UserError
 from dmae_fast.batching.body_options import BodyOptions
-from dmae_fast.engines import Engine, EngineOptions, open_engine
+from dmae_fast.engines.base import Engine
+from dmae_fast.engines.opening import EngineOptions, open_engine
 from dmae_fast.engines.sidecar import KIND_BY_SUFFIX, read_sidecar
 from dmae_fast.model.config import parse_normalization, sigma_problem
 

@@ -23,7 +23,7 @@ from dmae_fast.batching.smoothing import Smoothing
 from dmae_fast.batching.stage_timer import StageTimer, count_batch, stage
 from dmae_fast.engines.base import Engine, TokenBody, predicted_classes
 from dmae_fast.engines.torch_engine import PRECISIONS
-from dmae_fast.model import SmoothingClassifier
+from dmae_fast.model.classifier import SmoothingClassifier
 from dmae_fast.noise.compiled import NoiseSource
 
 

@@ -28,8 +28,8 @@ def start(prog: str | None, module: str) -> int:
 
 # The console scripts (pyproject.toml's [project.scripts]).
 certify = partial(start, "dmae-certify", "dmae_fast.cli.certify")
-train = partial(start, "dmae-train", "dmae_fast.cli.train")
-export = partial(start, "dmae-export", "dmae_fast.cli.export")
-bench = partial(start, "dmae-bench", "dmae_fast.cli.bench")
+train = partial(start, "dmae-train", "dmae_fast.train.command")
+export = partial(start, "dmae-export", "dmae_fast.export.command")
+bench = partial(start, "dmae-bench", "dmae_fast.bench.command")
 sound_table = partial(start, "dmae-sound-table", "dmae_fast.cli.sound_table")
 serve = partial(start, "dmae-serve", "dmae_fast.cli.serve")

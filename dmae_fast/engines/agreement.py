@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 import torch
 
 from dmae_fast.data import demo_digits
-from dmae_fast.model import SmoothingClassifier
+from dmae_fast.model.classifier import SmoothingClassifier
 
 DEFAULT_SIGMA = 0.25  # noise level of the inputs when the checkpoint records none
 BATCH_BYTES = 1 << 28  # float32 images per verification batch: 256 MiB (a ViT-B at 224: 256 images)

@@ -9,7 +9,8 @@ from pathlib import Path
 import torch
 
 from dmae_fast.engines.sidecar import EngineMeta
-from dmae_fast.model import ClassifierSpec, SmoothingClassifier
+from dmae_fast.model.classifier import SmoothingClassifier
+from dmae_fast.model.config import ClassifierSpec
 
 INPUT_KINDS = ("image", "tokens")
 

@@ -17,7 +17,7 @@ import torch
 from dmae_fast.base.errors import UserError
 from dmae_fast.base.integrity import CONTENT_KEY, check_tensors, tensors_sha256
 from dmae_fast.engines.sidecar import EngineMeta
-from dmae_fast.model import SmoothingClassifier
+from dmae_fast.model.classifier import SmoothingClassifier
 
 FRONT_END_KEYS = ("cls_token", "pos_embed", "patch_embed.proj.weight", "patch_embed.proj.bias")
 SUFFIX = ".frontend.safetensors"

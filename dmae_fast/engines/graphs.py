@@ -16,7 +16,7 @@ from timm.layers import Mlp
 from timm.models.vision_transformer import Block, VisionTransformer
 from torch import nn
 
-from dmae_fast.model import SmoothingClassifier
+from dmae_fast.model.classifier import SmoothingClassifier
 from dmae_fast.noise.patch_layout import PatchLayout
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}

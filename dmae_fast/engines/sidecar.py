@@ -14,7 +14,7 @@ from typing import Any
 
 from dmae_fast.base.errors import UserError, raise_first
 from dmae_fast.base.integrity import is_sha256
-from dmae_fast.model import ClassifierSpec
+from dmae_fast.model.config import ClassifierSpec
 
 FORMAT = "dmae-fast-engine/1"
 KIND_BY_SUFFIX = {".onnx": "onnx", ".engine": "tensorrt", ".plan": "tensorrt", ".pt2": "aoti"}

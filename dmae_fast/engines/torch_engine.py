@@ -9,7 +9,7 @@ import torch
 
 from dmae_fast.engines.base import Engine, predicted_classes
 from dmae_fast.engines.sidecar import input_shape
-from dmae_fast.model import SmoothingClassifier
+from dmae_fast.model.classifier import SmoothingClassifier
 
 # the dtype a precision computes in (fp8: the matrix products of the blocks in float8, the rest bf16)
 PRECISIONS = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16, "fp8": torch.bfloat16}

@@ -30,8 +30,16 @@ from timm.layers import resample_abs_pos_embed
 from dmae_fast.base.errors import UserError
 from dmae_fast.base.integrity import CONTENT_KEY, check_tensors, tensors_sha256
 from dmae_fast.base.messages import one_line
-from dmae_fast.model import ClassifierSpec, DecoderConfig, DMAEPretrain, EncoderConfig, SmoothingClassifier
-from dmae_fast.model.config import HEADS_BY_WIDTH, IMAGENET_MEAN, IMAGENET_STD
+from dmae_fast.model.classifier import SmoothingClassifier
+from dmae_fast.model.config import (
+    HEADS_BY_WIDTH,
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    ClassifierSpec,
+    DecoderConfig,
+    EncoderConfig,
+)
+from dmae_fast.model.dmae import DMAEPretrain
 
 METADATA_KEY = "dmae_fast"
 StateDict = dict[str, torch.Tensor]

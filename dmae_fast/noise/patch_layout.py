@@ -31,8 +31,9 @@ class PatchLayout:
 
     @classmethod
     def of(cls, model) -> PatchLayout | None:
-        """The layout of a :class:`~dmae_fast.model.SmoothingClassifier`, or None where its front end is more than
-        normalization + a plain patch convolution with a side a multiple of 4 (a resize, a normalized embedding)."""
+        """The layout of a :class:`~dmae_fast.model.classifier.SmoothingClassifier`, or None where its front end is
+        more than normalization + a plain patch convolution with a side a multiple of 4 (a resize, a normalized
+        embedding)."""
         spec, embed = model.spec, model.patch_embed
         encoder, proj = spec.encoder, getattr(embed, "proj", None)
         p = encoder.patch_size

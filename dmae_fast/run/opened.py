@@ -19,7 +19,7 @@ from dmae_fast.batching.smoothing import Smoothing
 from dmae_fast.batching.stage_timer import StageTimer
 from dmae_fast.batching.stream import StreamingCertifier
 from dmae_fast.data import TensorImageDataset, open_dataset, subset_indices
-from dmae_fast.engines import Engine
+from dmae_fast.engines.base import Engine
 from dmae_fast.run.config import PROG, CertifyConfig
 from dmae_fast.stats.procedure import Procedure
 

@@ -24,7 +24,7 @@ from dmae_fast import SamplingPlan, Smoothing, StreamingCertifier
 from dmae_fast.batching.bodies import batch_body
 from dmae_fast.batching.body_options import BodyOptions
 from dmae_fast.bench.throughput import build_model
-from dmae_fast.engines import TorchEngine
+from dmae_fast.engines.torch_engine import TorchEngine
 from dmae_fast.noise.sound_options import Sound, default_grid
 
 SIGMA, SEED = 0.25, 0

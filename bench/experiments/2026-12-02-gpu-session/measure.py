@@ -43,7 +43,8 @@ from dmae_fast.bench.peak import matmul_peak
 from dmae_fast.bench.reference_loops import COHEN, DMAE
 from dmae_fast.bench.report import throughput_table
 from dmae_fast.bench.throughput import Row, Variant, add_ratios, build_model, measure
-from dmae_fast.engines import TorchEngine, resolve_device
+from dmae_fast.engines.opening import resolve_device
+from dmae_fast.engines.torch_engine import TorchEngine
 from dmae_fast.stats.procedure import CERTIFY, Procedure, ProcedureSpec
 
 SIGMA, SEED, ALPHA = 0.25, 0, 0.001

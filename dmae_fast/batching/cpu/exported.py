@@ -20,7 +20,7 @@ from dmae_fast.base.integrity import tensors_sha256
 from dmae_fast.batching.cpu.cache_keys import cache_key, files_sha256
 from dmae_fast.engines.agreement import compare_logits
 from dmae_fast.engines.graphs import OPSET, ImageGraph, PatchGraph, pooled_tail_applies
-from dmae_fast.model import SmoothingClassifier
+from dmae_fast.model.classifier import SmoothingClassifier
 from dmae_fast.noise.patch_layout import PatchLayout
 
 # A runtime's classifier built from a checkpoint must give the checkpoint's logits.

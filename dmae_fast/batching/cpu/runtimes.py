@@ -23,7 +23,7 @@ from dmae_fast.batching.cpu.cache_keys import cache_key
 from dmae_fast.batching.cpu.exported import cached_check, cached_onnx_bytes
 from dmae_fast.engines.base import Engine, predicted_classes
 from dmae_fast.engines.torch_engine import TorchEngine
-from dmae_fast.model import SmoothingClassifier
+from dmae_fast.model.classifier import SmoothingClassifier
 from dmae_fast.noise.patch_layout import PatchLayout
 
 RUNTIME_NAMES = {"openvino": "OpenVINO", "onnxruntime": "ONNX Runtime", "torch": "PyTorch"}
