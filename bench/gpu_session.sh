@@ -184,10 +184,14 @@ try:
     print("onnxruntime providers", onnxruntime.get_available_providers())
 except ImportError:
     pass
+# AOTInductor builds CUDA packages with the CUDA toolkit's headers (CUDA_HOME, or nvcc's folder); its warnings muted
+import contextlib, io, warnings
+with contextlib.redirect_stderr(io.StringIO()), warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    import torch.utils.cpp_extension as extension
+print("CUDA_HOME", extension.CUDA_HOME)
 EOF
     if command -v nvidia-smi > /dev/null; then nvidia-smi; else echo "nvidia-smi: not found"; fi
-    # AOTInductor builds CUDA packages with the CUDA toolkit's headers (CUDA_HOME, or nvcc's folder)
-    "$PY" -c "import torch.utils.cpp_extension as e; print('CUDA_HOME', e.CUDA_HOME)" 2>&1 | tail -n 1
     echo "nvcc $(command -v nvcc || echo 'not found'); gcc $(command -v gcc || echo 'not found')"
 }
 

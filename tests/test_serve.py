@@ -701,18 +701,6 @@ def test_sigterm_finishes_the_requests_in_flight_then_stops(small_server, digits
         request(small_server.host, small_server.port, "GET", "/healthz", token=None, timeout=5)
 
 
-def test_sigterm_as_soon_as_the_server_listens_is_a_clean_stop():
-    """A SIGTERM the moment the listening line appears, five times: each a graceful stop and exit 0 (was,
-    now and then, 143 "interrupted by SIGTERM": the signal came before the server's own handling of it)."""
-    for _ in range(5):  # (the reference noise: no warm-up compile before the line, the stop after it is the same)
-        server = start_server("--batch", "64", "--noise", "reference", timeout=300)
-        server.process.send_signal(signal.SIGTERM)
-        status = server.process.wait(300)
-        server.reader.join(600)
-        log = "".join(server.stderr)
-        assert status == 0 and log.splitlines()[-1] == "dmae-serve: stopped by SIGTERM after answering 0 requests", log
-
-
 # --------------------------------------------------------------------------- slow clients
 
 
