@@ -512,8 +512,9 @@ def test_a_signal_after_an_openvino_body_is_freed_reaches_its_handler():
         from dmae_fast.batching.bodies import BodyOptions, batch_body
         from dmae_fast.batching.smoothing import Smoothing
         from dmae_fast.batching.stream import SamplingPlan, StreamingCertifier
-        from dmae_fast.engines import TorchEngine
-        from dmae_fast.model import ClassifierSpec, EncoderConfig, SmoothingClassifier
+        from dmae_fast.engines.torch_engine import TorchEngine
+        from dmae_fast.model.classifier import SmoothingClassifier
+        from dmae_fast.model.config import ClassifierSpec, EncoderConfig
         spec = ClassifierSpec(EncoderConfig(32, 2, 2, patch_size=4, img_size=16), num_classes=10, input_size=16)
         engine = TorchEngine(SmoothingClassifier(spec).eval(), torch.device("cpu"), "fp32")
         for patch_input in (True, False):  # two bodies, one after the other, as a test module or a server may

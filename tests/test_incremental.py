@@ -1,0 +1,90 @@
+"""Incremental certification's statistics (issue 59, step 1; dmae_fast/stats/incremental.py): the disagreement
+bound's coverage, exactly over its finite design, and the derived certificate's failure rate by simulation with known
+probabilities, against a deliberately wrong bound (the point estimate) that the same check flags."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.stats import binom
+
+from dmae_fast.stats.bounds import lower_confidence_bounds
+from dmae_fast.stats.decisions import ABSTAIN, Certificate, bound_certificate
+from dmae_fast.stats.incremental import (
+    derived_lower_bounds,
+    disagreement_upper_bounds,
+    incremental_certificate,
+)
+
+
+@pytest.mark.parametrize("n_p", [1, 20, 200, 1000])
+@pytest.mark.parametrize("alpha_zeta", [1e-3, 0.01, 0.05])
+def test_the_disagreement_bound_covers_at_every_rate_exactly(n_p, alpha_zeta):
+    """P(zeta_upper(D) < zeta) <= alpha_zeta for D ~ Binomial(n_p, zeta), at every zeta: the miss probability only
+    jumps where zeta passes one of the n_p + 1 bounds, so checking just above each bound (and between) is exact."""
+    uppers = disagreement_upper_bounds(np.arange(n_p + 1), n_p, alpha_zeta)
+    assert np.all(np.diff(uppers) > 0) and uppers[-1] == 1.0
+    rates = np.unique(np.concatenate([np.nextafter(uppers, 2.0), np.linspace(0, 1, 501)]))
+    rates = rates[(rates > 0) & (rates <= 1)]
+    for zeta in rates:
+        missed = np.flatnonzero(uppers < zeta)  # D = d gives a bound below the true rate
+        miss = float(binom.pmf(missed, n_p, zeta).sum())
+        assert miss <= alpha_zeta * (1 + 1e-9), (zeta, miss)
+    # and the bound is not loose: just below a bound, the miss probability nears alpha_zeta somewhere
+    worst = max(float(binom.pmf(np.flatnonzero(uppers < z), n_p, z).sum()) for z in np.nextafter(uppers[:-1], 2.0))
+    assert worst > alpha_zeta / 3
+
+
+def test_the_derived_certificate():
+    reference = bound_certificate(3, 100, 9990, 10000, 0.001, 0.25)
+    none_disagree = incremental_certificate(reference, 0, 1000, 0.001, 0.001, 0.25)
+    assert none_disagree.prediction == 3 and none_disagree.alpha == pytest.approx(0.002)
+    # the issue's figure: an all-but-ten-correct image at sigma 0.25 loses radius to the bound on zero disagreements
+    zeta = 1 - float(lower_confidence_bounds(1000, 1000, 0.001))
+    assert none_disagree.zeta_upper >= zeta and none_disagree.p_a_lower <= reference.p_a_lower - zeta
+    assert 0 < none_disagree.radius < reference.radius
+    assert incremental_certificate(reference, 1000, 1000, 0.001, 0.001, 0.25).prediction == ABSTAIN
+    abstained = Certificate(ABSTAIN, 0.0, 100, 10000, 4000, 0.38)
+    assert incremental_certificate(abstained, 0, 1000, 0.001, 0.001, 0.25).prediction == ABSTAIN
+    with pytest.raises(ValueError, match="disagreements must lie in"):
+        incremental_certificate(reference, 1001, 1000, 0.001, 0.001, 0.25)
+    assert float(disagreement_upper_bounds(0, 0, 0.01)) == 1.0  # no paired sample: nothing is known
+
+
+def _false_certificates(p, z, w, n, n_p, alpha, alpha_zeta, trials, rng, bound):
+    """Simulated reference runs of n estimation samples at P(f = cA) = p whose first n_p are paired with a derived
+    f' (P(f = cA, f' != cA) = z, P(f != cA, f' = cA) = w): how many certify f' at a bound above its true
+    P(f' = cA) = p - z + w. ``bound``: the disagreement bound under test (d, n_p) -> zeta."""
+    first = rng.multinomial(n_p, [p - z, z, w, 1 - p - w], size=trials)  # (f, f') = (A, A), (A, -), (-, A), (-, -)
+    n_a = first[:, 0] + first[:, 1] + rng.binomial(n - n_p, p, size=trials)
+    p_a_lower = np.where(n_a > 0, lower_confidence_bounds(np.maximum(n_a, 1), n, alpha), 0.0)
+    derived = derived_lower_bounds(p_a_lower, bound(first[:, 1], n_p))
+    return int(np.sum((derived >= 0.5) & (derived > p - z + w)))
+
+
+# (p, z, w): a confident image with more disagreement than its margin can hide, the paper's ~0.5% int8 rate, and
+# one where f' also gains cA elsewhere (w > 0: P(f' = cA) higher, the bound still sound)
+CASES = [(0.99, 0.01, 0.0), (0.995, 0.005, 0.0), (0.9, 0.02, 0.01)]
+
+
+@pytest.mark.parametrize(("p", "z", "w"), CASES)
+def test_false_certificates_stay_within_alpha_plus_alpha_zeta_and_the_point_estimate_is_flagged(p, z, w):
+    """>= 20,000 simulated images per case: the derived bound's false certificates stay within alpha + alpha_zeta
+    (a one-sided binomial check at 1e-4); where the bound is tight (w = 0), the same count with the point estimate
+    d / n_p for zeta_upper exceeds it."""
+    alpha = alpha_zeta = 0.001
+    n, n_p, trials = 10_000, 1_000, 40_000
+    rng = np.random.default_rng(59)
+
+    def sound(d, m):
+        return disagreement_upper_bounds(d, m, alpha_zeta)
+
+    def point(d, m):
+        return d / m
+
+    false = _false_certificates(p, z, w, n, n_p, alpha, alpha_zeta, trials, rng, sound)
+    allowed = int(binom.ppf(1 - 1e-4, trials, alpha + alpha_zeta))
+    assert false <= allowed, (false, allowed)
+    if w == 0:
+        wrong = _false_certificates(p, z, w, n, n_p, alpha, alpha_zeta, trials, np.random.default_rng(59), point)
+        assert wrong > allowed, (wrong, allowed)
