@@ -88,3 +88,59 @@ def test_false_certificates_stay_within_alpha_plus_alpha_zeta_and_the_point_esti
     if w == 0:
         wrong = _false_certificates(p, z, w, n, n_p, alpha, alpha_zeta, trials, np.random.default_rng(59), point)
         assert wrong > allowed, (wrong, allowed)
+
+
+# --------------------------------------------------------------------------- paired samples (PairedEngine)
+
+
+def test_paired_counts_are_the_joint_table_of_the_reference_runs_own_noisy_inputs(tiny_engine):
+    """The paired engine's counts over the estimation phase's first n_p samples: their rows sum to the reference's
+    counts of those samples, which are the estimation counts of a CERTIFY run on the reference with n = n_p (the same
+    noisy inputs, drawn again from the noise key), and their columns to the derived engine's own counts."""
+    import copy
+
+    import torch
+
+    from dmae_fast.batching.smoothing import Smoothing
+    from dmae_fast.batching.stream import StreamingCertifier
+    from dmae_fast.engines.paired import PairedEngine
+    from dmae_fast.engines.torch_engine import TorchEngine
+    from dmae_fast.stats.incremental import disagreements
+    from dmae_fast.stats.plan import Phase, SamplingPlan
+
+    reference, n_p, classes = tiny_engine, 300, tiny_engine.spec.num_classes
+    model = copy.deepcopy(reference.model)
+    with torch.no_grad():  # a derived classifier that disagrees now and then
+        model.head.weight.add_(0.3 * torch.randn(model.head.weight.shape, generator=torch.Generator().manual_seed(5)))
+    derived = TorchEngine(model, reference.device)
+    generator = torch.Generator().manual_seed(11)
+    images = [(index, torch.rand(reference.input_shape, generator=generator), 0) for index in (3, 40, 41, 977)]
+
+    def counts(engine, plan):
+        smoothing = Smoothing(engine, 0.5, 2024, 128)
+        return {done.index: done.counts for done in StreamingCertifier(smoothing, plan).run(images)}
+
+    paired_plan = SamplingPlan((Phase.ESTIMATION,), (n_p,))
+    pairs = counts(PairedEngine(reference, derived), paired_plan)
+    certified = counts(reference, SamplingPlan.certify(20, n_p))
+    own = counts(derived, paired_plan)
+    seen = 0
+    for index, (joint,) in pairs.items():
+        table = joint.reshape(classes, classes)
+        assert np.array_equal(table.sum(axis=1), certified[index][1]), index
+        assert np.array_equal(table.sum(axis=0), own[index][0]), index
+        c_a = int(np.argmax(certified[index][0]))
+        seen += disagreements(joint, classes, c_a)
+        assert disagreements(joint, classes, c_a) == table[c_a].sum() - table[c_a, c_a]
+    assert seen > 0  # the perturbation is real: the check above compared two different classifiers
+
+
+def test_engines_that_cannot_be_paired_are_refused_in_one_line(tiny_engine):
+    from helpers import tiny_engine_of
+
+    from dmae_fast.base.errors import UserError
+    from dmae_fast.engines.paired import PairedEngine
+
+    other = tiny_engine_of(input_size=16)
+    with pytest.raises(UserError, match=r"^cannot pair the engines: the reference takes inputs of shape"):
+        PairedEngine(tiny_engine, other)

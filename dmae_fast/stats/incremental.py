@@ -52,6 +52,14 @@ def derived_lower_bounds(p_a_lower: np.ndarray | float, zeta_upper: np.ndarray |
     return bound
 
 
+def disagreements(pairs: np.ndarray, classes: int, c_a: int) -> int:
+    """Of paired samples counted by class pair (``pairs[r * classes + d]``: the reference chose r, the derived
+    engine d; :class:`~dmae_fast.engines.paired.PairedEngine`), how many the reference voted ``c_a`` and the
+    derived engine did not."""
+    table = np.asarray(pairs).reshape(classes, classes)
+    return int(table[c_a].sum() - table[c_a, c_a])
+
+
 def incremental_certificate(reference: Certificate, disagreements: int, n_p: int, alpha: float, alpha_zeta: float,
                             sigma: float) -> IncrementalCertificate:
     """The derived classifier's certificate from the reference's (made at ``alpha``) and ``disagreements`` of

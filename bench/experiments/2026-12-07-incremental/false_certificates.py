@@ -5,7 +5,8 @@ Each simulated image: a reference run of n estimation samples at P(f = cA) = p, 
 derived f' (P(f = cA, f' != cA) = z, P(f != cA, f' = cA) = w); a false certificate is a derived bound >= 1/2 above
 f''s true P(f' = cA) = p - z + w. Run:
 
-    python bench/experiments/2026-12-07-incremental/false_certificates.py > bench/results/2026-12-07-incremental/false-certificates.txt
+    python bench/experiments/2026-12-07-incremental/false_certificates.py \
+        > bench/results/2026-12-07-incremental/false-certificates.txt
 """
 
 from __future__ import annotations

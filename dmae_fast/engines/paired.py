@@ -1,0 +1,43 @@
+"""A reference classifier and one derived from it (an fp16, fp8 or int8 engine of the same checkpoint) as one engine
+over class pairs: a noisy input's class is reference class * C + derived class (C classes), so that the certifier's
+class counts of the same noisy inputs are the two classifiers' joint table, from which incremental certification
+reads the disagreements (:mod:`dmae_fast.stats.incremental`, docs/certify.md)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from dmae_fast.base.errors import UserError
+from dmae_fast.engines.base import Engine
+
+
+class PairedEngine(Engine):
+    """``reference`` and ``derived`` on the same noisy inputs; a pair with a non-finite side counts as non-finite."""
+
+    def __init__(self, reference: Engine, derived: Engine) -> None:
+        problems = [
+            (reference.input == derived.input == "image", "both engines must take images (token engines run only "
+                                                          "behind the fast body's front end)"),
+            (reference.spec.num_classes == derived.spec.num_classes,
+             f"the reference has {reference.spec.num_classes} classes, the derived engine "
+             f"{derived.spec.num_classes}"),
+            (reference.input_shape == derived.input_shape,
+             f"the reference takes inputs of shape {reference.input_shape}, the derived engine {derived.input_shape}"),
+            (reference.device == derived.device,
+             f"the reference runs on {reference.device}, the derived engine on {derived.device}"),
+        ]
+        for ok, problem in problems:
+            if not ok:
+                raise UserError(f"cannot pair the engines: {problem}")
+        self.reference, self.derived, self.classes = reference, derived, reference.spec.num_classes
+        self.spec = dataclasses.replace(reference.spec, num_classes=self.classes ** 2, class_names=None)
+        self.device, self.input, self.input_shape = reference.device, "image", reference.input_shape
+        self.precision = derived.precision
+        self.description = f"paired: {reference.description} (reference) | {derived.description} (derived)"
+
+    def classify(self, inputs: torch.Tensor) -> torch.Tensor:
+        first, second = self.reference.classify(inputs), self.derived.classify(inputs)
+        finite = (first < self.classes) & (second < self.classes)
+        return torch.where(finite, first * self.classes + second, self.classes ** 2)
