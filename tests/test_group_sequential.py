@@ -6,7 +6,6 @@ class c (r = 0: p_c <= 1/2): the hypothesis it rejected was true.
 """
 
 import math
-import time
 
 import numpy as np
 import pytest
@@ -230,15 +229,12 @@ def test_lower_cap_stops_images_short_of_the_level_below_the_top():
     assert c.certify(np.array([0, 9]), c.looks[k + 1] - 10 ** 4, c.looks[k + 1]).radius == 2.0
 
 
-# (f) caching, speed, errors.
-def test_tables_are_cached_and_fast():
+# (f) caching and errors (how long a table takes is dmae-bench's to say, not a test's).
+def test_tables_are_cached():
     boundary_table.cache_clear()
-    start = time.perf_counter()
     first = certifier(1.0, 100_000)
-    seconds = time.perf_counter() - start
     again = certifier(1.0, 100_000)
     assert boundary_table.cache_info().hits >= 1 and np.array_equal(first.failures, again.failures)
-    assert seconds < 5, seconds
     with pytest.raises(ValueError):
         boundary_table(first.looks, tuple(first.level_radii), 0.001, (100_000,) * 6, gs.SPENDING,
                        gs.FINAL_SHIFT)[0][0, 0] = 1  # the cached table is read-only
