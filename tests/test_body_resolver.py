@@ -93,7 +93,11 @@ def test_the_body_choice_and_its_reason():
 def test_a_body_other_than_the_one_asked_for_says_why():
     plain = object.__new__(PlainBody)  # only its type is read
     assert str(ResolvedBody(plain, BodyOptions(fast=True, reason="--fast"))) == \
-        "plain body: --fast; every fast body failed (the notices say how)"
+        "plain body: --fast; every fast body failed"
+    plain.fallbacks = ["the fast body (fused) failed: no Triton", "the fast body (unfused) failed: out of memory"]
+    assert ResolvedBody(plain, BodyOptions(fast=True, reason="--fast")).reason == \
+        "--fast; every fast body failed; the fast body (fused) failed: no Triton; the fast body (unfused) failed: " \
+        "out of memory"  # the notices of the bodies passed over, in the one reason
     token_body = types.SimpleNamespace(description="unfused front end + onnx fp32 engine")
     assert str(ResolvedBody(token_body, BodyOptions(reason="--body plain"))) == \
         "fast body: --body plain; a token engine runs only behind the fast body's front end"

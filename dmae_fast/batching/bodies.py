@@ -51,14 +51,16 @@ class ResolvedBody:
 
     @property
     def reason(self) -> str:
-        """Why this body: the options' reason, and why it is not the body they asked for where it is not."""
+        """Why this body: the options' reason, and why it is not the body they asked for where it is not (the
+        notices of the bodies passed over, each also printed when it happened)."""
         options = self.options
         why = options.reason or ("fast=True" if options.fast else options.parts or "the default")
         if self.name == options.body:
             return why
         if self.name == "fast":
             return f"{why}; a token engine runs only behind the fast body's front end"
-        return f"{why}; every fast body failed (the notices say how)"
+        notices = getattr(self.current, "fallbacks", None) or []
+        return f"{why}; every fast body failed" + "".join(f"; {notice}" for notice in notices)
 
     def __str__(self) -> str:
         return f"{self.name} body: {self.reason}"
