@@ -39,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "and verified (a .pt2 runs only on this device type; TensorRT needs cuda)")
     parser.add_argument("--parity-samples", type=int, default=1000, help="noisy inputs of the verification "
                         f"(default 1000, at most {MAX_PARITY_SAMPLES:,})")
-    parser.add_argument("--seed", type=int, help="seed of the verification inputs (default: random, recorded)")
+    parser.add_argument("--seed", type=int, help="seed of the verification (and agreement) inputs (default: random, "
+                        "recorded)")
     parser.add_argument("--input-size", type=int, help="for checkpoints without metadata: side of the images "
                         "the classifier receives (e.g. 32 for DMAE CIFAR-10 models)")
     parser.add_argument("--normalize", help="for checkpoints without metadata: imagenet (default), cifar10, or "
@@ -48,6 +49,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default <out>/tensorrt-timing.cache; --format tensorrt or all only)")
     parser.add_argument("--overwrite", action="store_true", help="replace existing engine files and sidecars "
                         "(never the checkpoint or a directory)")
+    agreement = parser.add_argument_group("certified agreement (image engines; recorded in the sidecar)")
+    agreement.add_argument("--check-agreement", metavar="DATA", help="measure how often the engine's class "
+                           "differs from PyTorch's on DATA's images (demo, a folder or a file list, as dmae-certify "
+                           "--data) under the smoothing noise, with a 99.9%% upper bound on the rate: the radius "
+                           "cost of certifying the engine from a reference run (docs/export.md)")
+    agreement.add_argument("--agreement-images", type=int, default=100, help="DATA's first images (default 100)")
+    agreement.add_argument("--agreement-samples", type=int, default=1000, help="noisy copies of each "
+                           "(default 1000)")
+    agreement.add_argument("--sigma", type=float, help="the noise level (default: the checkpoint's sigma)")
     return parser
 
 
@@ -58,7 +68,9 @@ def config_from_args(args: argparse.Namespace) -> ExportConfig:
                         precision=args.precision, input=args.input, batch=BatchRange.parse(args.batch), name=args.name,
                         device=args.device, parity_samples=args.parity_samples, seed=args.seed,
                         input_size=args.input_size, mean=mean, std=std, timing_cache=args.timing_cache,
-                        overwrite=args.overwrite, strict_formats=not everything)
+                        overwrite=args.overwrite, strict_formats=not everything,
+                        check_agreement=args.check_agreement, agreement_images=args.agreement_images,
+                        agreement_samples=args.agreement_samples, sigma=args.sigma)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,12 +8,15 @@ from dataclasses import dataclass
 
 from dmae_fast.base.errors import UserError
 from dmae_fast.engines.sidecar import BatchRange
+from dmae_fast.model.config import sigma_problem
 
 FORMATS = ("onnx", "tensorrt", "torch")  # "all" on the command line means all three
 PRECISIONS_BY_FORMAT = {"onnx": ("fp32", "fp16"), "tensorrt": ("fp32", "fp16"), "torch": ("fp32", "fp16", "bf16")}
 DEFAULT_BATCH = BatchRange(1, 1000, 1024)  # dmae-certify's default batch is 1000
 MAX_BATCH = 2**31 - 1  # TensorRT's dimensions are int32; torch.export's Dim overflows above int64
 MAX_PARITY_SAMPLES = 1_000_000  # 1000x the default; the inputs are drawn batch by batch
+MAX_AGREEMENT_IMAGES = 1_000_000  # --check-agreement: the images read, and noisy copies of each
+MAX_AGREEMENT_SAMPLES = 1_000_000
 MAX_INPUT_SIZE = 4096  # the in-graph bicubic resize holds dense [encoder size, input size] matrices
 DEVICE_NAME = re.compile(r"auto|cpu|cuda(:\d+)?")
 
@@ -44,6 +47,10 @@ class ExportConfig:
     timing_cache: str | None = None  # TensorRT; default <out>/tensorrt-timing.cache
     overwrite: bool = False
     strict_formats: bool = True  # False ("all"): skip TensorRT when it is not installed
+    check_agreement: str | None = None  # a dataset: the engine's certified disagreement with PyTorch on it
+    agreement_images: int = 100  # its first images
+    agreement_samples: int = 1000  # noisy copies of each
+    sigma: float | None = None  # the noise of the agreement check (default: the checkpoint's sigma)
 
     def validate(self) -> None:
         """One-line error for the first bad field, before anything is loaded or written."""
@@ -76,3 +83,21 @@ class ExportConfig:
             yield "--timing-cache is empty; name a file"
         if problem := device_problem(self.device):
             yield problem
+        yield from self._agreement_problems()
+
+    def _agreement_problems(self) -> Iterator[str]:
+        if self.check_agreement is None:
+            if self.sigma is not None:
+                yield "--sigma is the noise of --check-agreement; name a dataset there or drop --sigma"
+            return
+        if self.input != "image":
+            yield "--check-agreement needs an image engine (--input image): a token engine runs only behind the fast " \
+                  "body's front end"
+        if not self.check_agreement:
+            yield "--check-agreement is empty; name a dataset (demo, a folder or a file list)"
+        if not 1 <= self.agreement_images <= MAX_AGREEMENT_IMAGES:
+            yield f"--agreement-images must be in [1, {MAX_AGREEMENT_IMAGES:,}], got {self.agreement_images}"
+        if not 1 <= self.agreement_samples <= MAX_AGREEMENT_SAMPLES:
+            yield f"--agreement-samples must be in [1, {MAX_AGREEMENT_SAMPLES:,}], got {self.agreement_samples}"
+        if self.sigma is not None and (problem := sigma_problem(self.sigma)):
+            yield f"--sigma: {problem}"

@@ -32,6 +32,7 @@ from dmae_fast.engines.graphs import build_graph, example_input
 from dmae_fast.engines.opening import engine_class, resolve_device
 from dmae_fast.engines.sidecar import (
     SUFFIX_BY_KIND,
+    Agreement,
     BatchRange,
     EngineMeta,
     Parity,
@@ -40,6 +41,7 @@ from dmae_fast.engines.sidecar import (
     write_sidecar,
 )
 from dmae_fast.engines.tensorrt_engine import import_tensorrt
+from dmae_fast.export.agreement import measure_agreement
 from dmae_fast.export.aoti_export import write_pt2
 from dmae_fast.export.config import FORMATS, MAX_INPUT_SIZE, ExportConfig
 from dmae_fast.export.onnx_export import write_onnx
@@ -206,14 +208,16 @@ def _export_one(fmt: str, model: SmoothingClassifier, ckpt: Path, target: Path, 
         if parity is not None and not parity.passed:
             raise UserError(f"{target.name} failed verification against PyTorch: {parity.summary()}; "
                             "the engine was not kept")
-        meta = dataclasses.replace(meta, parity=parity)
+        meta = dataclasses.replace(meta, parity=parity, agreement=_agreement(partial, meta, model, config, device))
         _commit(partial, target, meta, model, config)
     except BaseException:
         partial.unlink(missing_ok=True)
         raise
     verified = "not verified (ONNX Runtime is not installed)" if parity is None else parity.summary()
+    agreement = "" if meta.agreement is None else f"; {meta.agreement.summary()}"
     report(f"wrote {target} (+ .json): {fmt} {config.precision}, {config.input} input "
-           f"{list(meta.input_shape)}, batch {config.batch}, {time.perf_counter() - start:.1f} s; {verified}")
+           f"{list(meta.input_shape)}, batch {config.batch}, {time.perf_counter() - start:.1f} s; {verified}"
+           f"{agreement}")
 
 
 def _commit(partial: Path, target: Path, meta: EngineMeta, model: SmoothingClassifier, config: ExportConfig) -> None:
@@ -256,6 +260,19 @@ def _build_tensorrt(graph, example, engine: Path, meta: EngineMeta, config: Expo
         check_tensorrt_operators(onnx_path)
         return build_engine(TensorRTBuild(onnx_path, engine, meta.input_name, meta.input_shape, config.batch,
                                           config.precision, cache))
+
+
+def _agreement(engine: Path, meta: EngineMeta, model: SmoothingClassifier, config: ExportConfig,
+               device: torch.device) -> Agreement | None:
+    """--check-agreement: the engine's certified disagreement with PyTorch on the dataset (None: not asked)."""
+    if config.check_agreement is None:
+        return None
+    sigma = config.sigma if config.sigma is not None else model.spec.sigma
+    if sigma is None:
+        raise UserError(f"--check-agreement needs a noise level: {config.ckpt} records no sigma; pass --sigma")
+    runner = engine_class(meta.kind)(engine, meta, "auto" if meta.kind == "onnx" else str(device))
+    return measure_agreement(model, runner, config.check_agreement, config.agreement_images,
+                             config.agreement_samples, sigma, config.seed)
 
 
 def _verify(engine: Path, meta: EngineMeta, model: SmoothingClassifier, config: ExportConfig,

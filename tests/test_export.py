@@ -42,7 +42,7 @@ from dmae_fast.model.classifier import SmoothingClassifier
 
 CONTRACT_FIELDS = {"format", "kind", "file", "input", "input_name", "input_shape", "input_dtype", "output_name",
                    "precision", "batch", "classifier", "num_classes", "sigma", "patch_size", "parity", "versions",
-                   "device", "source_checkpoint", "created", "sha256"}
+                   "device", "source_checkpoint", "created", "sha256", "agreement"}
 PARITY_FIELDS = {"samples", "max_abs_logit_diff", "top1_agreement", "threshold", "reference", "device"}
 CERTIFY = ["--data", "demo", "--seed", "0",
            "--max", "5", "--n0", "20", "--n", "200", "--batch", "64", "--quiet", "--device", "cpu"]
@@ -106,7 +106,7 @@ def test_engine_logits_match_the_model_on_new_inputs(engines):
 def test_sidecar_has_the_contract_fields(engines):
     for key, path in engines.items():
         data = json.loads(Path(str(path) + ".json").read_text())
-        assert set(data) == CONTRACT_FIELDS, key
+        assert set(data) == CONTRACT_FIELDS and data["agreement"] is None, key  # --check-agreement not asked
         assert PARITY_FIELDS <= set(data["parity"])
         assert data["format"] == "dmae-fast-engine/1" and data["file"] == path.name
         assert data["input_dtype"] == "float32" and data["output_name"] == "logits"

@@ -144,3 +144,15 @@ def test_engines_that_cannot_be_paired_are_refused_in_one_line(tiny_engine):
     other = tiny_engine_of(input_size=16)
     with pytest.raises(UserError, match=r"^cannot pair the engines: the reference takes inputs of shape"):
         PairedEngine(tiny_engine, other)
+
+
+def test_the_pooled_bound_covers_the_average_rate_of_different_images():
+    """dmae-export --check-agreement bounds the average disagreement of K images from the total of their counts
+    (one binomial per image, each at its own rate): simulated with known, very different rates, the bound misses the
+    average no more often than alpha (a one-sided binomial allowance at 1e-4), near where a single rate would."""
+    rng = np.random.default_rng(7)
+    rates = np.concatenate([np.zeros(20), np.full(20, 0.001), np.full(8, 0.02), np.array([0.2, 0.5])])
+    n_p, trials, alpha = 200, 200_000, 0.01
+    totals = rng.binomial(n_p, rates, size=(trials, len(rates))).sum(axis=1)
+    missed = int(np.sum(disagreement_upper_bounds(totals, n_p * len(rates), alpha) < rates.mean()))
+    assert missed <= binom.ppf(1 - 1e-4, trials, alpha), missed / trials

@@ -82,6 +82,28 @@ class Parity:
 
 
 @dataclass(frozen=True)
+class Agreement:
+    """How often the engine's class differs from the fp32 PyTorch model's on a dataset's images with the smoothing
+    noise at ``sigma`` (``dmae-export --check-agreement``): ``disagreements`` of ``samples`` paired noisy inputs
+    (``samples_per_image`` on each of ``images``), and ``zeta_upper``, a one-sided Clopper-Pearson bound at level
+    1 - ``alpha`` on their average rate: what incremental certification would subtract from pA_lower."""
+
+    data: str
+    images: int
+    samples_per_image: int
+    sigma: float
+    seed: int
+    disagreements: int
+    samples: int
+    zeta_upper: float
+    alpha: float
+
+    def summary(self) -> str:
+        return (f"disagreement with PyTorch on noisy {self.data} images at sigma {self.sigma}: {self.disagreements:,} "
+                f"of {self.samples:,}, at most {self.zeta_upper:.3%} (alpha {self.alpha})")
+
+
+@dataclass(frozen=True)
 class EngineMeta:
     """A sidecar, typed. ``file`` is the engine's basename, ``input`` 'image' or 'tokens'."""
 
@@ -97,6 +119,7 @@ class EngineMeta:
     versions: dict[str, str]
     parity: Parity | None = None
     sha256: str | None = None  # of the engine file, written at export, checked on open (None: not recorded)
+    agreement: Agreement | None = None  # dmae-export --check-agreement (None: not measured)
 
     @property
     def input_name(self) -> str:
@@ -116,7 +139,7 @@ class EngineMeta:
             "patch_size": self.spec.encoder.patch_size,
             "parity": None if self.parity is None else dict(vars(self.parity)), "versions": dict(self.versions),
             "device": self.device, "source_checkpoint": self.source_checkpoint, "created": self.created,
-            "sha256": self.sha256,
+            "sha256": self.sha256, "agreement": None if self.agreement is None else dict(vars(self.agreement)),
         }
 
     @classmethod
@@ -137,7 +160,8 @@ class EngineMeta:
             meta = cls(kind=data["kind"], file=data["file"], input=data["input"], precision=data["precision"],
                        batch=batch, spec=spec, device=str(data["device"]),
                        source_checkpoint=str(data["source_checkpoint"]), created=str(data["created"]),
-                       versions=dict(data["versions"]), parity=parity, sha256=data.get("sha256"))
+                       versions=dict(data["versions"]), parity=parity, sha256=data.get("sha256"),
+                       agreement=None if data.get("agreement") is None else Agreement(**data["agreement"]))
         except UserError as error:
             raise UserError(f"{where}: {error}") from None
         except (TypeError, ValueError, KeyError, AttributeError) as error:
