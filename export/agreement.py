@@ -23,25 +23,32 @@ ALPHA = 0.001  # the level of the bound recorded
 BATCH = 256
 
 
-def measure_agreement(model: SmoothingClassifier, engine: Engine, data: str, images: int, samples_per_image: int,
-                      sigma: float, seed: int | None = None) -> Agreement:
-    """The engine against ``model`` (fp32, eager, on the engine's device) on the first ``images`` of ``data``, each
-    with ``samples_per_image`` noisy copies at ``sigma`` (the noise contract's estimation draws under ``seed``,
-    random by default). The bound holds for the images' average disagreement rate: the total is a sum of
-    independent counts, one binomial per image, whose lower tail is no heavier than one binomial's of the same mean
-    (Hoeffding, 1956), so the Clopper-Pearson bound of the total errs only high."""
-    seed = secrets.randbits(63) if seed is None else seed
-    dataset = open_dataset(data, image_size=model.spec.input_size)
-    chosen = subset_indices(len(dataset), 1, images)
-    paired = PairedEngine(TorchEngine(model, engine.device), engine)
-    smoothing = Smoothing(paired, sigma, seed, BATCH)
-    items = ((index, *dataset[index]) for index in chosen)
-    plan = SamplingPlan((Phase.ESTIMATION,), (samples_per_image,))
-    classes = model.spec.num_classes
-    disagreements = 0
-    for done in StreamingCertifier(smoothing, plan).run(items):
-        table = done.counts[0].reshape(classes, classes)
-        disagreements += int(table.sum() - np.trace(table))
-    samples = len(chosen) * samples_per_image
-    zeta_upper = float(disagreement_upper_bounds(disagreements, samples, ALPHA))
-    return Agreement(data, len(chosen), samples_per_image, sigma, seed, disagreements, samples, zeta_upper, ALPHA)
+class AgreementCheck:
+    """The check's data, opened once before any export (a bad DATA costs no compile), and its settings."""
+
+    def __init__(self, model: SmoothingClassifier, data: str, images: int, samples_per_image: int, sigma: float,
+                 seed: int | None = None) -> None:
+        self.model, self.data, self.samples_per_image, self.sigma = model, data, samples_per_image, sigma
+        self.seed = secrets.randbits(63) if seed is None else seed
+        self.dataset = open_dataset(data, image_size=model.spec.input_size)
+        self.chosen = subset_indices(len(self.dataset), 1, images)
+
+    def measure(self, engine: Engine) -> Agreement:
+        """The engine against the model (fp32, eager, on the engine's device) on the chosen images, each with
+        ``samples_per_image`` noisy copies at ``sigma`` (the noise contract's estimation draws under ``seed``). The
+        bound holds for the images' average disagreement rate: the total is a sum of independent counts, one
+        binomial per image, whose lower tail below its mean is no heavier than one binomial's of the same mean
+        (Hoeffding, 1956), so the Clopper-Pearson bound of the total errs only high."""
+        paired = PairedEngine(TorchEngine(self.model, engine.device), engine)
+        smoothing = Smoothing(paired, self.sigma, self.seed, BATCH)
+        items = ((index, *self.dataset[index]) for index in self.chosen)
+        plan = SamplingPlan((Phase.ESTIMATION,), (self.samples_per_image,))
+        classes = self.model.spec.num_classes
+        disagreements = 0
+        for done in StreamingCertifier(smoothing, plan).run(items):
+            table = done.counts[0].reshape(classes, classes)
+            disagreements += int(table.sum() - np.trace(table))
+        samples = len(self.chosen) * self.samples_per_image
+        zeta_upper = float(disagreement_upper_bounds(disagreements, samples, ALPHA))
+        return Agreement(self.data, len(self.chosen), self.samples_per_image, self.sigma, self.seed, disagreements,
+                         samples, zeta_upper, ALPHA)

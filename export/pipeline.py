@@ -10,7 +10,7 @@ replaced without --overwrite (the checkpoint and directories never).
 from __future__ import annotations
 
 import dataclasses
-import importlib
+import importlib.util
 import os
 import platform
 import sys
@@ -32,7 +32,6 @@ from dmae_fast.engines.graphs import build_graph, example_input
 from dmae_fast.engines.opening import engine_class, resolve_device
 from dmae_fast.engines.sidecar import (
     SUFFIX_BY_KIND,
-    Agreement,
     BatchRange,
     EngineMeta,
     Parity,
@@ -41,7 +40,7 @@ from dmae_fast.engines.sidecar import (
     write_sidecar,
 )
 from dmae_fast.engines.tensorrt_engine import import_tensorrt
-from dmae_fast.export.agreement import measure_agreement
+from dmae_fast.export.agreement import AgreementCheck
 from dmae_fast.export.aoti_export import write_pt2
 from dmae_fast.export.config import FORMATS, MAX_INPUT_SIZE, ExportConfig
 from dmae_fast.export.onnx_export import write_onnx
@@ -75,8 +74,9 @@ def export_engines(config: ExportConfig, report: Report = print, note: Report = 
     name = config.name or _default_name(ckpt, config)
     targets = [out / (name + SUFFIX_BY_KIND[KIND_BY_FORMAT[fmt]]) for fmt in formats]
     _check_targets(targets, ckpt, config)
+    check = _agreement_check(model, config, formats)  # before any export: a bad DATA or sigma wastes no compile
     for fmt, target in zip(formats, targets):
-        _export_one(fmt, model, ckpt, target, config, device, report)
+        _export_one(fmt, model, ckpt, target, config, device, report, check)
     return targets
 
 
@@ -186,7 +186,7 @@ def _versions(fmt: str) -> dict[str, str]:
 
 
 def _export_one(fmt: str, model: SmoothingClassifier, ckpt: Path, target: Path, config: ExportConfig,
-                device: torch.device, report: Report) -> None:
+                device: torch.device, report: Report, check: AgreementCheck | None = None) -> None:
     start = time.perf_counter()
     partial = target.with_name(f"{target.stem}.partial{target.suffix}")
     graph = build_graph(model, config.input, config.precision).to(device)
@@ -208,7 +208,10 @@ def _export_one(fmt: str, model: SmoothingClassifier, ckpt: Path, target: Path, 
         if parity is not None and not parity.passed:
             raise UserError(f"{target.name} failed verification against PyTorch: {parity.summary()}; "
                             "the engine was not kept")
-        meta = dataclasses.replace(meta, parity=parity, agreement=_agreement(partial, meta, model, config, device))
+        if check is not None:
+            runner = engine_class(meta.kind)(partial, meta, "auto" if meta.kind == "onnx" else str(device))
+            meta = dataclasses.replace(meta, agreement=check.measure(runner))
+        meta = dataclasses.replace(meta, parity=parity)
         _commit(partial, target, meta, model, config)
     except BaseException:
         partial.unlink(missing_ok=True)
@@ -262,17 +265,18 @@ def _build_tensorrt(graph, example, engine: Path, meta: EngineMeta, config: Expo
                                           config.precision, cache))
 
 
-def _agreement(engine: Path, meta: EngineMeta, model: SmoothingClassifier, config: ExportConfig,
-               device: torch.device) -> Agreement | None:
-    """--check-agreement: the engine's certified disagreement with PyTorch on the dataset (None: not asked)."""
+def _agreement_check(model: SmoothingClassifier, config: ExportConfig, formats: list[str]) -> AgreementCheck | None:
+    """--check-agreement's data opened and its sigma resolved (the checkpoint's unless --sigma); None: not asked."""
     if config.check_agreement is None:
         return None
+    if "onnx" in formats and importlib.util.find_spec("onnxruntime") is None:
+        raise UserError("--check-agreement runs the ONNX engine, and ONNX Runtime is not installed "
+                        "(pip install 'dmae-fast[onnx]')")
     sigma = config.sigma if config.sigma is not None else model.spec.sigma
     if sigma is None:
         raise UserError(f"--check-agreement needs a noise level: {config.ckpt} records no sigma; pass --sigma")
-    runner = engine_class(meta.kind)(engine, meta, "auto" if meta.kind == "onnx" else str(device))
-    return measure_agreement(model, runner, config.check_agreement, config.agreement_images,
-                             config.agreement_samples, sigma, config.seed)
+    return AgreementCheck(model, config.check_agreement, config.agreement_images, config.agreement_samples, sigma,
+                          config.seed)
 
 
 def _verify(engine: Path, meta: EngineMeta, model: SmoothingClassifier, config: ExportConfig,

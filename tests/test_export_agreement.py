@@ -65,3 +65,25 @@ def test_an_agreement_check_that_cannot_apply_is_one_line_and_writes_nothing(tmp
     result = run_command(export_main, capsys, "--ckpt", "demo", "--out", out, *args)
     one_line_error(result, "dmae-export", *mentions)
     assert not out.exists()
+
+
+def test_a_bad_agreement_dataset_is_refused_before_any_export(tmp_path, capsys):
+    out = tmp_path / "engines"
+    result = run_command(export_main, capsys, "--ckpt", "demo", "--out", out, "--format", "torch",
+                         "--check-agreement", tmp_path / "missing")
+    one_line_error(result, "dmae-export", "missing")
+    assert not out.exists() or not any(out.iterdir())  # no .pt2 compiled, nothing written
+
+
+def test_an_onnx_agreement_check_without_onnx_runtime_is_refused_before_any_export(tmp_path, monkeypatch):
+    import importlib.util
+
+    from dmae_fast.base.errors import UserError
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "onnxruntime" else
+                        find_spec(name, *a))
+    config = ExportConfig("demo", str(tmp_path), ("onnx",), check_agreement="demo", device="cpu")
+    with pytest.raises(UserError, match="--check-agreement runs the ONNX engine, and ONNX Runtime is not installed"):
+        export_engines(config, report=lambda line: None)
+    assert not any(tmp_path.iterdir())
