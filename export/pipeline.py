@@ -27,6 +27,7 @@ from dmae_fast.base.errors import UserError
 from dmae_fast.base.integrity import file_sha256
 from dmae_fast.demo_files import DEMO, DEMO_CHECKPOINT
 from dmae_fast.engines.aoti_engine import aoti_torch_problem
+from dmae_fast.engines.exported import ExportedEngine
 from dmae_fast.engines.front_end import front_end_path, write_front_end
 from dmae_fast.engines.graphs import build_graph, example_input
 from dmae_fast.engines.opening import engine_class, resolve_device
@@ -209,8 +210,7 @@ def _export_one(fmt: str, model: SmoothingClassifier, ckpt: Path, target: Path, 
             raise UserError(f"{target.name} failed verification against PyTorch: {parity.summary()}; "
                             "the engine was not kept")
         if check is not None:
-            runner = engine_class(meta.kind)(partial, meta, "auto" if meta.kind == "onnx" else str(device))
-            meta = dataclasses.replace(meta, agreement=check.measure(runner))
+            meta = dataclasses.replace(meta, agreement=check.measure(_runner(partial, meta, device)))
         meta = dataclasses.replace(meta, parity=parity)
         _commit(partial, target, meta, model, config)
     except BaseException:
@@ -287,5 +287,9 @@ def _verify(engine: Path, meta: EngineMeta, model: SmoothingClassifier, config: 
             import onnxruntime  # noqa: F401
         except ImportError:
             return None
-    runner = engine_class(meta.kind)(engine, meta, "auto" if meta.kind == "onnx" else str(device))
-    return measure_parity(model, runner, config.parity_samples, config.seed)
+    return measure_parity(model, _runner(engine, meta, device), config.parity_samples, config.seed)
+
+
+def _runner(engine: Path, meta: EngineMeta, device: torch.device) -> ExportedEngine:
+    """The just-written engine, opened to be checked (ONNX: on the best provider available)."""
+    return engine_class(meta.kind)(engine, meta, "auto" if meta.kind == "onnx" else str(device))

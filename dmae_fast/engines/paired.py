@@ -9,7 +9,7 @@ import dataclasses
 
 import torch
 
-from dmae_fast.base.errors import UserError
+from dmae_fast.base.errors import raise_first
 from dmae_fast.engines.base import Engine
 
 
@@ -17,7 +17,7 @@ class PairedEngine(Engine):
     """``reference`` and ``derived`` on the same noisy inputs; a pair with a non-finite side counts as non-finite."""
 
     def __init__(self, reference: Engine, derived: Engine) -> None:
-        problems = [
+        raise_first([
             (reference.input == derived.input == "image", "both engines must take images (token engines run only "
                                                           "behind the fast body's front end)"),
             (reference.spec.num_classes == derived.spec.num_classes,
@@ -27,10 +27,7 @@ class PairedEngine(Engine):
              f"the reference takes inputs of shape {reference.input_shape}, the derived engine {derived.input_shape}"),
             (reference.device == derived.device,
              f"the reference runs on {reference.device}, the derived engine on {derived.device}"),
-        ]
-        for ok, problem in problems:
-            if not ok:
-                raise UserError(f"cannot pair the engines: {problem}")
+        ], prefix="cannot pair the engines: ")
         self.reference, self.derived, self.classes = reference, derived, reference.spec.num_classes
         self.spec = dataclasses.replace(reference.spec, num_classes=self.classes ** 2, class_names=None)
         self.device, self.input, self.input_shape = reference.device, "image", reference.input_shape
