@@ -214,6 +214,8 @@ def recorded_cap(table: ResultsTable) -> float | None:
     if procedure is None:
         return None
     cap, written = procedure.max_radius(), record.get("max_radius")
+    if cap is None:  # not known from the settings alone (an incremental run's is its reference's)
+        return None
     edited = isinstance(written, bool) or not isinstance(written, (int, float)) or not math.isclose(written, cap,
                                                                                                  rel_tol=1e-9)
     if written is not None and edited:  # an older record may lack it

@@ -236,7 +236,8 @@ CHANGED = {"engine": "other.safetensors", "data": "/data/val", "split": "train",
            "image_size": 9, "input_size": 9, "normalize": "cifar10", "sigma": 0.5, "n0": 21, "n": 201, "alpha": 0.01,
            "seed": 1, "predict": True, "skip": 2, "max_images": 3, "precision": "fp16", "sequential": True,
            "looks": (100, 201), "futility": "none", "grow": "off", "sequential_test": "bonferroni",
-           "procedure_name": "certify", "sound": True, "quantize": True, "radii": (0.5, 1.0)}
+           "procedure_name": "certify", "sound": True, "quantize": True, "radii": (0.5, 1.0), "reference": "ref.tsv",
+           "paired_samples": 50}
 HOW = {"device": "cuda", "workers": 3, "batch": 7, "shard": "samples", "fast": True, "fused": True, "compile": True,
        "cuda_graphs": True, "noise": "reference", "cpu_runtime": "torch", "body_reason": "a test", "progress": False}
 KINDS = {"certify": {}, "predict": {"predict": True}, "sequential": {"sequential": True},

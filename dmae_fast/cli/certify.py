@@ -97,6 +97,14 @@ def build_parser() -> argparse.ArgumentParser:
                      "on while its radius is expected to grow by more than Z * sigma per 10,000 further samples, up to "
                      "--n (no alpha spent; smaller Z: more samples, larger radii; default 0.1; off: stop where the "
                      "grid test stops)")
+    incremental = parser.add_argument_group("incremental certification of a derived engine (docs/certify.md)")
+    incremental.add_argument("--reference", metavar="REF.tsv", help="certify --engine (an fp16/fp8/int8 export of "
+                             "the reference's classifier) from this completed fixed-n CERTIFY run: the reference's "
+                             "class, radius sigma * Phi^-1(pA_lower - zeta_U), zeta_U bounding the disagreement on "
+                             "--paired-samples fresh noisy images that both classifiers classify; fails with "
+                             "probability <= the reference's alpha + --alpha")
+    incremental.add_argument("--paired-samples", type=int, metavar="N", help="with --reference: paired samples per "
+                             "image (default: the reference's n / 5); an image the reference abstained on takes one")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument("--nproc-per-node", type=int, help="run as this many processes on this machine (torch's "
                      "elastic launcher, like torchrun --standalone; one per GPU, or CPU processes sharing the cores)")
@@ -131,7 +139,9 @@ def _config_from_args(args: argparse.Namespace) -> CertifyConfig:
     settings = {k: v for k, v in vars(args).items() if k in SETTINGS and v is not None}
     settings.update(engine=engine, out=out, progress=not args.quiet, sigma=args.sigma,
                     radii=tuple(args.radii) if args.radii else None, looks=tuple(args.looks) if args.looks else None)
-    return CertifyConfig.from_settings(settings, body_options(args, os.environ))
+    # an incremental run's two classifiers share each noisy image: the plain body's (CertifyConfig.validate)
+    body = body_options(args, os.environ, default="plain" if args.reference else "fast")
+    return CertifyConfig.from_settings(settings, body)
 
 
 def _print_summary(result: RunResult) -> None:

@@ -84,8 +84,8 @@ def _row_problem(table: ResultsTable, row: int, wanted: set[int] | None, labels:
     if rules.procedure is not None and (int(extra["n0"]) != rules.n0 or str(extra["procedure"]) != rules.procedure):
         return (f"was made with n0 {extra['n0']} and procedure {extra['procedure']}, "
                 f"not {rules.n0} and {rules.procedure}")
-    problem = _certify_problem(predict, float(table.radius[row]), n, int(extra["nA"]), float(extra["pA_lower"]),
-                               sigma, rules)
+    problem = _certify_problem(idx, predict, float(table.radius[row]), n, int(extra["nA"]),
+                               float(extra["pA_lower"]), sigma, rules)
     if problem is None and rules.grid_radius is not None and "grid_radius" in extra:
         grid = rules.grid_radius(int(extra["nA"]), n)
         if not grid - RADIUS_SLACK <= float(extra["grid_radius"]) <= grid + 1e-12:
@@ -93,15 +93,15 @@ def _row_problem(table: ResultsTable, row: int, wanted: set[int] | None, labels:
     return problem
 
 
-def _certify_problem(predict: int, written_radius: float, n: int, n_a: int, written_bound: float, sigma: float,
-                     rules: RowRules) -> str | None:
+def _certify_problem(idx: int, predict: int, written_radius: float, n: int, n_a: int, written_bound: float,
+                     sigma: float, rules: RowRules) -> str | None:
     if not 0 <= n_a <= n:
         return f"has nA = {n_a} outside [0, n = {n}]"
     if rules.level is None:
         return _problem_at_any_alpha(predict, written_radius, n, n_a, written_bound, sigma)
     # Clopper-Pearson at the rules' level, or a grid-radius procedure's own certificate
     expected = (bound_certificate(0, 0, n_a, n, rules.level, rules.sigma) if rules.certificate is None
-                else rules.certificate(n_a, n))
+                else rules.certificate(idx, n_a, n))
     bound, abstains, exact = expected.p_a_lower, expected.prediction == ABSTAIN, expected.radius
     if not bound - BOUND_SLACK <= written_bound <= bound + 1e-12:
         return f"has pA_lower {written_bound}, its counts give {floor_decimals(bound, P_LOWER_DECIMALS)}"

@@ -87,8 +87,8 @@ def _ascii(convert: Callable[[str], Any], valid: Callable[[Any], bool] = lambda 
     return parse
 
 
-_INT_COLUMNS = ("idx", "label", "predict", "n0", "n", "nA", "count1", "count2")
-_FLOAT_COLUMNS = ("pA_lower", "pvalue", "sigma")
+_INT_COLUMNS = ("idx", "label", "predict", "n0", "n", "nA", "count1", "count2", "disagreements")
+_FLOAT_COLUMNS = ("pA_lower", "pvalue", "sigma", "zeta_upper", "reference_pA_lower", "alpha")
 _RADIUS = (_ascii(float, lambda value: math.isfinite(value) and value >= 0), "a finite radius >= 0", "float64")
 _PARSERS: dict[str, tuple[Callable[[str], object], str, str]] = {
     **{name: (_ascii(int), "an integer", "int64") for name in _INT_COLUMNS},

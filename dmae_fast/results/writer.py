@@ -49,6 +49,12 @@ class CertifyRow:
     sigma: float
     procedure: str
     grid_radius: float | None = None  # the exact sequential test's certified grid radius (its own column)
+    # an incremental run's columns (docs/certify.md): its paired samples' disagreements with the reference's class,
+    # their upper bound, the reference's pA_lower, and the total failure probability
+    disagreements: int | None = None
+    zeta_upper: float | None = None
+    reference_pA_lower: float | None = None
+    alpha: float | None = None
 
 
 @dataclass(frozen=True)
@@ -115,6 +121,9 @@ _FORMATTERS: dict[str, Callable[[object], str]] = {
     "procedure": lambda v: _fmt_text(str(v)),
 }
 _FORMATTERS["grid_radius"] = _FORMATTERS["radius"]  # written as radii are: rounded down
+_FORMATTERS["reference_pA_lower"] = _FORMATTERS["pA_lower"]  # a lower bound: rounded down
+_FORMATTERS["zeta_upper"] = lambda v: ceil_significant(v, PVALUE_DIGITS)  # an upper bound: rounded up
+_FORMATTERS["alpha"] = _FORMATTERS["sigma"]
 
 
 def _format_row(row: Row, columns: tuple[str, ...]) -> str:

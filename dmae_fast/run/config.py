@@ -80,8 +80,17 @@ class ProcedureOptions:
     sequential_test: str = "exact"
     grow: float | None = None  # None: the exact test's default (dmae_fast.stats.group_sequential.GROW); inf: off
     procedure_name: str | None = None  # a registered procedure's key; None: the one predict / sequential name
+    reference: str | None = None  # incremental CERTIFY against this reference run's results file
+    paired_samples: int | None = None  # its paired samples per image (None: the reference's n / 5, once read)
     # summary radii (how); radii of interest with --sequential (must match when the procedure reads them)
     radii: tuple[float, ...] | None = how(None)
+
+    @property
+    def key(self) -> str:
+        """The key of the registered procedure these settings ask for (known before a reference is read)."""
+        from dmae_fast.stats.incremental_procedure import INCREMENTAL
+
+        return INCREMENTAL if self.reference is not None else self.spec(sound=False).key
 
     def spec(self, sound: bool) -> ProcedureSpec:
         """What these settings ask for (``sigma`` as resolved so far)."""
@@ -89,6 +98,10 @@ class ProcedureOptions:
 
         if self.predict:
             return ProcedureSpec(PREDICT, self.n, self.alpha, self.sigma, name=self.procedure_name, sound=sound)
+        if self.reference is not None:
+            if self.paired_samples is None:
+                raise ValueError("an incremental run's paired samples are resolved once its reference is read")
+            return ProcedureSpec(CERTIFY, self.paired_samples, self.alpha, self.sigma, 0, name=self.key, sound=sound)
         return ProcedureSpec(CERTIFY, self.n, self.alpha, self.sigma, self.n0, self.sequential, self.radii,
                              self.looks, self.futility, self.sequential_test, self.grow, self.procedure_name, sound)
 
@@ -110,6 +123,11 @@ class ProcedureOptions:
             (self.grow is None or self.grow >= 0, f"--grow must be >= 0 or off, got {self.grow}"),
             (self.futility is None or self.futility in FUTILITY_MODES,
              f"--futility must be one of {', '.join(FUTILITY_MODES)}, got {self.futility!r}"),
+            (self.reference is None or not (self.predict or self.sequential or self.procedure_name),
+             "--reference certifies with paired samples; it excludes --predict and --sequential"),
+            (self.paired_samples is None or self.reference is not None, "--paired-samples applies to --reference"),
+            (self.paired_samples is None or 1 <= self.paired_samples < 2**32,
+             f"--paired-samples must be in [1, 2**32), got {self.paired_samples}"),
         ])
         if self.procedure_name is not None:  # a procedure registered by its module (no command option names one)
             from dmae_fast.stats.procedure import registered
@@ -219,7 +237,7 @@ class CertifyConfig:
         """The settings of this run that its procedure's results depend on beyond n, n0, alpha and sigma."""
         from dmae_fast.stats.procedure import registered
 
-        return tuple(SETTING_OF_SPEC.get(field, field) for field in registered(self.procedure_spec().key).reads)
+        return tuple(SETTING_OF_SPEC.get(field, field) for field in registered(self.procedure.key).reads)
 
     def validate(self) -> None:
         for name in PARTS:
@@ -229,5 +247,8 @@ class CertifyConfig:
             (self.shard in SHARD_CHOICES, f"--shard must be one of {', '.join(SHARD_CHOICES)}, got {self.shard!r}"),
         ])
         self.body.validate()
+        if self.procedure.reference is not None and self.body.body == "fast":
+            raise UserError("--reference runs the plain body (the reference and the derived engine classify the same "
+                            f"noisy images); drop {self.body.reason or 'the fast body'}")
         if self.sound is not None:
             self.sound.validate(self.procedure.sigma)

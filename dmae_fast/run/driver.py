@@ -97,7 +97,9 @@ class Run:
             print(f"{PROG}: --resume: {out} does not exist yet; starting the run", file=sys.stderr)
         parts = self.ranks.world > 1 and config.shard == "images"
         model_sha256 = file_sha256(config.classifier.engine_path)
-        check_continued_classifier(config, mode, model_sha256)
+        if opened.reference is not None:
+            opened.reference.check_derived(config, model_sha256)
+        check_continued_classifier(config, mode, model_sha256, opened.reference)
         seed = run_seed(config, mode, parts)
         indices, recount = images_to_do(opened, mode, parts=parts)
         if parts:
@@ -146,7 +148,8 @@ class Run:
         images, samples = job.totals(per_rank)
         rate = round(samples / elapsed, 1) if elapsed > 0 else None
         self.record.write({"status": "complete", "images": images, "samples": samples, "elapsed_s": round(elapsed, 3),
-                           "samples_per_s": rate, **({"ranks": per_rank} if sharing else {})}, final=True)
+                           "samples_per_s": rate, **({"ranks": per_rank} if sharing else {}),
+                           "results_sha256": file_sha256(config.output.out)}, final=True)
         return RunResult(config, images, samples, round(elapsed, 3), rate or math.nan, ranks.world)
 
     def _failed(self, error: Exception) -> Exception | None:

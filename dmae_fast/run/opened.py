@@ -21,6 +21,7 @@ from dmae_fast.batching.stream import StreamingCertifier
 from dmae_fast.data import TensorImageDataset, open_dataset, subset_indices
 from dmae_fast.engines.base import Engine
 from dmae_fast.run.config import PROG, CertifyConfig
+from dmae_fast.run.reference import Reference, read_reference
 from dmae_fast.stats.procedure import Procedure
 
 
@@ -69,6 +70,7 @@ class OpenedRun:
     indices: list[int]  # every image of the run
     procedure: Procedure
     workers: int  # DataLoader processes
+    reference: Reference | None = None  # an incremental run's (``engine`` pairs the reference with the derived)
 
     @property
     def kind(self) -> str:
@@ -115,12 +117,20 @@ def open_run(config: CertifyConfig, device: str | None = None) -> OpenedRun:
     place a run's settings are resolved: the sigma the classifier records where none is given, the precision
     it runs in; the config returned is the only source of both from here on."""
     classifier, data = config.classifier, config.data
-    engine = open_classifier(classifier.engine_path, config.body, device or classifier.device, classifier.precision,
-                             classifier.input_size, classifier.normalize)
+    reference = read_reference(config.procedure.reference) if config.procedure.reference is not None else None
+    if reference is not None:
+        config = reference.resolve(config)
+    device = device or classifier.device
+    engine = open_classifier(classifier.engine_path, config.body, device, classifier.precision, classifier.input_size,
+                             classifier.normalize)
     config = config.resolved(smoothing_sigma(config.procedure.sigma, engine), engine.precision)
     image_size = data.image_size if data.image_size is not None else engine.spec.input_size
     dataset = open_dataset(data.data, split=data.split, labels=data.labels, image_size=image_size)
     _check_compatible(engine, dataset, data.data)
     indices = subset_indices(len(dataset), data.skip, data.max_images)
     workers = data.workers if data.workers is not None else _loader_workers(dataset, engine.device)
-    return OpenedRun(config, engine, dataset, indices, Procedure(config.procedure_spec()), workers)
+    if reference is None:
+        return OpenedRun(config, engine, dataset, indices, Procedure(config.procedure_spec()), workers)
+    reference.check_run(config, indices)
+    procedure = reference.procedure(config, engine.spec.num_classes)
+    return OpenedRun(config, reference.paired_engine(engine, device), dataset, indices, procedure, workers, reference)

@@ -25,6 +25,7 @@ from dmae_fast.run.config import CertifyConfig
 if TYPE_CHECKING:
     from dmae_fast.results.writer import Row
     from dmae_fast.run.opened import OpenedRun
+    from dmae_fast.run.reference import Reference
 
 RECOUNTED = {"certify": ("predict", "n0", "n", "nA"), "predict": ("predict", "n", "count1", "count2")}  # by kind
 RECOUNT_ROWS = 3  # kept rows a resumed run counts again (another seed matches one with p ~ 1 / (2.5 sd of nA))
@@ -93,15 +94,21 @@ def run_seed(config: CertifyConfig, mode: Mode, parts: bool) -> int:
         return replacing_seed(out)
     return secrets.randbits(64)
 
-def check_continued_classifier(config: CertifyConfig, mode: Mode, model_sha256: str) -> None:
-    """Refuse to continue rows made by another classifier file than ``model_sha256`` (the run record's)."""
+def check_continued_classifier(config: CertifyConfig, mode: Mode, model_sha256: str,
+                               reference: Reference | None = None) -> None:
+    """Refuse to continue rows made by another classifier file than ``model_sha256`` (the run record's), or, in an
+    incremental run, against another reference run than ``reference``."""
     out = config.output.out
     if mode != "append" or not (Path(out).exists() or has_parts(out)):
         return
-    recorded = _record(config).get("model_sha256")
+    record = _record(config)
+    recorded = record.get("model_sha256")
     if recorded != model_sha256:
         raise UserError(f"--resume: {config.classifier.engine_path} is not the classifier file the rows of {out} were "
                         f"made with (SHA-256 {str(model_sha256)[:12]}..., the record says {str(recorded)[:12]}...)")
+    if reference is not None and (record.get("reference") or {}).get("results_sha256") != reference.results_sha256:
+        raise UserError(f"--resume: {reference.where} is not the reference run the rows of {out} were made against "
+                        "(its results' SHA-256 differs from the run record's)")
 
 def _record(config: CertifyConfig) -> dict:
     """The run record of the rows this run continues."""

@@ -54,6 +54,7 @@ class RunRecord:
             "body_fallbacks": getattr(body, "fallbacks", []),
             "sound": sound_record(opened),  # --sound: the grid, the noise table's cost, the failure probability
             "model_sha256": self.model_sha256,
+            **({"reference": opened.reference.summary()} if opened.reference is not None else {}),
             "threads": {"torch_intra_op": torch.get_num_threads(), "dataloader_workers": opened.workers,
                         "body_workers": getattr(body, "workers", None)},
             "classifier": opened.engine.spec.to_json_dict(),
@@ -122,7 +123,7 @@ class RowWriter:
 
 def result_row(procedure: Procedure, done: ImageCounts, seconds: float) -> Row:
     """The TSV row of one finished image: its procedure's result, rendered."""
-    result, sigma = procedure.result(done.counts), procedure.spec.sigma
+    result, sigma = procedure.image_result(done.index, done.counts), procedure.spec.sigma
     correct = int(result.prediction == done.label)
     if isinstance(result, Certificate):
         return CertifyRow(done.index, done.label, result.prediction, result.radius, correct, seconds, result.n0,

@@ -23,16 +23,15 @@ from dmae_fast.stats.decisions import ABSTAIN, Certificate
 
 
 @dataclass(frozen=True)
-class IncrementalCertificate:
-    """The derived classifier's certificate: the reference's class, or ABSTAIN."""
+class IncrementalCertificate(Certificate):
+    """The derived classifier's certificate: the reference's class, or ABSTAIN. As a :class:`Certificate`: ``n0`` is
+    0 (no selection draw), ``n`` the paired samples, ``n_a`` those without a disagreement, ``p_a_lower`` the derived
+    classifier's bound (the reference's pA_lower - zeta_upper, floored at 0)."""
 
-    prediction: int  # ABSTAIN or the reference's certified class
-    radius: float  # 0.0 when abstaining
-    n_p: int  # paired samples
-    disagreements: int  # of them, f voted cA and f' did not
-    zeta_upper: float  # the (1 - alpha_zeta) upper bound on P(f = cA, f' != cA); 1.0 with no paired sample
-    p_a_lower: float  # the derived classifier's bound: the reference's pA_lower - zeta_upper (floored at 0)
-    alpha: float  # the total failure probability: the reference's alpha + alpha_zeta
+    disagreements: int = 0  # of the paired samples, f voted cA and f' did not
+    zeta_upper: float = 1.0  # the (1 - alpha_zeta) upper bound on P(f = cA, f' != cA); 1.0 with no paired sample
+    reference_p_a_lower: float = 0.0  # the reference's own bound
+    alpha: float = 0.0  # the total failure probability: the reference's alpha + alpha_zeta
 
 
 def disagreement_upper_bounds(disagreements: np.ndarray | int, n_p: np.ndarray | int, alpha_zeta: float) -> np.ndarray:
@@ -67,11 +66,11 @@ def incremental_certificate(reference: Certificate, disagreements: int, n_p: int
     if not 0 <= disagreements <= n_p:
         raise ValueError(f"disagreements must lie in [0, n_p = {n_p}], got {disagreements}")
     total = alpha + alpha_zeta
+    agree = n_p - disagreements
     if reference.prediction == ABSTAIN:
-        return IncrementalCertificate(ABSTAIN, 0.0, n_p, disagreements, 1.0, 0.0, total)
+        return IncrementalCertificate(ABSTAIN, 0.0, 0, n_p, agree, 0.0, disagreements, 1.0, reference.p_a_lower, total)
     zeta_upper = float(disagreement_upper_bounds(disagreements, n_p, alpha_zeta))
     p_a_lower = float(derived_lower_bounds(reference.p_a_lower, zeta_upper))
-    if p_a_lower < 0.5:
-        return IncrementalCertificate(ABSTAIN, 0.0, n_p, disagreements, zeta_upper, p_a_lower, total)
-    return IncrementalCertificate(reference.prediction, radius(p_a_lower, sigma), n_p, disagreements, zeta_upper,
-                                  p_a_lower, total)
+    prediction, radius_ = (ABSTAIN, 0.0) if p_a_lower < 0.5 else (reference.prediction, radius(p_a_lower, sigma))
+    return IncrementalCertificate(prediction, radius_, 0, n_p, agree, p_a_lower, disagreements, zeta_upper,
+                                  reference.p_a_lower, total)

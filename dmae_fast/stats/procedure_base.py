@@ -69,7 +69,7 @@ class Procedure:
     plan: SamplingPlan
     decide: Decide | None = None
 
-    def __new__(cls, spec: ProcedureSpec) -> Procedure:
+    def __new__(cls, spec: ProcedureSpec, *_: object) -> Procedure:  # a subclass's __init__ may take more
         chosen = registered(spec.key) if cls is Procedure else cls
         if chosen.kind != spec.kind:
             raise UserError(f"the procedure {chosen.key} is a {chosen.kind.upper()} procedure, not "
@@ -94,6 +94,10 @@ class Procedure:
     def result(self, counts: np.ndarray) -> Certificate | Prediction:
         """The decision from one image's class counts [len(plan.phases), classes]."""
         raise NotImplementedError
+
+    def image_result(self, index: int, counts: np.ndarray) -> Certificate | Prediction:
+        """The decision for image ``index`` (:meth:`result`, unless the procedure decides by image)."""
+        return self.result(counts)
 
     def rules(self) -> RowRules:
         """What result rows of this procedure satisfy (checked on the rows a --resume keeps)."""

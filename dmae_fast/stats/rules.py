@@ -20,8 +20,9 @@ class RowRules:
     level: float | None  # the Clopper-Pearson level of the bound (alpha, or alpha / K) or PREDICT's alpha
     sigma: float | None
     procedure: str | None  # the `procedure` column (certify only)
-    # (nA, n) -> the Certificate the procedure gives (the exact sequential test's); None: Clopper-Pearson at level
-    certificate: Callable[[int, int], Certificate] | None = None
+    # (idx, nA, n) -> the Certificate the procedure gives (the exact sequential test's, an incremental run's against
+    # its reference's row of image idx); None: Clopper-Pearson at level
+    certificate: Callable[[int, int, int], Certificate] | None = None
     # (nA, n) -> the grid radius the exact sequential test certified (its rows' grid_radius column); None: no column
     grid_radius: Callable[[int, int], float] | None = None
 

@@ -80,7 +80,10 @@ class SequentialCertify(Procedure):
     def rules(self) -> RowRules:
         certificate, grid_radius = None, None  # Bonferroni: Clopper-Pearson at its level, no grid column
         if isinstance(self.certifier, GroupSequentialCertifier):  # the design's limit and the level it certified
-            certificate = functools.partial(self.certifier.certify, np.ones(1))
+            certifier = self.certifier
+
+            def certificate(idx: int, n_a: int, n: int) -> Certificate:
+                return certifier.certify(np.ones(1), n_a, n)
             grid_radius = self.certifier.grid_radius
         return RowRules(CERTIFY, self.spec.n0, self.certifier.looks, self.level, self.spec.sigma, self.name,
                         certificate, grid_radius)

@@ -1,0 +1,141 @@
+"""The reference of an incremental run (``dmae-certify --reference REF.tsv``): its rows and run record, read and
+checked before anything is written, and its classifier opened beside the derived engine as one
+:class:`~dmae_fast.engines.paired.PairedEngine` (docs/certify.md, "Incremental certification")."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from dmae_fast.base.errors import UserError
+from dmae_fast.base.integrity import file_sha256
+from dmae_fast.batching.body_options import BodyOptions
+from dmae_fast.batching.classifier import open_classifier
+from dmae_fast.engines.base import Engine
+from dmae_fast.engines.paired import PairedEngine
+from dmae_fast.results.checks import row_problems
+from dmae_fast.results.format import read_results
+from dmae_fast.run.config import CertifyConfig
+from dmae_fast.stats.decisions import FIXED_N, Certificate
+from dmae_fast.stats.incremental_procedure import IncrementalCertify
+from dmae_fast.stats.procedure import Procedure
+
+DATA_SETTINGS = ("data", "split", "labels", "image_size")  # the images must be the reference's
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A completed fixed-n CERTIFY run: its results file, resolved settings and certificates by image."""
+
+    path: str
+    config: CertifyConfig  # the reference run's settings, as recorded (resolved)
+    certificates: dict[int, Certificate]
+    results_sha256: str
+    model_sha256: str
+
+    @property
+    def where(self) -> str:
+        return f"--reference {self.path}"
+
+    def resolve(self, config: CertifyConfig) -> CertifyConfig:
+        """``config`` with the reference's sigma (a different ``--sigma`` refused) and, unless given, its paired
+        samples (the reference's n / 5)."""
+        given, own = config.procedure.sigma, self.config.procedure.sigma
+        if given is not None and given != own:
+            raise UserError(f"--sigma {given} differs from the sigma of {self.where} ({own})")
+        paired = config.procedure.paired_samples or max(1, self.config.procedure.n // 5)
+        return dataclasses.replace(config, procedure=dataclasses.replace(config.procedure, sigma=own,
+                                                                         paired_samples=paired))
+
+    def check_run(self, config: CertifyConfig, indices: list[int]) -> None:
+        """Refuse a run on other images, or noise, than the reference's: its data settings, --sound, and a row of the
+        reference for every image."""
+        mine, theirs = config.recorded(), self.config.recorded()
+        for key in DATA_SETTINGS:
+            if mine[key] != theirs[key]:
+                raise UserError(f"{self.where} was run with {key} {theirs[key]!r}, this run has {mine[key]!r}: the "
+                                "images must be the reference's")
+        if mine["sound"] != theirs["sound"]:
+            said = "with" if theirs["sound"] else "without"
+            raise UserError(f"{self.where} was run {said} --sound; run this one {said} it too")
+        missing = [index for index in indices if index not in self.certificates]
+        if missing:
+            raise UserError(f"{self.where} has no row for image idx {missing[0]} ({len(missing)} of this run's "
+                            f"{len(indices)} images have none): use the reference's --skip and --max")
+
+    def check_derived(self, config: CertifyConfig, model_sha256: str) -> None:
+        """Refuse a derived classifier that is the reference's own: its file, opened the same way."""
+        mine, theirs = config.classifier, self.config.classifier
+        if model_sha256 == self.model_sha256 and dataclasses.replace(mine, device="") == dataclasses.replace(
+                theirs, engine_path=mine.engine_path, device=""):
+            raise UserError(f"the classifier to certify is that of {self.where} itself (the same file, precision and "
+                            "input); certify a derived one (an export, another --precision) against it")
+
+    def paired_engine(self, derived: Engine, device: str) -> PairedEngine:
+        """The reference's classifier file (refused if it changed since its run), opened as it ran, paired with
+        ``derived``."""
+        classifier = self.config.classifier
+        path = Path(classifier.engine_path)
+        if not path.is_file():
+            raise UserError(f"{self.where}: its classifier {path} is missing")
+        if file_sha256(path) != self.model_sha256:
+            raise UserError(f"{self.where}: its classifier {path} changed since the reference run (its SHA-256 "
+                            "differs from the run record's)")
+        reference = open_classifier(str(path), BodyOptions(), device, classifier.precision, classifier.input_size,
+                                    classifier.normalize)
+        try:
+            return PairedEngine(reference, derived)
+        except ValueError as error:
+            raise UserError(f"{self.where}: {error}") from None
+
+    def procedure(self, config: CertifyConfig, classes: int) -> IncrementalCertify:
+        return IncrementalCertify(config.procedure_spec(), self.certificates, self.config.procedure.alpha, classes)
+
+    def summary(self) -> dict:
+        """What an incremental run's record says of its reference."""
+        return {"path": self.path, "results_sha256": self.results_sha256, "model_sha256": self.model_sha256,
+                "alpha": self.config.procedure.alpha, "n": self.config.procedure.n, "seed": self.config.procedure.seed}
+
+
+def read_reference(path: str) -> Reference:
+    """Read and check the reference ``path``: a completed fixed-n CERTIFY run whose results file is the one its run
+    record digested, every row consistent with the recorded settings; UserError naming the problem otherwise."""
+    where = f"--reference {path}"
+    if not Path(path).is_file():
+        raise UserError(f"{where}: no such results file")
+    try:
+        record = json.loads(Path(path + ".json").read_text())
+    except (OSError, ValueError):
+        raise UserError(f"{where}: its run record {path}.json is missing or not JSON") from None
+    if not isinstance(record, dict) or not isinstance(record.get("config"), dict):
+        raise UserError(f"{where}: {path}.json is not a run record")
+    if record.get("status") != "complete":
+        raise UserError(f"{where}: its run record says {record.get('status')!r}; a reference is a completed run")
+    digest = record.get("results_sha256")
+    if not isinstance(digest, str):
+        raise UserError(f"{where}: its run record holds no digest of the results (an older run); certify the "
+                        "reference again")
+    if file_sha256(path) != digest:
+        raise UserError(f"{where} was edited after its run (its SHA-256 differs from the run record's)")
+    procedure_name = str(record.get("procedure", "")).removesuffix(" sound")
+    if procedure_name != FIXED_N:
+        raise UserError(f"{where} was made by the procedure {procedure_name or '(none recorded)'}; a reference is a "
+                        "fixed-n CERTIFY run (not --predict, --sequential or incremental)")
+    config = CertifyConfig.from_settings(record["config"])
+    table = read_results(path)
+    if table.radius is None:
+        raise UserError(f"{where} is not a CERTIFY results file")
+    radii = table.radius
+    rules = Procedure(config.procedure_spec()).rules()
+    for row, problem in row_problems(table, rules):
+        raise UserError(f"{where}: the row of image idx {table.idx[row]} {problem}")
+    repeated = table.duplicate_indices()
+    if repeated:
+        raise UserError(f"{where}: image idx {repeated[0]} appears in more than one row")
+    extra = table.extra
+    certificates = {int(i): Certificate(int(table.predict[r]), float(radii[r]), int(extra["n0"][r]), int(extra["n"][r]),
+                                        int(extra["nA"][r]), float(extra["pA_lower"][r]))
+                    for r, i in enumerate(table.idx)}
+    return Reference(path, config, certificates, digest, str(record.get("model_sha256")))

@@ -1,0 +1,144 @@
+"""``dmae-certify --reference REF.tsv`` (issue 59): a derived classifier certified from a reference run and paired
+samples; its rows recomputed from the reference's; bad references refused in one line with nothing written."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import one_line_error, run_command
+
+from dmae_fast.cli.certify import main as certify_main
+from dmae_fast.demo_files import DEMO_CHECKPOINT
+from dmae_fast.results.format import read_results
+from dmae_fast.stats.decisions import ABSTAIN, Certificate, bound_certificate
+from dmae_fast.stats.incremental import derived_lower_bounds, disagreement_upper_bounds
+from dmae_fast.stats.incremental_procedure import IncrementalCertify
+from dmae_fast.stats.procedure import CERTIFY, ProcedureSpec
+
+pytestmark = pytest.mark.usefixtures("two_torch_threads")
+COMMON = ("--data", "demo", "--max", 4, "--device", "cpu", "--quiet", "--sigma", 0.25)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> Path:
+    """A completed fixed-n run of the demo classifier (fp32) on four digits, its checkpoint a copy of its own."""
+    folder = tmp_path_factory.mktemp("reference")
+    checkpoint = folder / "model.safetensors"
+    shutil.copy(DEMO_CHECKPOINT, checkpoint)
+    assert certify_main(["--ckpt", str(checkpoint), *map(str, COMMON), "--n0", "20", "--n", "1000", "--seed", "3",
+                         "--out", str(folder / "ref.tsv")]) == 0
+    return folder / "ref.tsv"
+
+
+def _incremental(capsys, reference: Path, out: Path, *more: object):
+    checkpoint = reference.parent / "model.safetensors"
+    return run_command(certify_main, capsys, "--ckpt", checkpoint, *COMMON, "--reference", reference,
+                       "--out", out, *more)
+
+
+def test_rows_are_the_references_class_at_its_bound_less_the_disagreement_bound(capsys, reference, tmp_path):
+    out = tmp_path / "bf16.tsv"
+    run = _incremental(capsys, reference, out, "--precision", "bf16", "--paired-samples", 300, "--alpha", 0.01)
+    assert run.rc == 0, run.err
+    rows, ref = read_results(out), read_results(reference)
+    assert list(rows.idx) == list(ref.idx) and set(rows.extra["procedure"]) == {"incremental"}
+    d, n = rows.extra["disagreements"], rows.extra["n"]
+    assert (n == 300).all() and (rows.extra["nA"] == n - d).all() and (rows.extra["n0"] == 0).all()
+    zeta = disagreement_upper_bounds(d, n, 0.01)
+    assert np.all(rows.extra["zeta_upper"] >= zeta)  # written rounded up
+    bound = derived_lower_bounds(ref.extra["pA_lower"], zeta)
+    assert np.allclose(rows.extra["pA_lower"], bound, atol=1e-10) and np.all(rows.extra["pA_lower"] <= bound)
+    certified = bound >= 0.5
+    assert np.array_equal(rows.predict, np.where(certified, ref.predict, ABSTAIN))
+    assert np.all(rows.radius <= ref.radius) and np.all(rows.radius[~certified] == 0)
+    assert np.allclose(rows.extra["alpha"], 0.001 + 0.01)
+    record = json.loads(Path(str(out) + ".json").read_text())
+    assert record["procedure"] == "incremental" and record["reference"]["results_sha256"] == json.loads(
+        Path(str(reference) + ".json").read_text())["results_sha256"]
+    assert record["config"]["paired_samples"] == 300 and record["config"]["reference"] == str(reference)
+    # analyze reads the rows (at any alpha: its record alone does not hold the reference's certificates)
+    analyzed = run_command(certify_main, capsys, "analyze", out)
+    assert analyzed.rc == 0 and "ACR" in analyzed.out
+
+
+def test_a_resumed_run_recounts_against_the_same_reference_and_refuses_another(capsys, reference, tmp_path):
+    out = tmp_path / "bf16.tsv"
+    assert _incremental(capsys, reference, out, "--precision", "bf16", "--paired-samples", 50, "--seed", 9).rc == 0
+    whole = out.read_text()
+    lines = whole.splitlines(keepends=True)
+    out.write_text("".join(lines[:3]))  # two rows kept
+    assert _incremental(capsys, reference, out, "--precision", "bf16", "--paired-samples", 50, "--resume").rc == 0
+    assert [line.split("\t")[:5] for line in out.read_text().splitlines()] == [
+        line.split("\t")[:5] for line in whole.splitlines()]
+    record_file = Path(str(out) + ".json")
+    record = json.loads(record_file.read_text())
+    record["reference"]["results_sha256"] = "0" * 64  # the rows were made against another reference run
+    record_file.write_text(json.dumps(record))
+    refused = _incremental(capsys, reference, out, "--precision", "bf16", "--paired-samples", 50, "--resume")
+    one_line_error(refused, "dmae-certify", "--resume", "not the reference run")
+
+
+@pytest.mark.parametrize("case", ["edited", "no-record", "running", "incremental", "sigma", "images", "itself",
+                                  "fast", "paired-alone", "classifier-changed"])
+def test_bad_references_are_refused_in_one_line_with_nothing_written(capsys, reference, tmp_path, case):
+    ref, more = tmp_path / "ref.tsv", ["--precision", "bf16"]
+    shutil.copy(reference, ref)
+    shutil.copy(str(reference) + ".json", str(ref) + ".json")
+    shutil.copy(reference.parent / "model.safetensors", tmp_path / "model.safetensors")
+    record = json.loads(Path(str(ref) + ".json").read_text())
+    record["config"]["engine"] = str(tmp_path / "model.safetensors")
+    mentions = {"edited": "was edited after its run", "no-record": "run record", "running": "completed run",
+                "incremental": "fixed-n CERTIFY", "sigma": "--sigma 0.5", "images": "no row for image idx 4",
+                "itself": "itself", "fast": "plain body", "paired-alone": "--paired-samples applies to --reference",
+                "classifier-changed": "changed since the reference run"}[case]
+    if case == "edited":
+        ref.write_text(ref.read_text().replace("\t1\t", "\t0\t", 1))
+    elif case == "no-record":
+        Path(str(ref) + ".json").unlink()
+    elif case == "running":
+        record["status"] = "running"
+    elif case == "incremental":
+        record["procedure"] = "incremental"
+    elif case == "sigma":
+        more += ["--sigma", 0.5]
+    elif case == "images":
+        more += ["--max", 5]
+    elif case == "itself":
+        more = []
+    elif case == "fast":
+        more += ["--body", "fast"]
+    elif case == "classifier-changed":
+        with open(tmp_path / "model.safetensors", "ab") as handle:
+            handle.write(b"\0")
+    if case not in ("no-record", "edited"):
+        Path(str(ref) + ".json").write_text(json.dumps(record))
+    out = tmp_path / "derived.tsv"
+    args = ["--ckpt", DEMO_CHECKPOINT, *COMMON, "--reference", ref, "--out", out, *more]
+    if case == "paired-alone":
+        args = ["--ckpt", DEMO_CHECKPOINT, *COMMON, "--paired-samples", 10, "--out", out]
+    one_line_error(run_command(certify_main, capsys, *args), "dmae-certify", mentions)
+    assert not out.exists() and not Path(str(out) + ".json").exists()
+
+
+def test_the_procedure_stops_an_abstained_image_after_one_sample_and_pairs_the_rest():
+    certified, abstained = bound_certificate(1, 100, 990, 1000, 0.001, 0.5), Certificate(ABSTAIN, 0.0, 100, 1000, 10,
+                                                                                        0.0)
+    procedure = IncrementalCertify(ProcedureSpec(CERTIFY, 200, 0.001, 0.5, 0, name="incremental"),
+                                   {0: certified, 1: abstained}, 0.001, 3)
+    assert procedure.plan.sizes == (200,) and procedure.plan.looks == (1,)
+    first = np.zeros((1, 9), dtype=np.int64)
+    assert procedure.decide(1, first, 0) and not procedure.decide(0, first, 0)
+    pairs = np.zeros((1, 9), dtype=np.int64)  # class pairs r * 3 + d
+    pairs[0, 1 * 3 + 1], pairs[0, 1 * 3 + 2], pairs[0, 0 * 3 + 1] = 190, 4, 6  # 4 disagreements; 6 not cA's
+    result = procedure.image_result(0, pairs)
+    assert (result.prediction, result.n, result.disagreements, result.n_a) == (1, 200, 4, 196)
+    assert result.p_a_lower == float(derived_lower_bounds(certified.p_a_lower,
+                                                          disagreement_upper_bounds(4, 200, 0.001)))
+    assert procedure.image_result(1, first).prediction == ABSTAIN
+    rules = procedure.rules()
+    assert rules.sizes == (1, 200) and rules.certificate is not None
+    assert rules.certificate(0, 196, 200) == result
