@@ -16,6 +16,7 @@ from dmae_fast.batching.bodies import BodyOptions, batch_body
 from dmae_fast.batching.scheduler import Job
 from dmae_fast.batching.smoothing import Smoothing
 from dmae_fast.batching.stream import SamplingPlan
+from dmae_fast.engines.base import Engine
 from dmae_fast.serve.device_thread import Closed, DeviceThread, IndicesExhausted, QueueFull
 from dmae_fast.stats.procedure import sequential_certifier
 
@@ -174,7 +175,7 @@ def test_default_indices_are_drawn_at_random_on_admission(engine, images):
 
 
 def test_non_finite_logits_fail_that_image_only(engine, images):
-    class NaNForBrightImages:
+    class NaNForBrightImages(Engine):
         def __init__(self, inner):
             self.inner, self.spec, self.device = inner, inner.spec, inner.device
             self.precision, self.description, self.input = inner.precision, "nan", "image"

@@ -93,10 +93,10 @@ def test_false_certificates_stay_within_alpha_plus_alpha_zeta_and_the_point_esti
 # --------------------------------------------------------------------------- paired samples (PairedEngine)
 
 
-def test_paired_counts_are_the_joint_table_of_the_reference_runs_own_noisy_inputs(tiny_engine):
-    """The paired engine's counts over the estimation phase's first n_p samples: their rows sum to the reference's
-    counts of those samples, which are the estimation counts of a CERTIFY run on the reference with n = n_p (the same
-    noisy inputs, drawn again from the noise key), and their columns to the derived engine's own counts."""
+def test_paired_counts_are_the_joint_table_and_other_phases_count_the_derived_alone(tiny_engine):
+    """The paired engine's counts of the paired phase: their rows sum to the reference's counts of the same noisy
+    inputs (drawn again from the noise key by a run of the reference alone), their columns to the derived engine's.
+    Rows of another phase (an image certified from scratch) count the derived class alone, as the pair (0, d)."""
     import copy
 
     import torch
@@ -106,7 +106,7 @@ def test_paired_counts_are_the_joint_table_of_the_reference_runs_own_noisy_input
     from dmae_fast.engines.paired import PairedEngine
     from dmae_fast.engines.torch_engine import TorchEngine
     from dmae_fast.stats.incremental import disagreements
-    from dmae_fast.stats.plan import Phase, SamplingPlan
+    from dmae_fast.stats.plan import PAIRED, SamplingPlan
 
     reference, n_p, classes = tiny_engine, 300, tiny_engine.spec.num_classes
     model = copy.deepcopy(reference.model)
@@ -120,19 +120,21 @@ def test_paired_counts_are_the_joint_table_of_the_reference_runs_own_noisy_input
         smoothing = Smoothing(engine, 0.5, 2024, 128)
         return {done.index: done.counts for done in StreamingCertifier(smoothing, plan).run(images)}
 
-    paired_plan = SamplingPlan((Phase.ESTIMATION,), (n_p,))
+    paired_plan, scratch_plan = SamplingPlan((PAIRED,), (n_p,)), SamplingPlan.certify(20, n_p)
     pairs = counts(PairedEngine(reference, derived), paired_plan)
-    certified = counts(reference, SamplingPlan.certify(20, n_p))
-    own = counts(derived, paired_plan)
+    by_reference, own = counts(reference, paired_plan), counts(derived, paired_plan)
     seen = 0
     for index, (joint,) in pairs.items():
         table = joint.reshape(classes, classes)
-        assert np.array_equal(table.sum(axis=1), certified[index][1]), index
+        assert np.array_equal(table.sum(axis=1), by_reference[index][0]), index
         assert np.array_equal(table.sum(axis=0), own[index][0]), index
-        c_a = int(np.argmax(certified[index][0]))
+        c_a = int(np.argmax(by_reference[index][0]))
         seen += disagreements(joint, classes, c_a)
         assert disagreements(joint, classes, c_a) == table[c_a].sum() - table[c_a, c_a]
     assert seen > 0  # the perturbation is real: the check above compared two different classifiers
+    scratch, alone = counts(PairedEngine(reference, derived), scratch_plan), counts(derived, scratch_plan)
+    for index, counted in scratch.items():
+        assert np.array_equal(counted[:, :classes], alone[index]) and not counted[:, classes:].any(), index
 
 
 def test_engines_that_cannot_be_paired_are_refused_in_one_line(tiny_engine):

@@ -11,6 +11,7 @@ from dmae_fast.base.errors import UserError
 from dmae_fast.batching.smooth import Smooth
 from dmae_fast.batching.smoothing import Smoothing
 from dmae_fast.batching.stream import PlainBody, SamplingPlan, StreamingCertifier
+from dmae_fast.engines.base import Engine
 from dmae_fast.engines.torch_engine import TorchEngine
 from dmae_fast.model.classifier import SmoothingClassifier
 from dmae_fast.noise.compiled import COMPILED, REFERENCE, NoiseSource
@@ -21,7 +22,7 @@ from dmae_fast.stats.plan import Phase
 SHAPE = (3, 8, 8)
 
 
-class SpyEngine:
+class SpyEngine(Engine):
     """Wraps an engine and records every batch it is given."""
 
     def __init__(self, engine):
@@ -195,3 +196,20 @@ def test_a_body_built_for_another_smoothing_is_refused(engine):
     for other in (replace(smoothing, sigma=0.25), replace(smoothing, seed=1), replace(smoothing, sound=Sound(16))):
         with pytest.raises(ValueError, match="another smoothing"):
             StreamingCertifier(smoothing, SamplingPlan.certify(2, 4), PlainBody(other))
+
+
+def test_images_with_their_own_plans_count_as_if_run_alone_and_come_in_input_order(engine, images):
+    """Per-image plans (incremental CERTIFY's): an image without a plan draws nothing and comes, with no counts,
+    after the images before it; one with its own plan counts exactly what a run of that plan alone counts."""
+    smoothing, usual, own = Smoothing(engine, 0.5, 9, 64), SamplingPlan.certify(10, 90), SamplingPlan.predict(150)
+    indices = [index for index, _, _ in images]
+    plans = {indices[1]: None, indices[2]: own, indices[4]: None}
+    out = list(StreamingCertifier(smoothing, usual, plans=plans).run(images))
+    assert [done.index for done in out] == indices
+    alone = {plan: stream_counts(smoothing, images, plan) for plan in (usual, own)}
+    for done in out:
+        plan = plans.get(done.index, usual)
+        if plan is None:
+            assert done.counts.shape == (0, engine.spec.num_classes)
+        else:
+            assert np.array_equal(done.counts, alone[plan][done.index])

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -67,11 +67,12 @@ class PlainBody:
     def run(self, slot: torch.Tensor, index: torch.Tensor, position: torch.Tensor, sample: torch.Tensor) -> None:
         """Noise, classify and count one batch of rows (device tensors), without synchronizing (unless timed)."""
         count_batch(self.timer)
+        phases = self._phase_ids[position]
         with stage(self.timer, "front end"):
-            noisy = self.noise(self._slot_images, slot, self.smoothing.sigma, self.smoothing.seed, index,
-                               self._phase_ids[position], sample)
+            noisy = self.noise(self._slot_images, slot, self.smoothing.sigma, self.smoothing.seed, index, phases,
+                               sample)
         with stage(self.timer, "body"):
-            predicted = self.engine.classify(noisy)
+            predicted = self.engine.classify_phases(noisy, phases)
         with stage(self.timer, "counting"):
             count(self._counts, slot, position, predicted, self._ones)
 
@@ -82,15 +83,17 @@ class StreamingCertifier:
     ``body`` runs the batches (default: ``smoothing``'s :class:`PlainBody`; a body given must have been built
     for the same ``smoothing``, which checks each image: :meth:`Smoothing.checked`). With ``split``
     (``--shard samples``) this process counts its share of every batch of ``split.world * batch_size`` rows,
-    and all processes yield the same counts. ``samples``: the noisy samples this process counted so far;
+    and all processes yield the same counts. ``plans``: an image's own plan by index where it differs from ``plan``
+    (None: no samples; incremental CERTIFY's). ``samples``: the noisy samples this process counted so far;
     :meth:`stats`: the engine loop's.
     """
 
     _loop: EngineLoop | None = None  # the current run's (after a body failed: the latest body's)
 
     def __init__(self, smoothing: Smoothing, plan: SamplingPlan, body: BatchBody | None = None,
-                 split: RowSplit | None = None) -> None:
+                 split: RowSplit | None = None, plans: Mapping[int, SamplingPlan | None] | None = None) -> None:
         self.smoothing, self.plan, self.split = smoothing, plan, split
+        self.plans = plans or {}  # an image's own plan where it has one (None: no samples, its counts empty)
         self.body = body or PlainBody(smoothing)
         if getattr(self.body, "smoothing", smoothing) != smoothing:  # a wrapped body may not say
             raise ValueError("the body was built for another smoothing than the streamer's")
@@ -100,30 +103,40 @@ class StreamingCertifier:
         self.schedule_batch = smoothing.batch_size * (split.world if split is not None else 1)
         # At most ceil(B / stage) + 1 images meet in one batch and one carries over; in
         # sequential mode as many again may wait for the host's decision.
-        shortest = min(np.diff((0,) + plan.stage_ends))
+        every = {plan, *(p for p in self.plans.values() if p is not None)}
+        shortest = min(min(np.diff((0,) + p.stage_ends)) for p in every)
         per_batch = math.ceil(self.schedule_batch / shortest) + 2
-        self.num_slots = per_batch * (2 if plan.looks else 1)
+        self.num_slots = per_batch * (2 if any(p.looks for p in every) else 1)
 
     def run(self, images: Iterable[tuple[int, torch.Tensor, int]],
             decide: Decide | None = None) -> Iterator[ImageCounts]:
-        """Yield each image's counts as soon as they are on the host: in input order without looks;
-        with looks, ``decide`` is called at each look with the counts so far and images that stop early
-        free their slot. A batch that fails moves the run to the body's next body, or raises."""
-        if self.plan.looks and decide is None:
+        """Yield each image's counts as soon as they are on the host: in input order without looks (an image
+        whose plan is None with no counts, once the images before it are yielded); with looks, ``decide`` is
+        called at each look with the counts so far and images that stop early free their slot. A batch that fails
+        moves the run to the body's next body, or raises."""
+        if decide is None and any(p is not None and p.looks for p in (self.plan, *self.plans.values())):
             raise ValueError("a plan with looks needs a decide callback")
         source = iter(images)
         restarted: deque[tuple[int, torch.Tensor, int]] = deque()  # images to start again, first
         unfinished: dict[Job, None] = {}  # the images loaded and not yet yielded, in the order they came
+        # images whose plan draws nothing, each yielded after the job loaded before it (None: none)
+        unsampled: deque[tuple[ImageCounts, Job | None]] = deque()
+        classes = self.smoothing.engine.spec.num_classes
 
         def next_job() -> Job | None:
-            item = restarted.popleft() if restarted else next(source, None)
-            if item is None:
-                return None
-            index, image, label = item
-            image = self.smoothing.checked(index, image)
-            job = Job(image, self.plan, decide, index=index, label=int(label))
-            unfinished[job] = None
-            return job
+            while True:
+                item = restarted.popleft() if restarted else next(source, None)
+                if item is None:
+                    return None
+                index, image, label = item
+                plan = self.plans.get(index, self.plan)
+                if plan is None:
+                    empty = np.zeros((0, classes), dtype=np.int64)
+                    unsampled.append((ImageCounts(index, int(label), empty), next(reversed(unfinished), None)))
+                    continue
+                job = Job(self.smoothing.checked(index, image), plan, decide, index=index, label=int(label))
+                unfinished[job] = None
+                return job
 
         try:
             loop = self._new_loop(next_job)
@@ -142,6 +155,12 @@ class StreamingCertifier:
                         raise counts
                     del unfinished[job]
                     yield ImageCounts(job.index, job.label, counts)
+                    while unsampled and unsampled[0][1] not in unfinished:
+                        yield unsampled.popleft()[0]
+                while unsampled and unsampled[0][1] not in unfinished:
+                    yield unsampled.popleft()[0]
+            while unsampled:
+                yield unsampled.popleft()[0]
         finally:
             self.body.finish()
 

@@ -104,7 +104,11 @@ def build_parser() -> argparse.ArgumentParser:
                              "--paired-samples fresh noisy images that both classifiers classify; fails with "
                              "probability <= the reference's alpha + --alpha")
     incremental.add_argument("--paired-samples", type=int, metavar="N", help="with --reference: paired samples per "
-                             "image (default: the reference's n / 5); an image the reference abstained on takes one")
+                             "image (default: the reference's n / 5); an image the reference abstained on takes none")
+    incremental.add_argument("--scratch-above", type=float, metavar="P", help="with --reference: certify from "
+                             "scratch (the derived classifier alone, the reference's n0 + n) the images whose "
+                             "reference pA_lower is above P, where any bound on the disagreement costs a radius level "
+                             "(default 0.99; 1: none)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument("--nproc-per-node", type=int, help="run as this many processes on this machine (torch's "
                      "elastic launcher, like torchrun --standalone; one per GPU, or CPU processes sharing the cores)")

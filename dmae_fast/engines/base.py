@@ -36,6 +36,12 @@ class Engine:
     def classify(self, inputs: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
+    def classify_phases(self, inputs: torch.Tensor, phases: torch.Tensor) -> torch.Tensor:
+        """:meth:`classify` of rows drawn for ``phases`` (each row's :class:`~dmae_fast.stats.plan.Phase` value, as
+        the plain body knows them); only an engine that treats the phases differently reads them
+        (:class:`~dmae_fast.engines.paired.PairedEngine`)."""
+        return self.classify(inputs)
+
     def token_body(self) -> TokenBody | None:
         """This engine as a body behind a fused front end, where it is a token engine."""
         return None

@@ -1,7 +1,9 @@
 """A reference classifier and one derived from it (an fp16, fp8 or int8 engine of the same checkpoint) as one engine
 over class pairs: a noisy input's class is reference class * C + derived class (C classes), so that the certifier's
 class counts of the same noisy inputs are the two classifiers' joint table, from which incremental certification
-reads the disagreements (:mod:`dmae_fast.stats.incremental`, docs/certify.md)."""
+reads the disagreements (:mod:`dmae_fast.stats.incremental`, docs/certify.md). Behind the plain body, only the rows
+of the paired phase run the reference: the other rows (an image certified from scratch) count the derived class
+alone, as the pair (0, derived class)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import torch
 
 from dmae_fast.base.errors import raise_first
 from dmae_fast.engines.base import Engine
+from dmae_fast.stats.plan import PAIRED
 
 
 class PairedEngine(Engine):
@@ -35,6 +38,17 @@ class PairedEngine(Engine):
         self.description = f"paired: {reference.description} (reference) | {derived.description} (derived)"
 
     def classify(self, inputs: torch.Tensor) -> torch.Tensor:
-        first, second = self.reference.classify(inputs), self.derived.classify(inputs)
+        return self._pairs(self.reference.classify(inputs), self.derived.classify(inputs))
+
+    def classify_phases(self, inputs: torch.Tensor, phases: torch.Tensor) -> torch.Tensor:
+        """The pair of the paired phase's rows; the derived class alone (pair (0, d)) of the others."""
+        derived = self.derived.classify(inputs)
+        out = torch.where(derived < self.classes, derived, self.classes ** 2)
+        paired = torch.nonzero(phases == int(PAIRED)).flatten()
+        if len(paired):
+            out[paired] = self._pairs(self.reference.classify(inputs[paired]), derived[paired])
+        return out
+
+    def _pairs(self, first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
         finite = (first < self.classes) & (second < self.classes)
         return torch.where(finite, first * self.classes + second, self.classes ** 2)

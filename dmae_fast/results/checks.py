@@ -75,15 +75,18 @@ def _row_problem(table: ResultsTable, row: int, wanted: set[int] | None, labels:
     elif not math.isclose(sigma, rules.sigma, rel_tol=1e-12):
         return f"was made with sigma {sigma}, this run uses {rules.sigma}"
     n = int(extra["n"])
-    if n < 1:
+    if n < 0 or (n == 0 and (predict != ABSTAIN or rules.kind == "predict")):  # see below for n = 0
         return f"has n = {n} samples"
     if rules.sizes is not None and n not in rules.sizes:
         return f"has n = {n}, this run uses {' or '.join(map(str, rules.sizes))}"
     if rules.kind == "predict":
         return _predict_problem(predict, n, int(extra["count1"]), int(extra["count2"]), float(extra["pvalue"]), rules)
-    if rules.procedure is not None and (int(extra["n0"]) != rules.n0 or str(extra["procedure"]) != rules.procedure):
+    if rules.procedure is not None and ((rules.n0 is not None and int(extra["n0"]) != rules.n0)
+                                        or str(extra["procedure"]) != rules.procedure):
         return (f"was made with n0 {extra['n0']} and procedure {extra['procedure']}, "
                 f"not {rules.n0} and {rules.procedure}")
+    if n == 0:  # an abstention that drew no sample (incremental CERTIFY's, the reference abstained): no claim
+        return None
     problem = _certify_problem(idx, predict, float(table.radius[row]), n, int(extra["nA"]),
                                float(extra["pA_lower"]), sigma, rules)
     if problem is None and rules.grid_radius is not None and "grid_radius" in extra:

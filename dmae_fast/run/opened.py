@@ -103,7 +103,7 @@ class OpenedRun:
         return resolve_body(self.smoothing, self.config.body, timer)
 
     def streamer(self, body: BatchBody, split: RowSplit | None = None) -> StreamingCertifier:
-        return StreamingCertifier(self.smoothing, self.procedure.plan, body, split)
+        return StreamingCertifier(self.smoothing, self.procedure.plan, body, split, self.procedure.image_plans())
 
     def announce(self, images: int, body: ResolvedBody, ranks: str = "") -> None:
         """The start line: what runs, on which body and why."""

@@ -19,7 +19,7 @@ from dmae_fast.results.checks import row_problems
 from dmae_fast.results.format import read_results
 from dmae_fast.run.config import CertifyConfig
 from dmae_fast.stats.decisions import FIXED_N, Certificate
-from dmae_fast.stats.incremental_procedure import IncrementalCertify
+from dmae_fast.stats.incremental_procedure import SCRATCH_ABOVE, IncrementalCertify
 from dmae_fast.stats.procedure import Procedure
 
 DATA_SETTINGS = ("data", "split", "labels", "image_size")  # the images must be the reference's
@@ -41,13 +41,15 @@ class Reference:
 
     def resolve(self, config: CertifyConfig) -> CertifyConfig:
         """``config`` with the reference's sigma (a different ``--sigma`` refused) and, unless given, its paired
-        samples (the reference's n / 5)."""
-        given, own = config.procedure.sigma, self.config.procedure.sigma
+        samples (the reference's n / 5) and the pA_lower above which images are certified from scratch."""
+        procedure = config.procedure
+        given, own = procedure.sigma, self.config.procedure.sigma
         if given is not None and given != own:
             raise UserError(f"--sigma {given} differs from the sigma of {self.where} ({own})")
-        paired = config.procedure.paired_samples or max(1, self.config.procedure.n // 5)
-        return dataclasses.replace(config, procedure=dataclasses.replace(config.procedure, sigma=own,
-                                                                         paired_samples=paired))
+        paired = procedure.paired_samples or max(1, self.config.procedure.n // 5)
+        scratch = SCRATCH_ABOVE if procedure.scratch_above is None else procedure.scratch_above
+        return dataclasses.replace(config, procedure=dataclasses.replace(procedure, sigma=own, paired_samples=paired,
+                                                                         scratch_above=scratch))
 
     def check_run(self, config: CertifyConfig, indices: list[int]) -> None:
         """Refuse a run on other images, or noise, than the reference's: its data settings, --sound, and a row of the
@@ -91,7 +93,10 @@ class Reference:
             raise UserError(f"{self.where}: {error}") from None
 
     def procedure(self, config: CertifyConfig, classes: int) -> IncrementalCertify:
-        return IncrementalCertify(config.procedure_spec(), self.certificates, self.config.procedure.alpha, classes)
+        scratch = config.procedure.scratch_above
+        assert scratch is not None, "resolved by resolve()"
+        return IncrementalCertify(config.procedure_spec(), self.certificates, self.config.procedure.alpha, classes,
+                                  scratch)
 
     def summary(self) -> dict:
         """What an incremental run's record says of its reference."""

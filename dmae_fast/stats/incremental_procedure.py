@@ -1,7 +1,11 @@
 """Incremental CERTIFY (``dmae-certify --reference REF.tsv``): a derived classifier certified from a reference run's
-certificates and ``n`` paired samples per image (:mod:`dmae_fast.stats.incremental`), its class counts those of a
-:class:`~dmae_fast.engines.paired.PairedEngine` (class pairs). An image the reference abstained on stops after one
-paired sample (the plan's one look) and abstains."""
+certificates, image by image (:mod:`dmae_fast.stats.incremental`), its class counts those of a
+:class:`~dmae_fast.engines.paired.PairedEngine` (class pairs). Each image's plan follows its reference row:
+
+* the reference abstained: no sample; the derived classifier abstains;
+* the reference's pA_lower is above ``scratch_above``: the derived classifier alone, from scratch (CERTIFY with the
+  reference's n0 and n, at its alpha), since there any bound on the disagreement costs a radius level;
+* otherwise ``spec.n`` paired samples: the reference's class at pA_lower - zeta_U (failure <= alpha + alpha_zeta)."""
 
 from __future__ import annotations
 
@@ -10,55 +14,78 @@ from collections.abc import Mapping
 import numpy as np
 
 from dmae_fast.stats.bounds import max_radius
-from dmae_fast.stats.decisions import ABSTAIN, Certificate, Prediction
+from dmae_fast.stats.decisions import ABSTAIN, Certificate, Prediction, bound_certificate, certify_from_counts
 from dmae_fast.stats.incremental import IncrementalCertificate, disagreements, incremental_certificate
-from dmae_fast.stats.plan import Phase, SamplingPlan
+from dmae_fast.stats.plan import PAIRED, SamplingPlan
 from dmae_fast.stats.procedure_base import CERTIFY, Procedure, ProcedureSpec, register
 from dmae_fast.stats.rules import RowRules
 
 INCREMENTAL = "incremental"  # the key, and the `procedure` column of its rows
+SCRATCH_ABOVE = 0.99  # the default: images the reference bounds above it are certified from scratch
 
 
 @register
 class IncrementalCertify(Procedure):
-    """``spec.n`` paired samples per image at ``spec.alpha`` (alpha_zeta), against ``references`` (image index ->
-    the reference's certificate, made at ``reference_alpha``); ``classes``: the classifiers' (the counts have
-    ``classes ** 2``). Without references (a record read back) it states only what rows prove at any alpha."""
+    """``spec.n`` paired samples at ``spec.alpha`` (alpha_zeta) per image, against ``references`` (image index -> the
+    reference's certificate, made at ``reference_alpha``; ``classes``: the classifiers', so the counts have
+    ``classes ** 2`` columns); from scratch where the reference's pA_lower is above ``scratch_above``. Without
+    references (a record read back) it states only what rows prove at any alpha."""
 
     key, kind = INCREMENTAL, CERTIFY
     names = (INCREMENTAL,)
     title = "incremental CERTIFY"
-    # not ``sequential``: its one look (an abstained reference) is no sequential test, and answers never name it
 
     def __init__(self, spec: ProcedureSpec, references: Mapping[int, Certificate] | None = None,
-                 reference_alpha: float | None = None, classes: int | None = None) -> None:
+                 reference_alpha: float | None = None, classes: int | None = None,
+                 scratch_above: float = SCRATCH_ABOVE) -> None:
         super().__init__(spec)
         self.references, self.reference_alpha, self.classes = references, reference_alpha, classes
+        self.scratch_above = scratch_above
         self.name, self.level = INCREMENTAL, spec.alpha
-        looks = (1,) if spec.n > 1 else ()
-        self.plan = SamplingPlan((Phase.ESTIMATION,), (spec.n,), looks)
-        self.decide = self._abstained if looks else None
-
-    def _abstained(self, index: int, counts: np.ndarray, look: int) -> bool:
-        """Stop an image the reference abstained on (after the plan's first look)."""
-        return self._reference(index).prediction == ABSTAIN
+        self.plan = SamplingPlan((PAIRED,), (spec.n,))
 
     def _reference(self, index: int) -> Certificate:
-        if self.references is None:
+        if self.references is None or self.reference_alpha is None or self.classes is None:
             raise ValueError("an incremental procedure needs the reference's certificates")
         return self.references[index]
+
+    def _scratch(self, reference: Certificate) -> bool:
+        return reference.prediction != ABSTAIN and reference.p_a_lower > self.scratch_above
+
+    def image_plans(self) -> dict[int, SamplingPlan | None]:
+        """No sample where the reference abstained; the reference's n0 + n from scratch above ``scratch_above``."""
+        plans: dict[int, SamplingPlan | None] = {}
+        for index, reference in (self.references or {}).items():
+            if reference.prediction == ABSTAIN:
+                plans[index] = None
+            elif self._scratch(reference):
+                plans[index] = SamplingPlan.certify(reference.n0, reference.n)
+        return plans
 
     def image_result(self, index: int, counts: np.ndarray) -> IncrementalCertificate:
         reference = self._reference(index)
         assert self.classes is not None and self.reference_alpha is not None
-        drawn = int(counts[0].sum())
+        if self._scratch(reference):  # the derived classes: the pair tables' column sums
+            selection, estimation = (counts[phase].reshape(self.classes, self.classes).sum(0) for phase in (0, 1))
+            return self._from_scratch(certify_from_counts(selection, estimation, self.reference_alpha,
+                                                          self.spec.sigma), reference)
+        drawn = int(counts.sum())
         against = 0 if reference.prediction == ABSTAIN else disagreements(counts[0], self.classes, reference.prediction)
         return incremental_certificate(reference, against, drawn, self.reference_alpha, self.spec.alpha,
                                        self.spec.sigma)
 
+    def _from_scratch(self, certificate: Certificate, reference: Certificate) -> IncrementalCertificate:
+        """A from-scratch certificate in the incremental row's terms (nothing subtracted, the reference's alpha)."""
+        assert self.reference_alpha is not None
+        return IncrementalCertificate(certificate.prediction, certificate.radius, certificate.n0, certificate.n,
+                                      certificate.n_a, certificate.p_a_lower, 0, 0.0, reference.p_a_lower,
+                                      self.reference_alpha)
+
     def _certificate(self, index: int, n_a: int, n: int) -> Certificate:
         reference = self._reference(index)
         assert self.reference_alpha is not None
+        if self._scratch(reference):
+            return bound_certificate(0, 0, n_a, n, self.reference_alpha, self.spec.sigma)
         return incremental_certificate(reference, n - n_a, n, self.reference_alpha, self.spec.alpha, self.spec.sigma)
 
     def extra(self, result: Certificate | Prediction) -> dict[str, float]:
@@ -72,8 +99,8 @@ class IncrementalCertify(Procedure):
         return ("disagreements", "zeta_upper", "reference_pA_lower", "alpha")
 
     def max_radius(self) -> float | None:
-        """The reference's largest radius (the derived bound is below the reference's); None without references."""
-        if self.references is None or self.reference_alpha is None or not self.references:
+        """The reference's largest radius (what its n certifies at its alpha); None without references."""
+        if not self.references or self.reference_alpha is None:
             return None
         most = max(reference.n for reference in self.references.values())
         return max_radius(most, self.reference_alpha, self.spec.sigma)
@@ -81,7 +108,7 @@ class IncrementalCertify(Procedure):
     def rules(self) -> RowRules:
         """Each row's pA_lower and radius recomputed from its counts and its image's reference certificate; without
         references only what holds at any alpha."""
-        sizes = (1, self.spec.n) if self.plan.looks else (self.spec.n,)
         if self.references is None:
-            return RowRules(CERTIFY, 0, sizes, None, self.spec.sigma, self.name)
-        return RowRules(CERTIFY, 0, sizes, self.level, self.spec.sigma, self.name, self._certificate)
+            return RowRules(CERTIFY, None, None, None, self.spec.sigma, self.name)
+        sizes = tuple(sorted({0, self.spec.n, *(reference.n for reference in self.references.values())}))
+        return RowRules(CERTIFY, None, sizes, self.level, self.spec.sigma, self.name, self._certificate)

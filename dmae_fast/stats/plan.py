@@ -18,6 +18,11 @@ class Phase(IntEnum):
     PREDICTION = 2  # PREDICT's n samples
 
 
+# Incremental CERTIFY's paired samples draw the prediction phase's noise, which no CERTIFY draws: a paired engine tells
+# them from the selection and estimation rows of the images it certifies from scratch (docs/certify.md).
+PAIRED = Phase.PREDICTION
+
+
 Decide = Callable[[int, np.ndarray, int], bool]
 """(image index, counts [phases, classes] at look k, k) -> True to stop sampling the image."""
 

@@ -8,6 +8,7 @@ fields, row rules, receipt, request flag, summary radii), so that drivers, the s
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
@@ -69,7 +70,7 @@ class Procedure:
     plan: SamplingPlan
     decide: Decide | None = None
 
-    def __new__(cls, spec: ProcedureSpec, *_: object) -> Procedure:  # a subclass's __init__ may take more
+    def __new__(cls, spec: ProcedureSpec, *_: object, **__: object) -> Procedure:  # a subclass may take more
         chosen = registered(spec.key) if cls is Procedure else cls
         if chosen.kind != spec.kind:
             raise UserError(f"the procedure {chosen.key} is a {chosen.kind.upper()} procedure, not "
@@ -94,6 +95,10 @@ class Procedure:
     def result(self, counts: np.ndarray) -> Certificate | Prediction:
         """The decision from one image's class counts [len(plan.phases), classes]."""
         raise NotImplementedError
+
+    def image_plans(self) -> Mapping[int, SamplingPlan | None] | None:
+        """Images whose plan is not :attr:`plan` (by index; None: no samples); None: every image's is."""
+        return None
 
     def image_result(self, index: int, counts: np.ndarray) -> Certificate | Prediction:
         """The decision for image ``index`` (:meth:`result`, unless the procedure decides by image)."""

@@ -15,7 +15,7 @@ class RowRules:
     unknown (rows read without their run record): only what holds for every value of it is checked."""
 
     kind: str  # "certify" or "predict"
-    n0: int | None
+    n0: int | None  # None: unknown, or not the same in every row (incremental CERTIFY's)
     sizes: tuple[int, ...] | None  # allowed n (one for fixed n; every look for sequential runs)
     level: float | None  # the Clopper-Pearson level of the bound (alpha, or alpha / K) or PREDICT's alpha
     sigma: float | None
