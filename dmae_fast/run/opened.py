@@ -108,7 +108,9 @@ class OpenedRun:
     def announce(self, images: int, body: ResolvedBody, ranks: str = "") -> None:
         """The start line: what runs, on which body and why."""
         c, plan = self.config, self.procedure.plan
-        print(f"{PROG}: {images} images, {'up to ' if plan.looks else ''}{plan.total:,} samples each, "
+        totals = {plan.total, *(p.total for p in (self.procedure.image_plans() or {}).values() if p is not None)}
+        up_to = "up to " if plan.looks or len(totals) > 1 else ""
+        print(f"{PROG}: {images} images, {up_to}{max(totals):,} samples each, "
               f"{self.procedure.name}, sigma {c.procedure.sigma}, {body.body.description} ({body}), "
               f"seed {c.procedure.seed}, batch {c.batch}{ranks} -> {c.output.out}", file=sys.stderr)
 

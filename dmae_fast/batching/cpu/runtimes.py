@@ -40,9 +40,11 @@ class ChunkClassifier(Protocol):
 
 
 class OrtChunks:
-    """ONNX Runtime, one intra-op thread per call; ``Run`` is thread-safe and frees the GIL."""
+    """ONNX Runtime, one intra-op thread per call; ``Run`` is thread-safe and frees the GIL. ``precision``: the
+    model's (an fp16 engine file's is fp16; the inputs and logits are float32 either way)."""
 
-    def __init__(self, model: bytes | Path, label: str, layout: PatchLayout | None = None) -> None:
+    def __init__(self, model: bytes | Path, label: str, layout: PatchLayout | None = None,
+                 precision: str = "fp32") -> None:
         import onnxruntime as ort
 
         options = ort.SessionOptions()
@@ -52,7 +54,7 @@ class OrtChunks:
         source = str(model) if isinstance(model, Path) else model
         self.session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
         self.input_name = self.session.get_inputs()[0].name
-        self.description, self.layout = f"ONNX Runtime {ort.__version__} fp32 ({label})", layout
+        self.description, self.layout = f"ONNX Runtime {ort.__version__} {precision} ({label})", layout
 
     def logits(self, chunk: torch.Tensor) -> torch.Tensor:
         (logits,) = self.session.run(None, {self.input_name: chunk.numpy()})[:1]
@@ -198,6 +200,6 @@ def cpu_classifier(engine: Engine, precision: str, sigma: float, notice, workers
         chosen = _runtime(runtime, candidates, f"{meta.precision} .onnx engines", notice)
         if chosen == "openvino":
             return OpenVinoChunks(path, path.name, workers, static_rows)
-        return OrtChunks(path, path.name)
+        return OrtChunks(path, path.name, precision=meta.precision)
     raise UserError(f"the CPU fast path (--fast) runs PyTorch checkpoints and .onnx image engines, not "
                     f"{engine.description}; run without --fast")

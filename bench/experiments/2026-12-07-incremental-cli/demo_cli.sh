@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Issue 59, evidence 2 and 3 on the demo through the command line: the demo classifier in fp32 as the reference
+# (CERTIFY n0 100, n 10,000, sigma 0.25, the first 100 test digits), and two derived classifiers, the same weights in
+# bf16 (--precision bf16) and the fp16 ONNX export, each certified from scratch and with --reference (the default
+# rule: from scratch above pA_lower 0.99, 2,000 paired samples elsewhere; and every image paired). Prints the
+# summary table of every file and, per file, the forward passes (a paired sample is two) and the command's time.
+#   bash bench/experiments/2026-12-07-incremental-cli/demo_cli.sh WORKDIR
+set -euo pipefail
+work=$1
+mkdir -p "$work"
+common=(--data demo --max 100 --sigma 0.25 --device cpu --quiet --overwrite)
+timed() {  # name, then the command's arguments: run dmae-certify, keep its wall time
+  local name=$1 start end
+  shift
+  start=$(date +%s.%N)
+  dmae-certify "${common[@]}" "$@" --out "$work/$name.tsv" > /dev/null
+  end=$(date +%s.%N)
+  echo "$name $(echo "$end - $start" | bc)" >> "$work/times.txt"
+}
+: > "$work/times.txt"
+dmae-export --ckpt demo --fp16 --out "$work/export" --overwrite > /dev/null
+onnx=$(ls "$work"/export/*.onnx)
+timed reference --ckpt demo --n0 100 --n 10000 --seed 7
+for derived in bf16 onnx; do
+  if [ "$derived" = bf16 ]; then engine=(--ckpt demo --precision bf16); else engine=(--engine "$onnx"); fi
+  timed "$derived-scratch" "${engine[@]}" --n0 100 --n 10000 --seed 8
+  timed "$derived-incremental" "${engine[@]}" --reference "$work/reference.tsv" --seed 8
+  timed "$derived-all-paired" "${engine[@]}" --reference "$work/reference.tsv" --seed 8 --scratch-above 1
+done
+dmae-certify analyze "$work"/*.tsv --radii 0 0.25 0.5 0.75
+python - "$work" <<'PYEOF'
+import sys
+from pathlib import Path
+
+from dmae_fast.results.format import read_results
+
+work = Path(sys.argv[1])
+times = dict(line.split() for line in (work / "times.txt").read_text().splitlines())
+for name, seconds in times.items():
+    rows = read_results(work / f"{name}.tsv")
+    n0, n = rows.extra["n0"], rows.extra["n"]
+    if rows.extra["procedure"][0] == "incremental":  # paired rows (n0 0) run both classifiers
+        passes = int(((n0 > 0) * (n0 + n) + (n0 == 0) * 2 * n).sum())
+        scratch = int((n0 > 0).sum())
+    else:
+        passes, scratch = int((n0 + n).sum()), len(rows)
+    print(f"{name:22s} forward passes {passes:>9,}  from scratch {scratch:>3} of {len(rows)}  command {float(seconds):6.1f} s")
+PYEOF
