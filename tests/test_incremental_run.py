@@ -115,7 +115,7 @@ def test_a_resumed_run_recounts_against_the_same_reference_and_refuses_another(c
 
 
 @pytest.mark.parametrize("case", ["edited", "no-record", "running", "incremental", "sigma", "images", "itself",
-                                  "fast", "paired-alone", "classifier-changed"])
+                                  "fast", "paired-alone", "classifier-changed", "sound", "sound-reference"])
 def test_bad_references_are_refused_in_one_line_with_nothing_written(capsys, reference, tmp_path, case):
     ref, more = tmp_path / "ref.tsv", ["--precision", "bf16"]
     shutil.copy(reference, ref)
@@ -126,7 +126,8 @@ def test_bad_references_are_refused_in_one_line_with_nothing_written(capsys, ref
     mentions = {"edited": "was edited after its run", "no-record": "run record", "running": "completed run",
                 "incremental": "fixed-n CERTIFY", "sigma": "--sigma 0.5", "images": "no row for image idx 6",
                 "itself": "itself", "fast": "plain body", "paired-alone": "apply to --reference",
-                "classifier-changed": "changed since the reference run"}[case]
+                "classifier-changed": "changed since the reference run", "sound": "does not take --sound",
+                "sound-reference": "was run with --sound"}[case]
     if case == "edited":
         ref.write_text(ref.read_text().replace("\t1\t", "\t0\t", 1))
     elif case == "no-record":
@@ -143,6 +144,10 @@ def test_bad_references_are_refused_in_one_line_with_nothing_written(capsys, ref
         more = []
     elif case == "fast":
         more += ["--body", "fast"]
+    elif case == "sound":
+        more += ["--sound"]
+    elif case == "sound-reference":
+        record["config"]["sound"] = True
     elif case == "classifier-changed":
         with open(tmp_path / "model.safetensors", "ab") as handle:
             handle.write(b"\0")
@@ -181,3 +186,17 @@ def test_each_image_is_planned_by_its_reference_row():
     assert rules.sizes == (0, 200, 1000) and rules.certificate is not None
     assert rules.certificate(0, 196, 200) == result
     assert rules.certificate(2, 995, 1000).p_a_lower == from_scratch.p_a_lower
+
+
+def test_a_relative_classifier_path_of_the_reference_is_found_beside_it(capsys, tmp_path, monkeypatch):
+    folder = tmp_path / "reference"
+    folder.mkdir()
+    shutil.copy(DEMO_CHECKPOINT, folder / "model.safetensors")
+    monkeypatch.chdir(folder)  # the reference run names its checkpoint relative to its own directory
+    small = [*map(str, COMMON), "--max", "2", "--n0", "20", "--n", "200"]
+    assert certify_main(["--ckpt", "model.safetensors", *small, "--out", "ref.tsv"]) == 0
+    monkeypatch.chdir(tmp_path)
+    run = run_command(certify_main, capsys, "--ckpt", DEMO_CHECKPOINT, *small, "--precision", "bf16", "--reference",
+                      "reference/ref.tsv", "--out", "derived.tsv")
+    assert run.rc == 0, run.err
+    assert len(read_results(tmp_path / "derived.tsv")) == 2

@@ -251,6 +251,9 @@ class CertifyConfig:
             (self.shard in SHARD_CHOICES, f"--shard must be one of {', '.join(SHARD_CHOICES)}, got {self.shard!r}"),
         ])
         self.body.validate()
+        if self.procedure.reference is not None and self.sound is not None:
+            raise UserError("--reference does not take --sound yet (its stated failure probability would have to add "
+                            "the rounding terms of both runs)")
         if self.procedure.reference is not None and self.body.body == "fast":
             raise UserError("--reference runs the plain body (the reference and the derived engine classify the same "
                             f"noisy images); drop {self.body.reason or 'the fast body'}")

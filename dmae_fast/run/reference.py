@@ -52,16 +52,13 @@ class Reference:
                                                                          scratch_above=scratch))
 
     def check_run(self, config: CertifyConfig, indices: list[int]) -> None:
-        """Refuse a run on other images, or noise, than the reference's: its data settings, --sound, and a row of the
-        reference for every image."""
+        """Refuse a run on other images than the reference's: its data settings, and an image without a reference
+        row."""
         mine, theirs = config.recorded(), self.config.recorded()
         for key in DATA_SETTINGS:
             if mine[key] != theirs[key]:
                 raise UserError(f"{self.where} was run with {key} {theirs[key]!r}, this run has {mine[key]!r}: the "
                                 "images must be the reference's")
-        if mine["sound"] != theirs["sound"]:
-            said = "with" if theirs["sound"] else "without"
-            raise UserError(f"{self.where} was run {said} --sound; run this one {said} it too")
         missing = [index for index in indices if index not in self.certificates]
         if missing:
             raise UserError(f"{self.where} has no row for image idx {missing[0]} ({len(missing)} of this run's "
@@ -77,20 +74,20 @@ class Reference:
 
     def paired_engine(self, derived: Engine, device: str) -> PairedEngine:
         """The reference's classifier file (refused if it changed since its run), opened as it ran, paired with
-        ``derived``."""
+        ``derived``. A relative path the record names is looked for here, then beside the reference's results."""
         classifier = self.config.classifier
-        path = Path(classifier.engine_path)
-        if not path.is_file():
-            raise UserError(f"{self.where}: its classifier {path} is missing")
-        if file_sha256(path) != self.model_sha256:
-            raise UserError(f"{self.where}: its classifier {path} changed since the reference run (its SHA-256 "
+        recorded = Path(classifier.engine_path)
+        found = [p for p in dict.fromkeys((recorded, Path(self.path).parent / recorded)) if p.is_file()]
+        if not found:
+            raise UserError(f"{self.where}: its classifier {recorded} is missing (looked here and beside "
+                            f"{self.path})")
+        path = next((p for p in found if file_sha256(p) == self.model_sha256), None)
+        if path is None:
+            raise UserError(f"{self.where}: its classifier {found[0]} changed since the reference run (its SHA-256 "
                             "differs from the run record's)")
         reference = open_classifier(str(path), BodyOptions(), device, classifier.precision, classifier.input_size,
                                     classifier.normalize)
-        try:
-            return PairedEngine(reference, derived)
-        except ValueError as error:
-            raise UserError(f"{self.where}: {error}") from None
+        return PairedEngine(reference, derived)
 
     def procedure(self, config: CertifyConfig, classes: int) -> IncrementalCertify:
         scratch = config.procedure.scratch_above
@@ -129,6 +126,8 @@ def read_reference(path: str) -> Reference:
         raise UserError(f"{where} was made by the procedure {procedure_name or '(none recorded)'}; a reference is a "
                         "fixed-n CERTIFY run (not --predict, --sequential or incremental)")
     config = CertifyConfig.from_settings(record["config"])
+    if config.sound is not None:
+        raise UserError(f"{where} was run with --sound, which --reference does not take yet")
     table = read_results(path)
     if table.radius is None:
         raise UserError(f"{where} is not a CERTIFY results file")
