@@ -129,7 +129,7 @@ class Run:
             ranks.finish(mine)
             if not ranks.primary:
                 return RunResult(config, mine["images"], mine["samples"], mine["elapsed_s"],
-                                 mine["samples_per_s"] or math.nan, ranks.world, primary=False)
+                                 _or_nan(mine["samples_per_s"]), ranks.world, primary=False)
             per_rank = ranks.wait_for_all(job.tick)
             job.finalize()
         except Interrupted as stop:
@@ -150,7 +150,7 @@ class Run:
         self.record.write({"status": "complete", "images": images, "samples": samples, "elapsed_s": round(elapsed, 3),
                            "samples_per_s": rate, **({"ranks": per_rank} if sharing else {}),
                            "results_sha256": file_sha256(config.output.out)}, final=True)
-        return RunResult(config, images, samples, round(elapsed, 3), rate or math.nan, ranks.world)
+        return RunResult(config, images, samples, round(elapsed, 3), _or_nan(rate), ranks.world)
 
     def _failed(self, error: Exception) -> Exception | None:
         """Mark the record failed; with other ranks, tell them (the first to fail says why). What ends
@@ -184,6 +184,11 @@ class Run:
             summary = {"status": status, "images": self.job.images, **({"error": error} if error else {})}
         with contextlib.suppress(OSError):  # a full disk may refuse the record too
             self.record.write(summary)
+
+
+def _or_nan(rate: float | None) -> float:
+    """A rate, or NaN where none was measured (0 samples/s is a rate: an incremental run that drew nothing)."""
+    return math.nan if rate is None else rate
 
 
 def _recount(opened: OpenedRun, body: BatchBody, kept: list[KeptRow]) -> None:

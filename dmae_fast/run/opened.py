@@ -107,8 +107,9 @@ class OpenedRun:
 
     def announce(self, images: int, body: ResolvedBody, ranks: str = "") -> None:
         """The start line: what runs, on which body and why."""
-        c, plan = self.config, self.procedure.plan
-        totals = {plan.total, *(p.total for p in (self.procedure.image_plans() or {}).values() if p is not None)}
+        c, plan, plans = self.config, self.procedure.plan, self.procedure.image_plans() or {}
+        own = [plans.get(index, plan) for index in self.indices]  # each image's plan (None: no samples)
+        totals = {0 if p is None else p.total for p in own}
         up_to = "up to " if plan.looks or len(totals) > 1 else ""
         print(f"{PROG}: {images} images, {up_to}{max(totals):,} samples each, "
               f"{self.procedure.name}, sigma {c.procedure.sigma}, {body.body.description} ({body}), "
