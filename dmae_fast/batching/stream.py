@@ -123,6 +123,10 @@ class StreamingCertifier:
         unsampled: deque[tuple[ImageCounts, Job | None]] = deque()
         classes = self.smoothing.engine.spec.num_classes
 
+        def unsampled_due() -> Iterator[ImageCounts]:
+            while unsampled and unsampled[0][1] not in unfinished:
+                yield unsampled.popleft()[0]
+
         def next_job() -> Job | None:
             while True:
                 item = restarted.popleft() if restarted else next(source, None)
@@ -155,12 +159,9 @@ class StreamingCertifier:
                         raise counts
                     del unfinished[job]
                     yield ImageCounts(job.index, job.label, counts)
-                    while unsampled and unsampled[0][1] not in unfinished:
-                        yield unsampled.popleft()[0]
-                while unsampled and unsampled[0][1] not in unfinished:
-                    yield unsampled.popleft()[0]
-            while unsampled:
-                yield unsampled.popleft()[0]
+                    yield from unsampled_due()
+                yield from unsampled_due()
+            yield from (counts for counts, _ in unsampled)  # the loop is done: every job before them was yielded
         finally:
             self.body.finish()
 

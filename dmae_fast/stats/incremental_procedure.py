@@ -9,6 +9,7 @@ certificates, image by image (:mod:`dmae_fast.stats.incremental`), its class cou
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 
 import numpy as np
@@ -43,6 +44,12 @@ class IncrementalCertify(Procedure):
         self.scratch_above = scratch_above
         self.name, self.level = INCREMENTAL, spec.alpha
         self.plan = SamplingPlan((PAIRED,), (spec.n,))
+        self._plans: dict[int, SamplingPlan | None] = {}  # no sample where the reference abstained; from scratch
+        for index, reference in (references or {}).items():
+            if reference.prediction == ABSTAIN:
+                self._plans[index] = None
+            elif self._scratch(reference):
+                self._plans[index] = SamplingPlan.certify(reference.n0, reference.n)
 
     def _reference(self, index: int) -> Certificate:
         if self.references is None or self.reference_alpha is None or self.classes is None:
@@ -54,13 +61,7 @@ class IncrementalCertify(Procedure):
 
     def image_plans(self) -> dict[int, SamplingPlan | None]:
         """No sample where the reference abstained; the reference's n0 + n from scratch above ``scratch_above``."""
-        plans: dict[int, SamplingPlan | None] = {}
-        for index, reference in (self.references or {}).items():
-            if reference.prediction == ABSTAIN:
-                plans[index] = None
-            elif self._scratch(reference):
-                plans[index] = SamplingPlan.certify(reference.n0, reference.n)
-        return plans
+        return self._plans
 
     def image_result(self, index: int, counts: np.ndarray) -> IncrementalCertificate:
         reference = self._reference(index)
@@ -77,9 +78,8 @@ class IncrementalCertify(Procedure):
     def _from_scratch(self, certificate: Certificate, reference: Certificate) -> IncrementalCertificate:
         """A from-scratch certificate in the incremental row's terms (nothing subtracted, the reference's alpha)."""
         assert self.reference_alpha is not None
-        return IncrementalCertificate(certificate.prediction, certificate.radius, certificate.n0, certificate.n,
-                                      certificate.n_a, certificate.p_a_lower, 0, 0.0, reference.p_a_lower,
-                                      self.reference_alpha)
+        return IncrementalCertificate(**dataclasses.asdict(certificate), disagreements=0, zeta_upper=0.0,
+                                      reference_p_a_lower=reference.p_a_lower, alpha=self.reference_alpha)
 
     def _certificate(self, index: int, n_a: int, n: int) -> Certificate:
         reference = self._reference(index)
