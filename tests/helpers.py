@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from dmae_fast.batching.scheduler import BatchBody, RowSplit
+from dmae_fast.batching.job import BatchBody, RowSplit
 from dmae_fast.batching.smoothing import Smoothing
 from dmae_fast.batching.stream import ImageCounts, StreamingCertifier
 from dmae_fast.bench.async_device import QueuedDevice

@@ -27,7 +27,7 @@ from helpers import rows_without
 from PIL import Image
 
 from dmae_fast.base.errors import UserError
-from dmae_fast.batching.scheduler import RowSplit
+from dmae_fast.batching.job import RowSplit
 from dmae_fast.data import open_dataset
 from dmae_fast.demo import DEMO_CHECKPOINT
 from dmae_fast.results.parts import merge_parts, part_path, parts_dir, start_parts

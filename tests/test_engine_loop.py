@@ -13,7 +13,7 @@ import torch
 from helpers import stream_counts
 
 from dmae_fast.batching.engine_loop import BatchFailed, EngineLoop
-from dmae_fast.batching.scheduler import Job, RowSplit
+from dmae_fast.batching.job import Job, RowSplit
 from dmae_fast.batching.smoothing import Smoothing
 from dmae_fast.batching.stream import PlainBody
 from dmae_fast.stats.plan import SamplingPlan

@@ -213,3 +213,72 @@ def test_images_with_their_own_plans_count_as_if_run_alone_and_come_in_input_ord
             assert done.counts.shape == (0, engine.spec.num_classes)
         else:
             assert np.array_equal(done.counts, alone[plan][done.index])
+
+
+def _kept(engine, images, plan, batch, keep, seed=31, sigma=0.5):
+    smoothing = Smoothing(engine, sigma, seed, batch)
+    body = PlainBody(smoothing, NoiseSource(engine.device, compiled=False))
+    return {done.index: done for done in StreamingCertifier(smoothing, plan, body, keep=keep).run(images)}
+
+
+def test_kept_classes_are_those_of_the_first_estimation_samples_for_any_batch(engine, images):
+    """A run that keeps classes yields each image's class of x + sigma * eta(seed, image, ESTIMATION, s) for its
+    first samples s (never a selection row's), in sample order, and the same counts as a run that keeps none."""
+    plan = SamplingPlan.certify(n0=5, n=40)
+    expected = {}
+    for index, image, _ in images:
+        eta = gaussian_noise(31, torch.full((25,), index), int(Phase.ESTIMATION), torch.arange(25), SHAPE)
+        expected[index] = engine.classify(image + 0.5 * eta).numpy()
+    assert len(np.unique(np.concatenate(list(expected.values())))) > 2  # classes spread: the comparison means something
+    for batch in (7, 64):
+        kept = _kept(engine, images, plan, batch, keep=25)
+        for index, done in kept.items():
+            assert np.array_equal(done.kept, expected[index])
+            assert np.array_equal(done.counts, _counts(engine, [i for i in images if i[0] == index], plan, batch,
+                                                       seed=31)[0])
+
+
+def test_kept_classes_stop_at_the_estimation_samples_drawn_and_need_a_body_that_keeps(engine, images):
+    assert [len(done.kept) for done in _kept(engine, images[:2], SamplingPlan.certify(3, 10), 8, keep=50).values()] \
+        == [10, 10]
+    assert [len(done.kept) for done in _kept(engine, images[:2], SamplingPlan.predict(10), 8, keep=5).values()] \
+        == [0, 0]
+
+    class NoKeeping(PlainBody):
+        keep_classes = None
+
+    smoothing = Smoothing(engine, 0.5, 1, 8)
+    with pytest.raises(ValueError, match="does not keep"):
+        list(StreamingCertifier(smoothing, SamplingPlan.certify(3, 10), NoKeeping(smoothing), keep=5).run(images))
+    with pytest.raises(ValueError, match="without looks"):
+        StreamingCertifier(smoothing, SamplingPlan.sequential(3, (10, 20)), keep=5)
+
+
+def test_keep_class_writes_only_the_first_estimation_samples():
+    from dmae_fast.batching.job import keep_class, zero_kept
+
+    kept = zero_kept(2, 3, torch.device("cpu"))
+    phases = torch.tensor([int(Phase.SELECTION), int(Phase.ESTIMATION), int(Phase.PREDICTION), int(Phase.ESTIMATION),
+                           int(Phase.ESTIMATION)])
+    slots, samples = torch.tensor([0, 1, 1, 1, 0]), torch.tensor([0, 2, 1, 3, 1])
+    keep_class(kept, slots, phases, samples, torch.tensor([4, 5, 6, 7, 8]))
+    assert kept[:, :3].tolist() == [[0, 9, 0], [0, 0, 6]]  # class + 1; 0: not written
+
+
+@pytest.mark.parametrize("kind", ["CPU fast", "fast"])
+def test_the_fast_bodies_keep_the_classes_they_count(engine, images, kind):
+    """Each fast body keeps the class of each first estimation sample that it counts (all of them here: their
+    histogram is the estimation counts), the plain body's classes up to the classifier's rounding."""
+    from dmae_fast.batching.cpu.body import CpuFastBody
+    from dmae_fast.batching.cpu.runtimes import TorchChunks
+    from dmae_fast.batching.fast_body import FastBody, FastPath
+
+    plan, smoothing = SamplingPlan.certify(n0=7, n=60), Smoothing(engine, 0.5, 31, 32)
+    noise = NoiseSource(engine.device, compiled=False)
+    body = CpuFastBody(TorchChunks(engine.model, "fp32"), smoothing, 2, 8, noise) if kind == "CPU fast" else \
+        FastBody(smoothing, FastPath(), noise=noise)
+    kept = {done.index: done for done in StreamingCertifier(smoothing, plan, body, keep=60).run(images)}
+    plain = _kept(engine, images, plan, 32, keep=60)
+    for index, done in kept.items():
+        assert np.array_equal(np.bincount(done.kept, minlength=done.counts.shape[1]), done.counts[1])
+        assert np.mean(done.kept == plain[index].kept) >= 0.95

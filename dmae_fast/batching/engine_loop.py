@@ -15,7 +15,8 @@ from collections.abc import Callable, Collection
 
 import torch
 
-from dmae_fast.batching.scheduler import BatchBody, Job, LoopStats, RowSplit, SlotScheduler
+from dmae_fast.batching.job import BatchBody, Job, RowSplit
+from dmae_fast.batching.scheduler import LoopStats, SlotScheduler
 from dmae_fast.stats.plan import Phase
 
 Finished = tuple[Job, object]  # (job, its counts [plan phases, classes] | the exception that ended it)
@@ -32,16 +33,19 @@ class BatchFailed(Exception):
 class EngineLoop:
     """One body, ``num_slots`` images on the device, batches of ``batch`` rows; jobs from :meth:`add`,
     then from ``source`` (see :class:`SlotScheduler`). ``on_batch(rows, seconds)`` is told of every batch
-    issued (the rows this process ran, and the host time to issue them; on a CPU, to run them)."""
+    issued (the rows this process ran, and the host time to issue them; on a CPU, to run them). ``keep``: each
+    ended job's ``kept`` holds its classes of its first ``keep`` estimation samples (:class:`SlotScheduler`)."""
 
     def __init__(self, body: BatchBody, device: torch.device, batch: int, num_slots: int,
                  source: Callable[[], Job | None] | None = None,
-                 on_batch: Callable[[int, float], None] | None = None, split: RowSplit | None = None) -> None:
+                 on_batch: Callable[[int, float], None] | None = None, split: RowSplit | None = None,
+                 keep: int = 0) -> None:
         self.body, self.device, self.batch, self.on_batch = body, device, batch, on_batch
         self.held_until: float | None = None  # after a step that held a partial batch back: when it is due
         self._source = source
         self._source_error: Exception | None = None  # what the source raised: no body failure
-        self._slots = SlotScheduler(body, device, batch, num_slots, None if source is None else self._next, split)
+        self._slots = SlotScheduler(body, device, batch, num_slots, None if source is None else self._next, split,
+                                    keep)
 
     def add(self, job: Job, since: float | None = None) -> None:
         """Queue ``job``; its rows count as runnable from ``since`` (``time.monotonic()``; default now)."""

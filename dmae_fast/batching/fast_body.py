@@ -18,7 +18,7 @@ import torch
 
 from dmae_fast.base.errors import UserError
 from dmae_fast.base.messages import print_notice
-from dmae_fast.batching.job import count, zero_counts
+from dmae_fast.batching.job import count, keep_class, zero_counts, zero_kept
 from dmae_fast.batching.smoothing import Smoothing
 from dmae_fast.batching.stage_timer import StageTimer, count_batch, stage
 from dmae_fast.engines.base import Engine, TokenBody, predicted_classes
@@ -154,8 +154,16 @@ class FastBody:
         self._rows = torch.zeros((4, self.smoothing.batch_size), dtype=torch.int64, device=self.device)
         self._rows[0] = num_slots
         self._ones = torch.ones(self.smoothing.batch_size, dtype=torch.int64, device=self.device)
+        self._kept: torch.Tensor | None = None
         self._graph = None
         return self._counts[:num_slots]
+
+    def keep_classes(self, num_slots: int, samples: int) -> torch.Tensor:
+        """Also keep each row's class of the first ``samples`` estimation samples of every image (the padding slot's
+        rows are selection rows: never kept); a graph captured without it is captured again."""
+        self._kept = zero_kept(num_slots + 1, samples, self.device)
+        self._graph = None
+        return self._kept[:num_slots]
 
     @torch.no_grad()
     def load(self, slot: int, image: torch.Tensor) -> None:
@@ -197,6 +205,8 @@ class FastBody:
             predicted = self._classify(inputs)
         with stage(self.timer, "counting"):
             count(self._counts, slot, position, predicted, self._ones)
+            if self._kept is not None:
+                keep_class(self._kept, slot, phase, sample, predicted)
 
     def _classify_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
         if self.token_body is not None:
@@ -213,7 +223,7 @@ class FastBody:
     def _capture(self) -> None:
         """Warm up (compiling, autotuning) on the real rows, then capture the step and replay it; the
         warm-up batches count into a copy that is restored, so the capture adds nothing."""
-        saved = self._counts.clone()
+        saved = self._counts.clone(), None if self._kept is None else self._kept.clone()
         side = torch.cuda.Stream(self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side):
@@ -223,5 +233,7 @@ class FastBody:
         self._graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self._graph):
             self._step()
-        self._counts.copy_(saved)
+        self._counts.copy_(saved[0])
+        if self._kept is not None:
+            self._kept.copy_(saved[1])
         self._graph.replay()

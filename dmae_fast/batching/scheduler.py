@@ -10,7 +10,8 @@ in queue order (:mod:`~dmae_fast.batching.device_queue`), so the host never wait
 On an asynchronous device a dataset's batch short of rows takes earlier decisions, then rows past looks whose
 decision is on its way (never past the next look; in the look's own batch, in a spare slot folded in after the
 look's copy): a decision reads exactly the counts at its look, and rows drawn for an image that then stops are
-counted as unused (:class:`LoopStats`; docs/architecture.md, "Decisions off the device's path"). Under a
+counted as unused (:class:`LoopStats`; docs/architecture.md, "Decisions off the device's path"). A run that keeps
+classes (``keep``; plans without looks) copies each image's kept classes with its final counts. Under a
 :class:`RowSplit` (``--shard samples``) every process runs the same schedule, counts its share of each batch
 and sums the counts at a stage end before anything is decided. Driven only through
 :class:`~dmae_fast.batching.engine_loop.EngineLoop`.
@@ -29,7 +30,7 @@ from typing import NamedTuple
 import torch
 
 from dmae_fast.batching.device_queue import Ready, device_queue
-from dmae_fast.batching.job import BatchBody, Job, Segment, batch_rows, phase_ids
+from dmae_fast.batching.job import BatchBody, Job, RowSplit, Segment, batch_rows, kept_buffer, phase_ids
 
 
 @dataclass(frozen=True)
@@ -52,21 +53,7 @@ class Snapshot(NamedTuple):
     host: torch.Tensor
     ready: Ready | None
     batch: int
-
-
-@dataclass(frozen=True)
-class RowSplit:
-    """How ``world`` processes share each batch: process ``rank`` counts the contiguous ``share`` of its
-    rows; ``summed`` turns this process's counts of some slots [k, phases, classes + 1] into every
-    process's sum, on the host (a collective: every process calls it at the same point of the schedule)."""
-
-    rank: int
-    world: int
-    summed: Callable[[torch.Tensor], torch.Tensor]
-
-    def share(self, rows: int) -> tuple[int, int]:
-        """This process's rows [lo, hi) of a batch of ``rows`` (the shares' sizes differ by at most one)."""
-        return rows * self.rank // self.world, rows * (self.rank + 1) // self.world
+    kept: torch.Tensor | None = None  # their kept classes, in a run that keeps them
 
 
 class SlotScheduler:
@@ -75,7 +62,8 @@ class SlotScheduler:
     left, so a dataset is read no further ahead than the device needs; None: it has no more)."""
 
     def __init__(self, body: BatchBody, device: torch.device, batch: int, num_slots: int,
-                 source: Callable[[], Job | None] | None = None, split: RowSplit | None = None) -> None:
+                 source: Callable[[], Job | None] | None = None, split: RowSplit | None = None,
+                 keep: int = 0) -> None:
         self.body, self.device, self.batch, self.num_slots = body, device, batch, num_slots
         self._source, self._split = source, split
         self._free: deque[int] = deque(range(num_slots))
@@ -95,6 +83,7 @@ class SlotScheduler:
         self._batches = self._drawn = self._unused = 0
         self._waited_s = self._stalled_s = 0.0
         self._counts = body.allocate(num_slots, phase_ids(device))
+        self._kept = kept_buffer(body, num_slots, keep)
 
     def add(self, job: Job, since: float) -> None:
         """Queue ``job``, whose rows are runnable since ``since`` (``time.monotonic()``)."""
@@ -200,12 +189,14 @@ class SlotScheduler:
         at their plan's end free their slot (zeroed after the copies), images short of their next look draw ahead."""
         if not reached:
             return
-        if self._split is None:
-            self._waiting.append(Snapshot(reached, *self._queue.to_host(self._counts, [job.slot for job in reached]),
-                                          self._batches - 1))
-        else:  # every process's sum, before anything is decided
-            summed = self._split.summed(self._queue.gather(self._counts, [job.slot for job in reached]))
-            self._waiting.append(Snapshot(reached, summed, None, self._batches - 1))
+        slots = [job.slot for job in reached]
+        if self._split is None:  # the kept classes first: the counts' mark covers both copies
+            kept = None if self._kept is None else self._queue.to_host(self._kept, slots)[0]
+            self._waiting.append(Snapshot(reached, *self._queue.to_host(self._counts, slots), self._batches - 1, kept))
+        else:  # every process's sum, before anything is decided (each kept class was written by one process)
+            summed = self._split.summed(self._queue.gather(self._counts, slots))
+            kept = None if self._kept is None else self._split.summed(self._queue.gather(self._kept, slots))
+            self._waiting.append(Snapshot(reached, summed, None, self._batches - 1, kept))
         for job in (crossed := [job for job in reached if job.spare is not None]):
             self._queue.fold(self._counts, job.spare, job.slot)
             self._free.append(job.spare)
@@ -220,6 +211,8 @@ class SlotScheduler:
         slots = [job.slot for job in jobs if job.slot is not None]
         if slots:
             self._queue.clear(self._counts, slots)
+            if self._kept is not None:
+                self._queue.clear(self._kept, slots)
             self._free.extend(slots)
         for job in jobs:
             job.slot = None
@@ -233,13 +226,16 @@ class SlotScheduler:
             if snapshot.ready is not None:
                 self._wait(snapshot.ready)
             ended = []
-            for job, slot_counts in zip(snapshot.jobs, snapshot.host.numpy()):
+            kept = [None] * len(snapshot.jobs) if snapshot.kept is None else snapshot.kept.numpy()
+            for job, slot_counts, slot_kept in zip(snapshot.jobs, snapshot.host.numpy(), kept):
                 if job in self._dropped:  # it ended at an earlier look
                     self._dropped.remove(job)
                     continue
                 cancelled = job in self._cancelled
                 try:
                     counts = None if cancelled else job.counts(slot_counts)
+                    if slot_kept is not None and not cancelled:
+                        job.kept = job.kept_classes(slot_kept)
                     done = cancelled or job.final or job.decide(job.index, counts, job.stage)
                 except Exception as error:  # noqa: BLE001 (this image only; the driver decides what it means)
                     counts, done = error, True
@@ -332,6 +328,8 @@ class SlotScheduler:
         self._cancelled.clear()
         self._dropped.clear()
         self._queue.clear(self._counts)
+        if self._kept is not None:
+            self._queue.clear(self._kept)
         self._free = deque(range(self.num_slots))
         for job in jobs:
             job.slot = job.spare = None
@@ -341,3 +339,4 @@ class SlotScheduler:
     def busy(self) -> bool:
         """Whether any job is queued or on the device, or the source may have more."""
         return bool(self._pending or self._ready or self._waiting or self._source is not None)
+

@@ -19,8 +19,8 @@ import torch
 
 from dmae_fast.base.errors import UserError, raise_if_interrupted
 from dmae_fast.batching.engine_loop import BatchFailed, EngineLoop
-from dmae_fast.batching.job import count, zero_counts
-from dmae_fast.batching.scheduler import BatchBody, Job, LoopStats, RowSplit
+from dmae_fast.batching.job import BatchBody, Job, RowSplit, count, keep_class, zero_counts, zero_kept
+from dmae_fast.batching.scheduler import LoopStats
 from dmae_fast.batching.smoothing import Smoothing
 from dmae_fast.batching.stage_timer import StageTimer, count_batch, stage
 from dmae_fast.noise.compiled import NoiseSource
@@ -34,6 +34,7 @@ class ImageCounts:
     index: int
     label: int
     counts: np.ndarray  # [len(plan.phases), num_classes] int64
+    kept: np.ndarray | None = None  # the classes of its first estimation samples, where the run keeps them
 
 
 class PlainBody:
@@ -47,6 +48,7 @@ class PlainBody:
         self.device, self.shape = self.engine.device, self.engine.spec.input_shape
         self.noise = noise or NoiseSource(self.device, grid=smoothing.grid)
         self._ones = torch.ones(smoothing.batch_size, dtype=torch.int64, device=self.device)
+        self._kept: torch.Tensor | None = None
 
     @property
     def description(self) -> str:
@@ -57,6 +59,11 @@ class PlainBody:
         self._phase_ids = phase_ids
         self._counts = zero_counts(num_slots, len(phase_ids), self.engine.spec.num_classes, self.device)
         return self._counts
+
+    def keep_classes(self, num_slots: int, samples: int) -> torch.Tensor:
+        """Also keep each row's class of the first ``samples`` estimation samples of every image."""
+        self._kept = zero_kept(num_slots, samples, self.device)
+        return self._kept
 
     def load(self, slot: int, image: torch.Tensor) -> None:
         self._slot_images[slot].copy_(image, non_blocking=True)
@@ -75,6 +82,8 @@ class PlainBody:
             predicted = self.engine.classify_phases(noisy, phases)
         with stage(self.timer, "counting"):
             count(self._counts, slot, position, predicted, self._ones)
+            if self._kept is not None:
+                keep_class(self._kept, slot, phases, sample, predicted)
 
 
 class StreamingCertifier:
@@ -84,15 +93,17 @@ class StreamingCertifier:
     for the same ``smoothing``, which checks each image: :meth:`Smoothing.checked`). With ``split``
     (``--shard samples``) this process counts its share of every batch of ``split.world * batch_size`` rows,
     and all processes yield the same counts. ``plans``: an image's own plan by index where it differs from ``plan``
-    (None: no samples; incremental CERTIFY's). ``samples``: the noisy samples this process counted so far;
-    :meth:`stats`: the engine loop's.
+    (None: no samples; incremental CERTIFY's). ``keep``: also yield each image's classes of its first ``keep``
+    estimation samples (a body with ``keep_classes``; plans without looks). ``samples``: the noisy samples this
+    process counted so far; :meth:`stats`: the engine loop's.
     """
 
     _loop: EngineLoop | None = None  # the current run's (after a body failed: the latest body's)
 
     def __init__(self, smoothing: Smoothing, plan: SamplingPlan, body: BatchBody | None = None,
-                 split: RowSplit | None = None, plans: Mapping[int, SamplingPlan | None] | None = None) -> None:
-        self.smoothing, self.plan, self.split = smoothing, plan, split
+                 split: RowSplit | None = None, plans: Mapping[int, SamplingPlan | None] | None = None,
+                 keep: int = 0) -> None:
+        self.smoothing, self.plan, self.split, self.keep = smoothing, plan, split, keep
         self.plans = plans or {}  # an image's own plan where it has one (None: no samples, its counts empty)
         self.body = body or PlainBody(smoothing)
         if getattr(self.body, "smoothing", smoothing) != smoothing:  # a wrapped body may not say
@@ -107,6 +118,8 @@ class StreamingCertifier:
         shortest = min(min(np.diff((0,) + p.stage_ends)) for p in every)
         per_batch = math.ceil(self.schedule_batch / shortest) + 2
         self.num_slots = per_batch * (2 if any(p.looks for p in every) else 1)
+        if keep and any(p.looks for p in every):
+            raise ValueError("classes are kept only for plans without looks")
 
     def run(self, images: Iterable[tuple[int, torch.Tensor, int]],
             decide: Decide | None = None) -> Iterator[ImageCounts]:
@@ -158,7 +171,7 @@ class StreamingCertifier:
                     if isinstance(counts, BaseException):
                         raise counts
                     del unfinished[job]
-                    yield ImageCounts(job.index, job.label, counts)
+                    yield ImageCounts(job.index, job.label, counts, job.kept)
                     yield from unsampled_due()
                 yield from unsampled_due()
             yield from (counts for counts, _ in unsampled)  # the loop is done: every job before them was yielded
@@ -167,7 +180,7 @@ class StreamingCertifier:
 
     def _new_loop(self, next_job: Callable[[], Job | None]) -> EngineLoop:
         self._loop = EngineLoop(self.body, self.device, self.schedule_batch, self.num_slots, source=next_job,
-                                on_batch=self._counted, split=self.split)
+                                on_batch=self._counted, split=self.split, keep=self.keep)
         return self._loop
 
     def stats(self) -> LoopStats:

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
@@ -109,6 +110,11 @@ def build_parser() -> argparse.ArgumentParser:
                              "scratch (the derived classifier alone, the reference's n0 + n) the images whose "
                              "reference pA_lower is above P, where any bound on the disagreement costs a radius level "
                              "(default 0.99; 1: none)")
+    incremental.add_argument("--keep-votes", type=int, metavar="N", help="keep this run's votes on the first N "
+                             "estimation samples of each image (whether the classifier chose the row's class; N bits "
+                             "an image) in OUT.votes, so that a --reference run against it counts disagreements on "
+                             "those noisy inputs without running this classifier again (fixed-n CERTIFY, plain body, "
+                             "one process)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument("--nproc-per-node", type=int, help="run as this many processes on this machine (torch's "
                      "elastic launcher, like torchrun --standalone; one per GPU, or CPU processes sharing the cores)")
@@ -143,9 +149,20 @@ def _config_from_args(args: argparse.Namespace) -> CertifyConfig:
     settings = {k: v for k, v in vars(args).items() if k in SETTINGS and v is not None}
     settings.update(engine=engine, out=out, progress=not args.quiet, sigma=args.sigma,
                     radii=tuple(args.radii) if args.radii else None, looks=tuple(args.looks) if args.looks else None)
-    # an incremental run's two classifiers share each noisy image: the plain body's (CertifyConfig.validate)
-    body = body_options(args, os.environ, default="plain" if args.reference else "fast")
+    # an incremental run without the reference's votes runs both classifiers on each noisy image: the plain body
+    paired = args.reference is not None and not _keeps_votes(args.reference)
+    body = body_options(args, os.environ, default="plain" if paired else "fast")
     return CertifyConfig.from_settings(settings, body)
+
+
+def _keeps_votes(reference: str) -> bool:
+    """Whether the run record of the reference ``reference`` names a votes file (False where it cannot be read:
+    reading the reference says why)."""
+    try:
+        record = json.loads(Path(reference + ".json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(record, dict) and isinstance(record.get("votes"), dict)
 
 
 def _print_summary(result: RunResult) -> None:
@@ -203,6 +220,9 @@ def _run(argv: list[str]) -> int:
             args = build_parser().parse_args(argv)  # before any heavy import: --help and option errors are quick
             config = _config_from_args(args)
             config.validate()
+            if config.output.keep_votes is not None and max(args.nproc_per_node or 1, world_size()) > 1:
+                raise UserError("--keep-votes writes its votes file from one process; run it without "
+                                "--nproc-per-node or torchrun")
             if world_size() == 1:  # the ranks of a multi-process run check in step (rank 0 says it)
                 from dmae_fast.run.output import check_out_before_loading
 

@@ -151,9 +151,12 @@ class OutputOptions:
     resume: bool = how(False)
     progress: bool = how(True)
     profile: str | None = how(None)  # directory for a torch profiler trace + per-stage table
+    keep_votes: int | None = None  # a fixed-n CERTIFY run's votes on its first N estimation samples, in <out>.votes
 
     def validate(self) -> None:
-        raise_first([(not (self.overwrite and self.resume), "--overwrite and --resume exclude each other")])
+        raise_first([(not (self.overwrite and self.resume), "--overwrite and --resume exclude each other"),
+                     (self.keep_votes is None or self.keep_votes >= 1,
+                      f"--keep-votes must be >= 1, got {self.keep_votes}")])
 
 
 _BODY_FIELDS = {f.name: f for f in dataclasses.fields(BodyOptions)}
@@ -254,8 +257,19 @@ class CertifyConfig:
         if self.procedure.reference is not None and self.sound is not None:
             raise UserError("--reference does not take --sound yet (its stated failure probability would have to add "
                             "the rounding terms of both runs)")
-        if self.procedure.reference is not None and self.body.body == "fast":
-            raise UserError("--reference runs the plain body (the reference and the derived engine classify the same "
-                            f"noisy images); drop {self.body.reason or 'the fast body'}")
+        if self.output.keep_votes is not None:
+            self._check_keep_votes(self.output.keep_votes)
         if self.sound is not None:
             self.sound.validate(self.procedure.sigma)
+
+    def _check_keep_votes(self, samples: int) -> None:
+        """--keep-votes: a fixed-n CERTIFY run, at most --n votes per image."""
+        procedure = self.procedure
+        raise_first([
+            (not (procedure.predict or procedure.sequential or procedure.reference or procedure.procedure_name),
+             "--keep-votes keeps a fixed-n CERTIFY run's votes (a reference for --reference); it excludes --predict, "
+             "--sequential and --reference"),
+            (self.sound is None, "--keep-votes does not take --sound (--reference does not take a --sound run yet)"),
+            (samples <= procedure.n, f"--keep-votes {samples} exceeds --n {procedure.n}: the votes are those of the "
+                                     "first estimation samples"),
+        ])

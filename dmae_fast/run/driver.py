@@ -30,6 +30,7 @@ from dmae_fast.batching.stage_timer import StageTimer
 from dmae_fast.distributed.ranks import join
 from dmae_fast.results.format import Mode
 from dmae_fast.results.parts import has_parts, start_parts
+from dmae_fast.results.votes import votes_path
 from dmae_fast.results.writer import Row
 from dmae_fast.run.config import PROG, CertifyConfig
 from dmae_fast.run.host import device_name
@@ -83,6 +84,8 @@ class Run:
             raise UserError(ranks.device_error)
         if config.output.profile and ranks.world > 1:
             raise UserError("--profile profiles one process; run it without torchrun")
+        if config.output.keep_votes and ranks.world > 1:  # a library call under torchrun (the command says it first)
+            raise UserError("--keep-votes writes its votes file from one process; run it without torchrun")
         check_out_before_loading(config)
         if ranks.primary:
             self.held.enter_context(OutputLock(config.output.out, "results file"))
@@ -149,7 +152,7 @@ class Run:
         rate = round(samples / elapsed, 1) if elapsed > 0 else None
         self.record.write({"status": "complete", "images": images, "samples": samples, "elapsed_s": round(elapsed, 3),
                            "samples_per_s": rate, **({"ranks": per_rank} if sharing else {}),
-                           "results_sha256": file_sha256(config.output.out)}, final=True)
+                           "results_sha256": file_sha256(config.output.out), **_votes_record(config)}, final=True)
         return RunResult(config, images, samples, round(elapsed, 3), _or_nan(rate), ranks.world)
 
     def _failed(self, error: Exception) -> Exception | None:
@@ -184,6 +187,15 @@ class Run:
             summary = {"status": status, "images": self.job.images, **({"error": error} if error else {})}
         with contextlib.suppress(OSError):  # a full disk may refuse the record too
             self.record.write(summary)
+
+
+def _votes_record(config: CertifyConfig) -> dict:
+    """A completed --keep-votes run's ``votes``: its votes file (beside --out), N and the file's SHA-256."""
+    samples = config.output.keep_votes
+    if samples is None:
+        return {}
+    path = votes_path(config.output.out)
+    return {"votes": {"path": Path(path).name, "samples": samples, "sha256": file_sha256(path)}}
 
 
 def _or_nan(rate: float | None) -> float:

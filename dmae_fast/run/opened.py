@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, Dataset
 from dmae_fast.base.errors import UserError
 from dmae_fast.batching.bodies import ResolvedBody, resolve_body
 from dmae_fast.batching.classifier import open_classifier, smoothing_sigma
-from dmae_fast.batching.scheduler import BatchBody, RowSplit
+from dmae_fast.batching.job import BatchBody, RowSplit
 from dmae_fast.batching.smoothing import Smoothing
 from dmae_fast.batching.stage_timer import StageTimer
 from dmae_fast.batching.stream import StreamingCertifier
@@ -70,7 +70,7 @@ class OpenedRun:
     indices: list[int]  # every image of the run
     procedure: Procedure
     workers: int  # DataLoader processes
-    reference: Reference | None = None  # an incremental run's (``engine`` pairs the reference with the derived)
+    reference: Reference | None = None  # an incremental run's (``engine``: the derived one, or the pair)
 
     @property
     def kind(self) -> str:
@@ -103,7 +103,9 @@ class OpenedRun:
         return resolve_body(self.smoothing, self.config.body, timer)
 
     def streamer(self, body: BatchBody, split: RowSplit | None = None) -> StreamingCertifier:
-        return StreamingCertifier(self.smoothing, self.procedure.plan, body, split, self.procedure.image_plans())
+        """The run's streamer: each image's plan, and the classes kept for its votes or its procedure."""
+        keep = max(self.config.output.keep_votes or 0, self.procedure.keeps)
+        return StreamingCertifier(self.smoothing, self.procedure.plan, body, split, self.procedure.image_plans(), keep)
 
     def announce(self, images: int, body: ResolvedBody, ranks: str = "") -> None:
         """The start line: what runs, on which body and why."""
@@ -136,4 +138,4 @@ def open_run(config: CertifyConfig, device: str | None = None) -> OpenedRun:
         return OpenedRun(config, engine, dataset, indices, Procedure(config.procedure_spec()), workers)
     reference.check_run(config, indices)
     procedure = reference.procedure(config, engine.spec.num_classes)
-    return OpenedRun(config, reference.paired_engine(engine, device), dataset, indices, procedure, workers, reference)
+    return OpenedRun(config, reference.engine(engine, device), dataset, indices, procedure, workers, reference)

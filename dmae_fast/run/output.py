@@ -18,6 +18,7 @@ from dmae_fast.distributed.torchrun_env import restart_count
 from dmae_fast.results.checks import check_kept_rows, dataset_labels
 from dmae_fast.results.format import PARTIAL_SUFFIX, Mode, ResultsTable, read_kept_rows
 from dmae_fast.results.parts import clear_parts, has_parts, merge_parts, parts_dir, replaces_out, replacing_seed
+from dmae_fast.results.votes import kept_votes, votes_path
 
 # Light modules only (no torch): the command checks --out before its slow imports.
 from dmae_fast.run.config import CertifyConfig
@@ -197,6 +198,8 @@ def images_to_do(opened: OpenedRun, mode: Mode, parts: bool) -> tuple[list[int],
     if kept is None or len(kept) == 0:
         return opened.indices, []
     check_kept_rows(kept, opened.indices, dataset_labels(opened.dataset, opened.indices), opened.procedure.rules())
+    if config.output.keep_votes is not None:
+        kept_votes(votes_path(config.output.out), config.output.keep_votes, set(kept.idx.tolist()))
     done = set(kept.idx.tolist())
     # a torchrun restart of an --overwrite run continues its own parts: their seed is the parts' own
     recount = rows_to_recount(kept) if mode == "append" else []

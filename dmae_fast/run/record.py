@@ -19,6 +19,7 @@ from dmae_fast.base.memory import keep_freed_memory
 from dmae_fast.batching.bodies import ResolvedBody
 from dmae_fast.batching.stream import ImageCounts
 from dmae_fast.results.format import Mode
+from dmae_fast.results.votes import VotesWriter
 from dmae_fast.results.writer import CertifyRow, PredictRow, ResultsWriter, Row
 from dmae_fast.run.config import CertifyConfig
 from dmae_fast.run.host import device_name
@@ -88,13 +89,15 @@ def show_progress(bar: tqdm, images: int, samples: int, elapsed: float) -> None:
 
 @dataclass
 class RowWriter:
-    """Turns finished images into rows: written to ``writer`` (if any), passed to ``on_row``,
-    counted; ``after(samples)`` runs after each (progress, job-wide bookkeeping)."""
+    """Turns finished images into rows: written to ``writer`` (if any; the votes of each, with ``--keep-votes``, to
+    ``votes`` first), passed to ``on_row``, counted; ``after(samples)`` runs after each (progress, job-wide
+    bookkeeping)."""
 
     opened: OpenedRun
     writer: ResultsWriter | None
     on_row: Callable[[Row], None]
     after: Callable[[int], None]
+    votes: VotesWriter | None = None
     images: int = 0
     samples: int = 0
 
@@ -111,6 +114,9 @@ class RowWriter:
             samples = int(done.counts.sum())
             self.samples += samples
             row = result_row(self.opened.procedure, done, self.elapsed / self.images)  # the image's share
+            if self.votes is not None:  # before its row: every row on disk has its votes
+                assert done.kept is not None, "a run that keeps votes keeps the classes"
+                self.votes.write(done.index, done.kept[:self.votes.samples] == row.predict)
             if self.writer is not None:
                 self.writer.write(row)
             self.on_row(row)
@@ -123,7 +129,7 @@ class RowWriter:
 
 def result_row(procedure: Procedure, done: ImageCounts, seconds: float) -> Row:
     """The TSV row of one finished image: its procedure's result, rendered."""
-    result, sigma = procedure.image_result(done.index, done.counts), procedure.spec.sigma
+    result, sigma = procedure.image_result(done.index, done.counts, done.kept), procedure.spec.sigma
     correct = int(result.prediction == done.label)
     if isinstance(result, Certificate):
         return CertifyRow(done.index, done.label, result.prediction, result.radius, correct, seconds, result.n0,

@@ -1,6 +1,7 @@
 """The reference of an incremental run (``dmae-certify --reference REF.tsv``): its rows and run record, read and
-checked before anything is written, and its classifier opened beside the derived engine as one
-:class:`~dmae_fast.engines.paired.PairedEngine` (docs/certify.md, "Incremental certification")."""
+checked before anything is written, with its votes where it kept them (``--keep-votes``); without votes its
+classifier is opened beside the derived engine as one :class:`~dmae_fast.engines.paired.PairedEngine`
+(docs/certify.md, "Incremental certification")."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from dmae_fast.engines.base import Engine
 from dmae_fast.engines.paired import PairedEngine
 from dmae_fast.results.checks import row_problems
 from dmae_fast.results.format import read_results
+from dmae_fast.results.votes import Votes, read_votes
 from dmae_fast.run.config import CertifyConfig
 from dmae_fast.stats.decisions import FIXED_N, Certificate
 from dmae_fast.stats.incremental_procedure import SCRATCH_ABOVE, IncrementalCertify
@@ -34,6 +36,7 @@ class Reference:
     certificates: dict[int, Certificate]
     results_sha256: str
     model_sha256: str
+    votes: Votes | None = None  # its votes on its first estimation samples, where it kept them
 
     @property
     def where(self) -> str:
@@ -41,15 +44,30 @@ class Reference:
 
     def resolve(self, config: CertifyConfig) -> CertifyConfig:
         """``config`` with the reference's sigma (a different ``--sigma`` refused) and, unless given, its paired
-        samples (the reference's n / 5) and the pA_lower above which images are certified from scratch."""
+        samples (its votes per image where it kept them, else its n / 5) and the pA_lower above which images are
+        certified from scratch; with votes, its seed (the votes are on its noise; another ``--seed`` refused)."""
         procedure = config.procedure
+        if self.votes is None and config.body.body == "fast":
+            raise UserError(f"--reference on a reference without votes runs the plain body (the reference and the "
+                            f"derived engine classify the same noisy images); drop {config.body.reason}")
         given, own = procedure.sigma, self.config.procedure.sigma
         if given is not None and given != own:
             raise UserError(f"--sigma {given} differs from the sigma of {self.where} ({own})")
-        paired = procedure.paired_samples or max(1, self.config.procedure.n // 5)
         scratch = SCRATCH_ABOVE if procedure.scratch_above is None else procedure.scratch_above
+        seed = procedure.seed
+        if self.votes is None:
+            paired = procedure.paired_samples or max(1, self.config.procedure.n // 5)
+        else:
+            kept, seed = self.votes.samples, self.config.procedure.seed
+            paired = procedure.paired_samples or kept
+            if paired > kept:
+                raise UserError(f"--paired-samples {paired} exceeds the {kept} votes per image that {self.where} "
+                                "kept")
+            if procedure.seed is not None and procedure.seed != seed:
+                raise UserError(f"--seed {procedure.seed}: an incremental run on the votes of {self.where} draws "
+                                f"its noise (seed {seed}); drop --seed")
         return dataclasses.replace(config, procedure=dataclasses.replace(procedure, sigma=own, paired_samples=paired,
-                                                                         scratch_above=scratch))
+                                                                         scratch_above=scratch, seed=seed))
 
     def check_run(self, config: CertifyConfig, indices: list[int]) -> None:
         """Refuse a run on other images than the reference's: its data settings, and an image without a reference
@@ -72,6 +90,11 @@ class Reference:
             raise UserError(f"the classifier to certify is that of {self.where} itself (the same file, precision and "
                             "input); certify a derived one (an export, another --precision) against it")
 
+    def engine(self, derived: Engine, device: str) -> Engine:
+        """What the run classifies with: ``derived`` alone where the reference kept votes, else paired with the
+        reference's classifier (:meth:`paired_engine`)."""
+        return derived if self.votes is not None else self.paired_engine(derived, device)
+
     def paired_engine(self, derived: Engine, device: str) -> PairedEngine:
         """The reference's classifier file (refused if it changed since its run), opened as it ran, paired with
         ``derived``. A relative path the record names is looked for here, then beside the reference's results."""
@@ -93,12 +116,15 @@ class Reference:
         scratch = config.procedure.scratch_above
         assert scratch is not None, "resolved by resolve()"
         return IncrementalCertify(config.procedure_spec(), self.certificates, self.config.procedure.alpha, classes,
-                                  scratch)
+                                  scratch, None if self.votes is None else self.votes.by_image)
 
     def summary(self) -> dict:
         """What an incremental run's record says of its reference."""
+        votes = {} if self.votes is None else {"votes_sha256": file_sha256(self.votes.path),
+                                                 "votes": self.votes.samples}
         return {"path": self.path, "results_sha256": self.results_sha256, "model_sha256": self.model_sha256,
-                "alpha": self.config.procedure.alpha, "n": self.config.procedure.n, "seed": self.config.procedure.seed}
+                "alpha": self.config.procedure.alpha, "n": self.config.procedure.n, "seed": self.config.procedure.seed,
+                **votes}
 
 
 def read_reference(path: str) -> Reference:
@@ -142,4 +168,25 @@ def read_reference(path: str) -> Reference:
     certificates = {int(i): Certificate(int(table.predict[r]), float(radii[r]), int(extra["n0"][r]), int(extra["n"][r]),
                                         int(extra["nA"][r]), float(extra["pA_lower"][r]))
                     for r, i in enumerate(table.idx)}
-    return Reference(path, config, certificates, digest, str(record.get("model_sha256")))
+    return Reference(path, config, certificates, digest, str(record.get("model_sha256")),
+                     _recorded_votes(where, path, record, certificates))
+
+
+def _recorded_votes(where: str, path: str, record: dict, certificates: dict[int, Certificate]) -> Votes | None:
+    """The votes the reference kept (None: it kept none), read from beside it and checked against its record."""
+    recorded = record.get("votes")
+    if recorded is None:
+        return None
+    if not isinstance(recorded, dict) or not isinstance(recorded.get("sha256"), str):
+        raise UserError(f"{where}: its run record's votes entry is not one dmae-certify --keep-votes writes")
+    votes_file = str(Path(path).parent / str(recorded.get("path")))
+    if not Path(votes_file).is_file():
+        raise UserError(f"{where}: its votes file {votes_file} is missing")
+    if file_sha256(votes_file) != recorded["sha256"]:
+        raise UserError(f"{where}: its votes file {votes_file} was edited after its run (its SHA-256 differs from the "
+                        "run record's)")
+    votes = read_votes(votes_file)
+    missing = [index for index in certificates if index not in votes.by_image]
+    if votes.samples != recorded.get("samples") or missing:
+        raise UserError(f"{where}: its votes file {votes_file} does not match its rows (N or an image's votes)")
+    return votes

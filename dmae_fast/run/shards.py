@@ -13,11 +13,12 @@ import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from dmae_fast.batching.scheduler import BatchBody, RowSplit
+from dmae_fast.batching.job import BatchBody, RowSplit
 from dmae_fast.batching.stream import ImageCounts
 from dmae_fast.distributed.ranks import Ranks, World
-from dmae_fast.results.format import Mode
+from dmae_fast.results.format import Mode, read_kept_rows
 from dmae_fast.results.parts import clear_parts, merge_parts, part_path
+from dmae_fast.results.votes import VotesWriter, votes_path
 from dmae_fast.results.writer import ResultsWriter, Row
 from dmae_fast.run.opened import OpenedRun
 from dmae_fast.run.output import kept_after_interrupt, rows_file
@@ -49,9 +50,18 @@ class _Shards:
         """Turn ``counts`` into rows: into ``path`` opened with ``mode`` (None: no file), and to ``on_row``."""
         columns = self.opened.procedure.columns
         file = ResultsWriter(path, self.opened.kind, mode, columns) if mode is not None else contextlib.nullcontext()
-        with file as writer, self.bar:  # no file: a rank other than 0, whose bar is off
-            self.rows = RowWriter(self.opened, writer, self.on_row, after)
+        with file as writer, self._votes(path, mode) as votes, self.bar:  # no file: a rank other than 0, bar off
+            self.rows = RowWriter(self.opened, writer, self.on_row, after, votes)
             self.rows.consume(counts)
+
+    def _votes(self, path: str, mode: Mode | None) -> contextlib.AbstractContextManager[VotesWriter | None]:
+        """The votes file beside --out (--keep-votes; one process), kept rows' votes kept when appending."""
+        samples = self.opened.config.output.keep_votes
+        if samples is None or mode is None:
+            return contextlib.nullcontext()
+        kept = read_kept_rows(path) if mode == "append" else None
+        return VotesWriter(votes_path(self.opened.config.output.out), samples, mode,
+                           set() if kept is None else set(kept.idx.tolist()))
 
     def figures(self) -> dict:
         return self.rows.figures()

@@ -5,7 +5,12 @@ certificates, image by image (:mod:`dmae_fast.stats.incremental`), its class cou
 * the reference abstained: no sample; the derived classifier abstains;
 * the reference's pA_lower is above ``scratch_above``: the derived classifier alone, from scratch (CERTIFY with the
   reference's n0 and n, at its alpha), since there any bound on the disagreement costs a radius level;
-* otherwise ``spec.n`` paired samples: the reference's class at pA_lower - zeta_U (failure <= alpha + alpha_zeta)."""
+* otherwise ``spec.n`` paired samples: the reference's class at pA_lower - zeta_U (failure <= alpha + alpha_zeta).
+
+Where the reference kept its votes (``votes``: ``--keep-votes``), the paired samples are the reference's own first
+``spec.n`` estimation samples (the run draws them again with the reference's seed) and only the derived classifier
+runs: its class on each is compared with the reference's vote there (the run keeps the classes,
+:attr:`IncrementalCertify.keeps`)."""
 
 from __future__ import annotations
 
@@ -17,7 +22,7 @@ import numpy as np
 from dmae_fast.stats.bounds import max_radius
 from dmae_fast.stats.decisions import ABSTAIN, Certificate, Prediction, bound_certificate, certify_from_counts
 from dmae_fast.stats.incremental import IncrementalCertificate, disagreements, incremental_certificate
-from dmae_fast.stats.plan import PAIRED, SamplingPlan
+from dmae_fast.stats.plan import PAIRED, Phase, SamplingPlan
 from dmae_fast.stats.procedure_base import CERTIFY, Procedure, ProcedureSpec, register
 from dmae_fast.stats.rules import RowRules
 
@@ -29,8 +34,9 @@ SCRATCH_ABOVE = 0.99  # the default: images the reference bounds above it are ce
 class IncrementalCertify(Procedure):
     """``spec.n`` paired samples at ``spec.alpha`` (alpha_zeta) per image, against ``references`` (image index -> the
     reference's certificate, made at ``reference_alpha``; ``classes``: the classifiers', so the counts have
-    ``classes ** 2`` columns); from scratch where the reference's pA_lower is above ``scratch_above``. Without
-    references (a record read back) it states only what rows prove at any alpha."""
+    ``classes ** 2`` columns, or ``classes`` with ``votes``: image index -> the reference's votes on its first
+    estimation samples); from scratch where the reference's pA_lower is above ``scratch_above``. Without references
+    (a record read back) it states only what rows prove at any alpha."""
 
     key, kind = INCREMENTAL, CERTIFY
     names = (INCREMENTAL,)
@@ -38,12 +44,14 @@ class IncrementalCertify(Procedure):
 
     def __init__(self, spec: ProcedureSpec, references: Mapping[int, Certificate] | None = None,
                  reference_alpha: float | None = None, classes: int | None = None,
-                 scratch_above: float = SCRATCH_ABOVE) -> None:
+                 scratch_above: float = SCRATCH_ABOVE, votes: Mapping[int, np.ndarray] | None = None) -> None:
         super().__init__(spec)
         self.references, self.reference_alpha, self.classes = references, reference_alpha, classes
-        self.scratch_above = scratch_above
+        self.scratch_above, self.votes = scratch_above, votes
         self.name, self.level = INCREMENTAL, spec.alpha
-        self.plan = SamplingPlan((PAIRED,), (spec.n,))
+        # the paired samples: fresh ones that both classifiers classify, or the reference's own that it voted on
+        self.plan = SamplingPlan((PAIRED if votes is None else Phase.ESTIMATION,), (spec.n,))
+        self.keeps = 0 if votes is None else spec.n
         self._plans: dict[int, SamplingPlan | None] = {}  # no sample where the reference abstained; from scratch
         for index, reference in (references or {}).items():
             if reference.prediction == ABSTAIN:
@@ -63,17 +71,31 @@ class IncrementalCertify(Procedure):
         """No sample where the reference abstained; the reference's n0 + n from scratch above ``scratch_above``."""
         return self._plans
 
-    def image_result(self, index: int, counts: np.ndarray) -> IncrementalCertificate:
+    def image_result(self, index: int, counts: np.ndarray, kept: np.ndarray | None = None) -> IncrementalCertificate:
         reference = self._reference(index)
         assert self.classes is not None and self.reference_alpha is not None
-        if self._scratch(reference):  # the derived classes: the pair tables' column sums
-            selection, estimation = (counts[phase].reshape(self.classes, self.classes).sum(0) for phase in (0, 1))
+        if self._scratch(reference):  # the derived classes (paired: the pair tables' column sums)
+            selection, estimation = counts if self.votes is not None else (
+                counts[phase].reshape(self.classes, self.classes).sum(0) for phase in (0, 1))
             return self._from_scratch(certify_from_counts(selection, estimation, self.reference_alpha,
                                                           self.spec.sigma), reference)
         drawn = int(counts.sum())
-        against = 0 if reference.prediction == ABSTAIN else disagreements(counts[0], self.classes, reference.prediction)
+        if reference.prediction == ABSTAIN:
+            against = 0
+        elif self.votes is None:
+            against = disagreements(counts[0], self.classes, reference.prediction)
+        else:
+            against = self._against_votes(index, kept, drawn, reference.prediction)
         return incremental_certificate(reference, against, drawn, self.reference_alpha, self.spec.alpha,
                                        self.spec.sigma)
+
+    def _against_votes(self, index: int, kept: np.ndarray | None, drawn: int, c_a: int) -> int:
+        """Of the derived classes ``kept`` on the reference's first estimation samples, how many differ from ``c_a``
+        where the reference voted ``c_a``."""
+        assert self.votes is not None
+        if kept is None or len(kept) != drawn:
+            raise ValueError(f"image {index}: the derived classes of its {drawn} samples were not kept")
+        return int(np.count_nonzero(self.votes[index][:drawn] & (kept != c_a)))
 
     def _from_scratch(self, certificate: Certificate, reference: Certificate) -> IncrementalCertificate:
         """A from-scratch certificate in the incremental row's terms (nothing subtracted, the reference's alpha)."""

@@ -100,8 +100,11 @@ class Procedure:
         """Images whose plan is not :attr:`plan` (by index; None: no samples); None: every image's is."""
         return None
 
-    def image_result(self, index: int, counts: np.ndarray) -> Certificate | Prediction:
-        """The decision for image ``index`` (:meth:`result`, unless the procedure decides by image)."""
+    keeps = 0  # the classes of its first estimation samples that :meth:`image_result` reads (0: none)
+
+    def image_result(self, index: int, counts: np.ndarray, kept: np.ndarray | None = None) -> Certificate | Prediction:
+        """The decision for image ``index`` (:meth:`result`, unless the procedure decides by image); ``kept``: the
+        classes of its first :attr:`keeps` estimation samples, where the procedure reads them."""
         return self.result(counts)
 
     def rules(self) -> RowRules:

@@ -4,7 +4,10 @@
 # bf16 (--precision bf16) and the fp16 ONNX export, each certified from scratch and with --reference (the default
 # rule: from scratch above pA_lower 0.99, 2,000 paired samples elsewhere; and every image paired). Prints the
 # summary table of every file and, per file, the forward passes (a paired sample is two) and the command's time.
+# KEEP_VOTES=N: the reference keeps its votes on its first N estimation samples and the incremental runs read them
+# (the derived classifier alone on the reference's noisy inputs: a paired sample is one pass).
 #   bash bench/experiments/2026-12-07-incremental-cli/demo_cli.sh WORKDIR
+#   KEEP_VOTES=2000 bash bench/experiments/2026-12-07-incremental-cli/demo_cli.sh WORKDIR
 set -euo pipefail
 work=$1
 mkdir -p "$work"
@@ -20,12 +23,16 @@ timed() {  # name, then the command's arguments: run dmae-certify, keep its wall
 : > "$work/times.txt"
 dmae-export --ckpt demo --fp16 --out "$work/export" --overwrite > /dev/null
 onnx=$(ls "$work"/export/*.onnx)
-timed reference --ckpt demo --n0 100 --n 10000 --seed 7
+votes=()
+if [ -n "${KEEP_VOTES:-}" ]; then votes=(--keep-votes "$KEEP_VOTES"); fi
+timed reference --ckpt demo --n0 100 --n 10000 --seed 7 "${votes[@]}"
 for derived in bf16 onnx; do
   if [ "$derived" = bf16 ]; then engine=(--ckpt demo --precision bf16); else engine=(--engine "$onnx"); fi
   timed "$derived-scratch" "${engine[@]}" --n0 100 --n 10000 --seed 8
-  timed "$derived-incremental" "${engine[@]}" --reference "$work/reference.tsv" --seed 8
-  timed "$derived-all-paired" "${engine[@]}" --reference "$work/reference.tsv" --seed 8 --scratch-above 1
+  seed=(--seed 8)
+  if [ -n "${KEEP_VOTES:-}" ]; then seed=(); fi  # on the votes: the reference's seed
+  timed "$derived-incremental" "${engine[@]}" --reference "$work/reference.tsv" "${seed[@]}"
+  timed "$derived-all-paired" "${engine[@]}" --reference "$work/reference.tsv" "${seed[@]}" --scratch-above 1
 done
 dmae-certify analyze "$work"/*.tsv --radii 0 0.25 0.5 0.75
 python - "$work" <<'PYEOF'
@@ -36,11 +43,12 @@ from dmae_fast.results.format import read_results
 
 work = Path(sys.argv[1])
 times = dict(line.split() for line in (work / "times.txt").read_text().splitlines())
+per_pair = 1 if (work / "reference.tsv.votes").exists() else 2  # on the votes only the derived classifier runs
 for name, seconds in times.items():
     rows = read_results(work / f"{name}.tsv")
     n0, n = rows.extra["n0"], rows.extra["n"]
     if rows.extra["procedure"][0] == "incremental":  # paired rows (n0 0) run both classifiers
-        passes = int(((n0 > 0) * (n0 + n) + (n0 == 0) * 2 * n).sum())
+        passes = int(((n0 > 0) * (n0 + n) + (n0 == 0) * per_pair * n).sum())
         scratch = int((n0 > 0).sum())
     else:
         passes, scratch = int((n0 + n).sum()), len(rows)

@@ -10,8 +10,11 @@ named by a list file. The reference is a fixed-n run of f; the derived rows are 
 image paired (`--scratch-above 1`: the bound itself under test) and with the default rule (confident images from
 scratch). The paired rows are then re-derived with zeta_U replaced by the point estimate
 d / n_p (the deliberately wrong bound), which must be flagged: its false-certificate rate above alpha + alpha_zeta.
+With ``--votes`` the reference keeps its votes on its first n_p estimation samples (``--keep-votes``, the plain
+body) and the derived rows count disagreements against them on those noisy inputs (the derived classifier alone).
 
     python bench/experiments/2026-12-07-incremental-cli/false_certificates_cli.py --images 20000 --work /tmp/fc
+    python bench/experiments/2026-12-07-incremental-cli/false_certificates_cli.py --images 20000 --work /tmp/fc --votes
 """
 
 from __future__ import annotations
@@ -119,6 +122,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=2_000, help="the reference's estimation samples")
     parser.add_argument("--paired-samples", type=int, default=200)
     parser.add_argument("--work", type=Path, required=True, help="a scratch folder (images, engines, rows)")
+    parser.add_argument("--votes", action="store_true", help="the reference keeps votes; the derived runs read them")
     args = parser.parse_args()
     work, rng, delta = args.work, np.random.default_rng(59), derived_shift()
     work.mkdir(parents=True, exist_ok=True)
@@ -127,8 +131,9 @@ def main() -> None:
     write_engine(work / "f-derived.onnx", THRESHOLD + delta)
     common = ("--data", listing, "--sigma", SIGMA, "--device", "cpu", "--quiet", "--batch", 20_000, "--overwrite",
               "--workers", 1)
+    votes = ("--keep-votes", args.paired_samples) if args.votes else ()
     seconds_ref = certify("--engine", work / "f.onnx", *common, "--n0", 100, "--n", args.n, "--alpha", ALPHA,
-                          "--out", work / "ref.tsv")
+                          *votes, "--out", work / "ref.tsv")
     derived = ("--engine", work / "f-derived.onnx", *common, "--reference", work / "ref.tsv", "--paired-samples",
                args.paired_samples, "--alpha", ALPHA_ZETA)
     seconds_inc = certify(*derived, "--scratch-above", 1, "--out", work / "inc.tsv")
@@ -158,7 +163,8 @@ def main() -> None:
     total, allowed = len(rows), ALPHA + ALPHA_ZETA
     bound = int(binom.ppf(1 - 1e-4, total, allowed))  # a count above it is a rate above alpha + alpha_zeta
     print(f"{total:,} images, sigma {SIGMA}, reference n0 100 n {args.n:,} alpha {ALPHA}, derived shift delta "
-          f"{delta:.6f} (z 0.01 at p 0.99), n_p {args.paired_samples}, alpha_zeta {ALPHA_ZETA}")
+          f"{delta:.6f} (z 0.01 at p 0.99), n_p {args.paired_samples}, alpha_zeta {ALPHA_ZETA}, paired samples: "
+          f"{'the reference votes on its first n_p estimation samples' if args.votes else 'fresh, both classifiers'}")
     print(f"commands: reference {seconds_ref:.0f} s, incremental all paired {seconds_inc:.0f} s, with the default "
           f"rule {seconds_rule:.0f} s (this machine, 2 cores; each includes ~4 s of imports)")
     print(f"derived rows certified: {int((rows.predict >= 0).sum()):,}; disagreements per image: mean "

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from dmae_fast.batching.cpu.runtimes import ChunkClassifier
-from dmae_fast.batching.job import count, zero_counts
+from dmae_fast.batching.job import count, keep_class, zero_counts, zero_kept
 from dmae_fast.batching.smoothing import Smoothing
 from dmae_fast.batching.stage_timer import StageTimer, count_batch, stage
 from dmae_fast.noise.compiled import NoiseSource
@@ -74,6 +74,7 @@ class CpuFastBody:
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="dmae-cpu")
         self._main_threads = torch.get_num_threads()
         self._settled = False  # whether a first chunk has run (see run)
+        self._kept: torch.Tensor | None = None
 
     @property
     def description(self) -> str:
@@ -86,7 +87,13 @@ class CpuFastBody:
         self._phase_ids = phase_ids
         self._counts = zero_counts(num_slots, len(phase_ids), self.spec.num_classes, self.device)
         self._ones = torch.ones(self.smoothing.batch_size, dtype=torch.int64)
+        self._kept = None
         return self._counts
+
+    def keep_classes(self, num_slots: int, samples: int) -> torch.Tensor:
+        """Also keep each row's class of the first ``samples`` estimation samples of every image."""
+        self._kept = zero_kept(num_slots, samples, self.device)
+        return self._kept
 
     def load(self, slot: int, image: torch.Tensor) -> None:
         layout = self.classifier.layout
@@ -110,7 +117,10 @@ class CpuFastBody:
                 self._settled = True
             predicted += self._pool.map(self._classify_chunk, chunks)
         with stage(self.timer, "counting"):
-            count(self._counts, slot, position, torch.cat(predicted), self._ones)
+            classes = torch.cat(predicted)
+            count(self._counts, slot, position, classes, self._ones)
+            if self._kept is not None:
+                keep_class(self._kept, slot, self._phase_ids[position], sample, classes)
 
     @torch.inference_mode()
     def _classify_chunk(self, rows: tuple[torch.Tensor, ...]) -> torch.Tensor:
