@@ -245,3 +245,23 @@ def test_fused_front_end_feeds_a_cuda_pt2_token_engine_under_a_cuda_graph(tmp_pa
     total = sum(c.sum() for c in plain.values())
     assert sum(c.sum() for c in fast.values()) == total
     assert sum(np.abs(plain[i] - fast[i]).sum() for i in plain) / 2 <= 0.01 * total  # fp16 rounding only
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("options", [FastPath(cuda_graphs=True), FastPath(fused=True, cuda_graphs=True)])
+def test_cuda_fast_paths_keep_the_classes_they_count_under_a_graph(options):
+    """Kept classes (--keep-votes, incremental runs on votes) under a captured graph: every estimation sample's class,
+    their histogram the counts; a run on the same body that keeps none, then one that keeps again, too."""
+    from dmae_fast.batching.stream import StreamingCertifier
+
+    engine = _engine(device=torch.device("cuda"))
+    smoothing = Smoothing(engine, 0.5, 11, 128)
+    body = FastBody(smoothing, options)
+    images, plan = _images(16, count=4), SamplingPlan.certify(n0=20, n=300)
+    for keep in (300, 0, 300):
+        for done in StreamingCertifier(smoothing, plan, body, keep=keep).run(images):
+            if keep:
+                assert np.array_equal(np.bincount(done.kept, minlength=done.counts.shape[1]), done.counts[1])
+            else:
+                assert done.kept is None

@@ -102,10 +102,12 @@ def build_parser() -> argparse.ArgumentParser:
     incremental.add_argument("--reference", metavar="REF.tsv", help="certify --engine (an fp16/fp8/int8 export of "
                              "the reference's classifier) from this completed fixed-n CERTIFY run: the reference's "
                              "class, radius sigma * Phi^-1(pA_lower - zeta_U), zeta_U bounding the disagreement on "
-                             "--paired-samples fresh noisy images that both classifiers classify; fails with "
+                             "--paired-samples noisy images (the reference's own, where it kept its votes: the "
+                             "derived classifier alone runs; else fresh ones that both classify); fails with "
                              "probability <= the reference's alpha + --alpha")
     incremental.add_argument("--paired-samples", type=int, metavar="N", help="with --reference: paired samples per "
-                             "image (default: the reference's n / 5); an image the reference abstained on takes none")
+                             "image (default: the reference's votes per image, else its n / 5); an image the "
+                             "reference abstained on takes none")
     incremental.add_argument("--scratch-above", type=float, metavar="P", help="with --reference: certify from "
                              "scratch (the derived classifier alone, the reference's n0 + n) the images whose "
                              "reference pA_lower is above P, where any bound on the disagreement costs a radius level "

@@ -42,11 +42,12 @@ def _record_size(samples: int) -> int:
 
 @dataclass(frozen=True)
 class Votes:
-    """A votes file read back: N, and each image's N votes (bool)."""
+    """A votes file read back: N, and each image's N votes (bool); ``sha256``: the file's, where checked."""
 
     path: str
     samples: int
     by_image: dict[int, np.ndarray]
+    sha256: str = ""
 
 
 def _parse(path: str, data: bytes, drop_torn: bool) -> Votes:

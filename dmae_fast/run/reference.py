@@ -120,8 +120,7 @@ class Reference:
 
     def summary(self) -> dict:
         """What an incremental run's record says of its reference."""
-        votes = {} if self.votes is None else {"votes_sha256": file_sha256(self.votes.path),
-                                                 "votes": self.votes.samples}
+        votes = {} if self.votes is None else {"votes_sha256": self.votes.sha256, "votes": self.votes.samples}
         return {"path": self.path, "results_sha256": self.results_sha256, "model_sha256": self.model_sha256,
                 "alpha": self.config.procedure.alpha, "n": self.config.procedure.n, "seed": self.config.procedure.seed,
                 **votes}
@@ -185,7 +184,7 @@ def _recorded_votes(where: str, path: str, record: dict, certificates: dict[int,
     if file_sha256(votes_file) != recorded["sha256"]:
         raise UserError(f"{where}: its votes file {votes_file} was edited after its run (its SHA-256 differs from the "
                         "run record's)")
-    votes = read_votes(votes_file)
+    votes = dataclasses.replace(read_votes(votes_file), sha256=recorded["sha256"])
     missing = [index for index in certificates if index not in votes.by_image]
     if votes.samples != recorded.get("samples") or missing:
         raise UserError(f"{where}: its votes file {votes_file} does not match its rows (N or an image's votes)")

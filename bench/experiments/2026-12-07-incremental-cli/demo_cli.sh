@@ -5,7 +5,8 @@
 # rule: from scratch above pA_lower 0.99, 2,000 paired samples elsewhere; and every image paired). Prints the
 # summary table of every file and, per file, the forward passes (a paired sample is two) and the command's time.
 # KEEP_VOTES=N: the reference keeps its votes on its first N estimation samples and the incremental runs read them
-# (the derived classifier alone on the reference's noisy inputs: a paired sample is one pass).
+# (the derived classifier alone on the reference's noisy inputs: a paired sample is one pass); the from-scratch runs
+# then take the reference's seed too, so that every derived run sees the same noise.
 #   bash bench/experiments/2026-12-07-incremental-cli/demo_cli.sh WORKDIR
 #   KEEP_VOTES=2000 bash bench/experiments/2026-12-07-incremental-cli/demo_cli.sh WORKDIR
 set -euo pipefail
@@ -28,9 +29,11 @@ if [ -n "${KEEP_VOTES:-}" ]; then votes=(--keep-votes "$KEEP_VOTES"); fi
 timed reference --ckpt demo --n0 100 --n 10000 --seed 7 "${votes[@]}"
 for derived in bf16 onnx; do
   if [ "$derived" = bf16 ]; then engine=(--ckpt demo --precision bf16); else engine=(--engine "$onnx"); fi
-  timed "$derived-scratch" "${engine[@]}" --n0 100 --n 10000 --seed 8
   seed=(--seed 8)
   if [ -n "${KEEP_VOTES:-}" ]; then seed=(); fi  # on the votes: the reference's seed
+  scratch_seed=8
+  if [ -n "${KEEP_VOTES:-}" ]; then scratch_seed=7; fi  # from scratch on the same noise as the incremental runs
+  timed "$derived-scratch" "${engine[@]}" --n0 100 --n 10000 --seed "$scratch_seed"
   timed "$derived-incremental" "${engine[@]}" --reference "$work/reference.tsv" "${seed[@]}"
   timed "$derived-all-paired" "${engine[@]}" --reference "$work/reference.tsv" "${seed[@]}" --scratch-above 1
 done
