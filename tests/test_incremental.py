@@ -15,6 +15,9 @@ from dmae_fast.stats.incremental import (
     disagreement_upper_bounds,
     incremental_certificate,
 )
+from dmae_fast.stats.incremental_procedure import IncrementalCertify, ladder
+from dmae_fast.stats.plan import SamplingPlan
+from dmae_fast.stats.procedure import CERTIFY, ProcedureSpec
 
 
 @pytest.mark.parametrize("n_p", [1, 20, 200, 1000])
@@ -158,3 +161,42 @@ def test_the_pooled_bound_covers_the_average_rate_of_different_images():
     totals = rng.binomial(n_p, rates, size=(trials, len(rates))).sum(axis=1)
     missed = int(np.sum(disagreement_upper_bounds(totals, n_p * len(rates), alpha) < rates.mean()))
     assert missed <= binom.ppf(1 - 1e-4, trials, alpha), missed / trials
+
+
+@pytest.mark.parametrize("p", [0.96, 0.995])
+def test_sizes_chosen_by_the_reference_counts_keep_alpha_plus_alpha_zeta(p):
+    """--disagreement-rate: each image's paired samples are chosen (:func:`ladder`) from the reference's counts, which
+    include those very samples. Over 20,000 simulated images of known P(f = cA) = p and disagreement z = 0.005 (the
+    rate given), a row claims more than f''s true P(f' = cA) = p - z at most at alpha + alpha_zeta (a one-sided
+    binomial check at 1e-4); the sizes chosen vary, and from scratch rows are fresh CERTIFY runs of f'."""
+    alpha = alpha_zeta = 0.001
+    n, z, sigma, trials = 10_000, 0.005, 0.5, 20_000
+    rng = np.random.default_rng(60)
+    sizes = ladder(n, n)
+    edges = np.diff((0, *sizes, n))
+    segments = np.stack([rng.multinomial(m, [p - z, z, 1 - p], size=trials) for m in edges], axis=1)
+    n_a = segments[:, :, :2].sum(axis=(1, 2))
+    d_by_size = dict(zip(sizes, np.cumsum(segments[:, :, 1], axis=1).T))
+    references = {i: bound_certificate(1, 100, int(n_a[i]), n, alpha, sigma) for i in range(trials)}
+    procedure = IncrementalCertify(ProcedureSpec(CERTIFY, n, alpha_zeta, sigma, 0, name="incremental"), references,
+                                   alpha, 2, rate=z)
+    plans = procedure.image_plans()
+    chosen = np.array([_paired_size(plans.get(i, procedure.plan)) for i in range(trials)])
+    paired = chosen > 0
+    disagree = np.select([chosen == size for size in sizes], [d_by_size[size] for size in sizes], 0)
+    certificate = procedure.rules().certificate
+    assert certificate is not None
+    derived = np.zeros(trials)
+    for i in np.flatnonzero(paired):  # the rows' own bound (alpha_zeta split over the sizes)
+        derived[i] = certificate(int(i), int(chosen[i] - disagree[i]), int(chosen[i])).p_a_lower
+    fresh = rng.binomial(n, p - z, size=trials)  # the others (none abstained) from scratch, on fresh noise
+    derived = np.where(paired, derived, lower_confidence_bounds(np.maximum(fresh, 1), n, alpha))
+    false = int(np.sum((derived >= 0.5) & (derived > p - z)))
+    allowed = int(binom.ppf(1 - 1e-4, trials, alpha + alpha_zeta))
+    assert false <= allowed, (false, allowed)
+    assert len(set(chosen[paired].tolist())) >= 2  # the choice varies with the counts
+
+
+def _paired_size(plan: SamplingPlan | None) -> int:
+    """An incremental image plan's paired samples; 0 where it draws none or certifies from scratch."""
+    return plan.sizes[0] if plan is not None and len(plan.sizes) == 1 else 0

@@ -16,7 +16,7 @@ from dmae_fast.demo_files import DEMO_CHECKPOINT
 from dmae_fast.results.format import read_results
 from dmae_fast.stats.decisions import ABSTAIN, Certificate, bound_certificate
 from dmae_fast.stats.incremental import derived_lower_bounds, disagreement_upper_bounds
-from dmae_fast.stats.incremental_procedure import IncrementalCertify
+from dmae_fast.stats.incremental_procedure import IncrementalCertify, ladder
 from dmae_fast.stats.plan import PAIRED, SamplingPlan
 from dmae_fast.stats.procedure import CERTIFY, ProcedureSpec
 
@@ -186,6 +186,33 @@ def test_each_image_is_planned_by_its_reference_row():
     assert rules.sizes == (0, 200, 1000) and rules.certificate is not None
     assert rules.certificate(0, 196, 200) == result
     assert rules.certificate(2, 995, 1000).p_a_lower == from_scratch.p_a_lower
+
+
+def test_with_a_disagreement_rate_each_image_takes_the_fewest_paired_samples_that_keep_its_step():
+    """--disagreement-rate: an image whose reference radius lies well inside its 0.25 step takes the smallest size; one
+    nearer the step below, a larger one; one just above a step or near the cap, none (from scratch); each size's
+    bound at alpha_zeta / 4."""
+    sigma, n = 0.5, 10_000
+    inside = bound_certificate(1, 100, 8_000, n, 0.001, sigma)  # r 0.40: step 1 holds with room
+    nearer = bound_certificate(1, 100, 9_600, n, 0.001, sigma)  # r 0.84: step 3 holds with less room
+    edge = bound_certificate(1, 100, 9_420, n, 0.001, sigma)  # r just above 0.75
+    capped = bound_certificate(1, 100, n, n, 0.001, sigma)  # r 1.60, the cap: any bound drops a step
+    abstained = Certificate(ABSTAIN, 0.0, 100, n, 10, 0.0)
+    assert 0 < edge.radius - 0.75 < 0.01 and ladder(10_000, n) == (500, 1_000, 2_000, 5_000)
+    assert ladder(300, 1_000) == (50, 100, 200) and ladder(20, 1_000) == (20,)
+    procedure = IncrementalCertify(ProcedureSpec(CERTIFY, n, 0.001, sigma, 0, name="incremental"),
+                                   {0: inside, 1: nearer, 2: capped, 3: abstained, 4: edge}, 0.001, 3, rate=0.005)
+    plans = procedure.image_plans()
+    assert plans[0] == SamplingPlan((PAIRED,), (500,)) and plans[1] == SamplingPlan((PAIRED,), (2_000,))
+    assert plans[2] == plans[4] == SamplingPlan.certify(100, n) and plans[3] is None
+    pairs = np.zeros((1, 9), dtype=np.int64)
+    pairs[0, 1 * 3 + 1], pairs[0, 1 * 3 + 2] = 497, 3
+    result = procedure.image_result(0, pairs)
+    assert result.zeta_upper == float(disagreement_upper_bounds(3, 500, 0.001 / 4))  # the union over four sizes
+    assert result.alpha == pytest.approx(0.002) and result.n == 500
+    rules = procedure.rules()
+    assert rules.sizes == (0, 500, 1_000, 2_000, 5_000, n) and rules.certificate(0, 497, 500) == result
+    assert procedure.image_result(2, np.zeros((2, 9), dtype=np.int64)).zeta_upper == 0  # from scratch
 
 
 def test_a_relative_classifier_path_of_the_reference_is_found_beside_it(capsys, tmp_path, monkeypatch):

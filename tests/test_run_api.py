@@ -79,7 +79,7 @@ RECORDED_SETTINGS = {  # the run record's "config" keys (docs/certify.md): flat,
     "max_images", "workers", "sigma", "n0", "n", "alpha", "seed", "predict", "sequential", "looks", "futility", "grow",
     "sequential_test", "radii", "out", "overwrite", "resume", "progress", "profile", "fast", "body_reason", "fused",
     "compile", "cuda_graphs", "noise", "cpu_runtime", "batch", "shard", "sound", "quantize", "reference",
-    "paired_samples", "scratch_above", "keep_votes"}
+    "paired_samples", "scratch_above", "disagreement_rate", "keep_votes"}
 
 
 def test_a_config_is_made_of_parts_and_its_record_stays_flat():

@@ -237,7 +237,7 @@ CHANGED = {"engine": "other.safetensors", "data": "/data/val", "split": "train",
            "seed": 1, "predict": True, "skip": 2, "max_images": 3, "precision": "fp16", "sequential": True,
            "looks": (100, 201), "futility": "none", "grow": "off", "sequential_test": "bonferroni",
            "procedure_name": "certify", "sound": True, "quantize": True, "radii": (0.5, 1.0), "reference": "ref.tsv",
-           "paired_samples": 50, "scratch_above": 0.5, "keep_votes": 50}
+           "paired_samples": 50, "scratch_above": 0.5, "disagreement_rate": 0.01, "keep_votes": 50}
 HOW = {"device": "cuda", "workers": 3, "batch": 7, "shard": "samples", "fast": True, "fused": True, "compile": True,
        "cuda_graphs": True, "noise": "reference", "cpu_runtime": "torch", "body_reason": "a test", "progress": False}
 KINDS = {"certify": {}, "predict": {"predict": True}, "sequential": {"sequential": True},

@@ -24,7 +24,7 @@ from dmae_fast.noise.contract import gaussian_noise
 from dmae_fast.results.format import read_results
 from dmae_fast.results.votes import read_votes
 from dmae_fast.stats.decisions import ABSTAIN, bound_certificate
-from dmae_fast.stats.incremental import incremental_certificate
+from dmae_fast.stats.incremental import disagreement_upper_bounds, incremental_certificate
 from dmae_fast.stats.incremental_procedure import IncrementalCertify
 from dmae_fast.stats.plan import Phase, SamplingPlan
 from dmae_fast.stats.procedure import CERTIFY, ProcedureSpec
@@ -128,6 +128,38 @@ def test_a_resumed_run_that_keeps_votes_keeps_the_kept_rows_votes(capsys, refere
     out.write_text("".join(lines[:4]))
     Path(str(out) + ".votes").write_bytes(whole[:-4 * (8 + (VOTES + 7) // 8)])  # the third kept row's votes lost
     one_line_error(run_command(certify_main, capsys, *args, "--resume"), "dmae-certify", "has no votes for image idx")
+
+
+def test_a_disagreement_rate_gives_each_image_its_own_paired_samples_and_resumes_to_the_same_rows(
+        capsys, reference, tmp_path):
+    """--disagreement-rate: each row's n is one of the ladder's sizes (5, 10, 20% of the reference's n 1,000, at most
+    the 300 votes), from scratch (n 1,000) or none (abstained), its bound at alpha_zeta / 3; a resumed run writes
+    the same rows, and one with another rate is refused."""
+    out = tmp_path / "bf16.tsv"
+    more = ("--precision", "bf16", "--disagreement-rate", 0.01)
+    assert _incremental(capsys, reference, out, *more).rc == 0
+    rows, ref = read_results(out), read_results(reference)
+    n, d = rows.extra["n"], rows.extra["disagreements"]
+    assert set(n.tolist()) <= {0, 50, 100, 200, 1000} and (n[ref.predict < 0] == 0).all()
+    paired = np.isin(n, (50, 100, 200))
+    assert paired.any()
+    expected = disagreement_upper_bounds(d[paired], n[paired], 0.001 / 3)
+    assert (rows.extra["zeta_upper"][paired] >= expected).all()  # alpha_zeta / 1 would give less
+    assert (rows.extra["alpha"][paired] == 0.002).all()
+    record = json.loads(Path(str(out) + ".json").read_text())
+    assert record["config"]["disagreement_rate"] == 0.01 and record["config"]["scratch_above"] is None
+    whole = out.read_text()
+    out.write_text("".join(whole.splitlines(keepends=True)[:4]))
+    assert _incremental(capsys, reference, out, *more, "--resume").rc == 0
+    assert [line.split("\t")[:5] for line in out.read_text().splitlines()] == [
+        line.split("\t")[:5] for line in whole.splitlines()]
+    other = _incremental(capsys, reference, out, "--precision", "bf16", "--disagreement-rate", 0.02, "--resume")
+    one_line_error(other, "dmae-certify", "disagreement_rate")
+    for bad, says in ((("--disagreement-rate", 0), "must be in (0, 1)"),
+                      (("--disagreement-rate", 0.01, "--scratch-above", 0.9), "drop --scratch-above")):
+        one_line_error(_incremental(capsys, reference, tmp_path / "no.tsv", "--precision", "bf16", *bad),
+                       "dmae-certify", says)
+        assert not (tmp_path / "no.tsv").exists()
 
 
 @pytest.mark.parametrize("case", ["predict", "sequential", "more-than-n", "sound", "nproc"])

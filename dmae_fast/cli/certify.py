@@ -112,11 +112,17 @@ def build_parser() -> argparse.ArgumentParser:
                              "scratch (the derived classifier alone, the reference's n0 + n) the images whose "
                              "reference pA_lower is above P, where any bound on the disagreement costs a radius level "
                              "(default 0.99; 1: none)")
+    incremental.add_argument("--disagreement-rate", type=float, metavar="D", help="with --reference: the derived "
+                             "engine's expected disagreement with the reference on noisy inputs (e.g. the zeta_U "
+                             "dmae-export --check-agreement records): each image takes the fewest paired samples, of "
+                             "5, 10, 20 and 50%% of the reference's n (at most --paired-samples), that keep its "
+                             "reference radius's 0.25 step at the disagreements D predicts, from scratch where none "
+                             "do (instead of --scratch-above)")
     incremental.add_argument("--keep-votes", type=int, metavar="N", help="keep this run's votes on the first N "
                              "estimation samples of each image (whether the classifier chose the row's class; N bits "
                              "an image) in OUT.votes, so that a --reference run against it counts disagreements on "
-                             "those noisy inputs without running this classifier again (fixed-n CERTIFY, plain body, "
-                             "one process)")
+                             "those noisy inputs without running this classifier again (fixed-n CERTIFY, one "
+                             "process)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument("--nproc-per-node", type=int, help="run as this many processes on this machine (torch's "
                      "elastic launcher, like torchrun --standalone; one per GPU, or CPU processes sharing the cores)")

@@ -83,6 +83,7 @@ class ProcedureOptions:
     reference: str | None = None  # incremental CERTIFY against this reference run's results file
     paired_samples: int | None = None  # its paired samples per image (None: the reference's n / 5, once read)
     scratch_above: float | None = None  # from scratch above this reference pA_lower (None: 0.99, once read)
+    disagreement_rate: float | None = None  # each image's paired samples chosen for this expected rate (instead)
     # summary radii (how); radii of interest with --sequential (must match when the procedure reads them)
     radii: tuple[float, ...] | None = how(None)
 
@@ -126,8 +127,13 @@ class ProcedureOptions:
              f"--futility must be one of {', '.join(FUTILITY_MODES)}, got {self.futility!r}"),
             (self.reference is None or not (self.predict or self.sequential or self.procedure_name),
              "--reference certifies with paired samples; it excludes --predict and --sequential"),
-            (self.paired_samples is None and self.scratch_above is None or self.reference is not None,
-             "--paired-samples and --scratch-above apply to --reference"),
+            (self.paired_samples is None and self.scratch_above is None and self.disagreement_rate is None
+             or self.reference is not None, "--paired-samples, --scratch-above and --disagreement-rate apply to "
+             "--reference"),
+            (self.disagreement_rate is None or 0 < self.disagreement_rate < 1,
+             f"--disagreement-rate must be in (0, 1), got {self.disagreement_rate}"),
+            (self.disagreement_rate is None or self.scratch_above is None,
+             "--disagreement-rate chooses which images are certified from scratch; drop --scratch-above"),
             (self.scratch_above is None or 0 <= self.scratch_above <= 1,
              f"--scratch-above must be in [0, 1], got {self.scratch_above}"),
             (self.paired_samples is None or 1 <= self.paired_samples < 2**32,

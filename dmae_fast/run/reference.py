@@ -44,8 +44,9 @@ class Reference:
 
     def resolve(self, config: CertifyConfig) -> CertifyConfig:
         """``config`` with the reference's sigma (a different ``--sigma`` refused) and, unless given, its paired
-        samples (its votes per image where it kept them, else its n / 5) and the pA_lower above which images are
-        certified from scratch; with votes, its seed (the votes are on its noise; another ``--seed`` refused)."""
+        samples (its votes per image where it kept them, else its n / 5) and, without a disagreement rate, the
+        pA_lower above which images are certified from scratch; with votes, its seed (the votes are on its noise;
+        another ``--seed`` refused)."""
         procedure = config.procedure
         if self.votes is None and config.body.body == "fast":
             raise UserError(f"--reference on a reference without votes runs the plain body (the reference and the "
@@ -53,7 +54,9 @@ class Reference:
         given, own = procedure.sigma, self.config.procedure.sigma
         if given is not None and given != own:
             raise UserError(f"--sigma {given} differs from the sigma of {self.where} ({own})")
-        scratch = SCRATCH_ABOVE if procedure.scratch_above is None else procedure.scratch_above
+        scratch = procedure.scratch_above
+        if scratch is None and procedure.disagreement_rate is None:
+            scratch = SCRATCH_ABOVE
         seed = procedure.seed
         if self.votes is None:
             paired = procedure.paired_samples or max(1, self.config.procedure.n // 5)
@@ -113,10 +116,10 @@ class Reference:
         return PairedEngine(reference, derived)
 
     def procedure(self, config: CertifyConfig, classes: int) -> IncrementalCertify:
-        scratch = config.procedure.scratch_above
-        assert scratch is not None, "resolved by resolve()"
+        procedure = config.procedure
         return IncrementalCertify(config.procedure_spec(), self.certificates, self.config.procedure.alpha, classes,
-                                  scratch, None if self.votes is None else self.votes.by_image)
+                                  SCRATCH_ABOVE if procedure.scratch_above is None else procedure.scratch_above,
+                                  None if self.votes is None else self.votes.by_image, procedure.disagreement_rate)
 
     def summary(self) -> dict:
         """What an incremental run's record says of its reference."""

@@ -60,16 +60,18 @@ def disagreements(pairs: np.ndarray, classes: int, c_a: int) -> int:
 
 
 def incremental_certificate(reference: Certificate, disagreements: int, n_p: int, alpha: float, alpha_zeta: float,
-                            sigma: float) -> IncrementalCertificate:
+                            sigma: float, choices: int = 1) -> IncrementalCertificate:
     """The derived classifier's certificate from the reference's (made at ``alpha``) and ``disagreements`` of
-    ``n_p`` paired samples (bounded at ``alpha_zeta``); it holds with probability >= 1 - alpha - alpha_zeta."""
+    ``n_p`` paired samples; it holds with probability >= 1 - alpha - alpha_zeta. ``choices``: how many sample sizes
+    n_p was chosen from by the reference's counts (which share the paired samples' noise): each size's bound is made
+    at alpha_zeta / choices, so that all of them hold at once with probability >= 1 - alpha_zeta."""
     if not 0 <= disagreements <= n_p:
         raise ValueError(f"disagreements must lie in [0, n_p = {n_p}], got {disagreements}")
     total = alpha + alpha_zeta
     agree = n_p - disagreements
     if reference.prediction == ABSTAIN:
         return IncrementalCertificate(ABSTAIN, 0.0, 0, n_p, agree, 0.0, disagreements, 1.0, reference.p_a_lower, total)
-    zeta_upper = float(disagreement_upper_bounds(disagreements, n_p, alpha_zeta))
+    zeta_upper = float(disagreement_upper_bounds(disagreements, n_p, alpha_zeta / choices))
     p_a_lower = float(derived_lower_bounds(reference.p_a_lower, zeta_upper))
     prediction, radius_ = (ABSTAIN, 0.0) if p_a_lower < 0.5 else (reference.prediction, radius(p_a_lower, sigma))
     return IncrementalCertificate(prediction, radius_, 0, n_p, agree, p_a_lower, disagreements, zeta_upper,

@@ -6,9 +6,11 @@
 # summary table of every file and, per file, the forward passes (a paired sample is two) and the command's time.
 # KEEP_VOTES=N: the reference keeps its votes on its first N estimation samples and the incremental runs read them
 # (the derived classifier alone on the reference's noisy inputs: a paired sample is one pass); the from-scratch runs
-# then take the reference's seed too, so that every derived run sees the same noise.
+# then take the reference's seed too, so that every derived run sees the same noise. DISAGREEMENT_RATE=D: also an
+# incremental run with --disagreement-rate D (each image's paired samples chosen from its reference row).
 #   bash bench/experiments/2026-12-07-incremental-cli/demo_cli.sh WORKDIR
 #   KEEP_VOTES=2000 bash bench/experiments/2026-12-07-incremental-cli/demo_cli.sh WORKDIR
+#   KEEP_VOTES=2000 DISAGREEMENT_RATE=0.001 bash bench/experiments/2026-12-07-incremental-cli/demo_cli.sh WORKDIR
 set -euo pipefail
 work=$1
 mkdir -p "$work"
@@ -36,6 +38,10 @@ for derived in bf16 onnx; do
   timed "$derived-scratch" "${engine[@]}" --n0 100 --n 10000 --seed "$scratch_seed"
   timed "$derived-incremental" "${engine[@]}" --reference "$work/reference.tsv" "${seed[@]}"
   timed "$derived-all-paired" "${engine[@]}" --reference "$work/reference.tsv" "${seed[@]}" --scratch-above 1
+  if [ -n "${DISAGREEMENT_RATE:-}" ]; then
+    timed "$derived-rate" "${engine[@]}" --reference "$work/reference.tsv" "${seed[@]}" \
+      --disagreement-rate "$DISAGREEMENT_RATE"
+  fi
 done
 dmae-certify analyze "$work"/*.tsv --radii 0 0.25 0.5 0.75
 python - "$work" <<'PYEOF'

@@ -12,9 +12,13 @@ scratch). The paired rows are then re-derived with zeta_U replaced by the point 
 d / n_p (the deliberately wrong bound), which must be flagged: its false-certificate rate above alpha + alpha_zeta.
 With ``--votes`` the reference keeps its votes on its first n_p estimation samples (``--keep-votes``, the plain
 body) and the derived rows count disagreements against them on those noisy inputs (the derived classifier alone).
+With ``--disagreement-rate D`` a third derived run chooses each image's paired samples from its reference row
+(``dmae-certify --disagreement-rate``: 5, 10, 20 or 50% of n, at most n_p, or from scratch).
 
     python bench/experiments/2026-12-07-incremental-cli/false_certificates_cli.py --images 20000 --work /tmp/fc
     python bench/experiments/2026-12-07-incremental-cli/false_certificates_cli.py --images 20000 --work /tmp/fc --votes
+    python bench/experiments/2026-12-07-incremental-cli/false_certificates_cli.py --images 20000 --work /tmp/fc \
+        --votes --paired-samples 1000 --disagreement-rate 0.01
 """
 
 from __future__ import annotations
@@ -123,6 +127,7 @@ def main() -> None:
     parser.add_argument("--paired-samples", type=int, default=200)
     parser.add_argument("--work", type=Path, required=True, help="a scratch folder (images, engines, rows)")
     parser.add_argument("--votes", action="store_true", help="the reference keeps votes; the derived runs read them")
+    parser.add_argument("--disagreement-rate", type=float, help="also a derived run with this --disagreement-rate")
     args = parser.parse_args()
     work, rng, delta = args.work, np.random.default_rng(59), derived_shift()
     work.mkdir(parents=True, exist_ok=True)
@@ -138,6 +143,8 @@ def main() -> None:
                args.paired_samples, "--alpha", ALPHA_ZETA)
     seconds_inc = certify(*derived, "--scratch-above", 1, "--out", work / "inc.tsv")
     seconds_rule = certify(*derived, "--out", work / "inc-rule.tsv")
+    rate = args.disagreement_rate
+    seconds_rate = rate and certify(*derived, "--disagreement-rate", rate, "--out", work / "inc-rate.tsv")
     dataset = open_dataset(str(listing), image_size=SIDE)
     reference = read_results(work / "ref.tsv")
     means = {int(i): float(dataset[int(i)][0].mean()) for i in reference.idx}  # the images as the runs read them
@@ -175,6 +182,16 @@ def main() -> None:
     print(f"default rule (from scratch above pA_lower 0.99): {int(scratch.sum()):,} images from scratch, "
           f"{int((~scratch).sum()):,} paired; false certificates {int(rule_false.sum())} of {len(rule_rows):,}")
     verdict = false.sum() <= bound and rule_false.sum() <= bound and wrong.sum() > bound
+    if rate:
+        rate_rows = read_results(work / "inc-rate.tsv")
+        rate_false = false_rows(rate_rows.predict, rate_rows.radius, derived_truth(rate_rows))
+        sizes = rate_rows.extra["n"][rate_rows.extra["n0"] == 0]
+        chosen = {int(size): int(count) for size, count in zip(*np.unique(sizes, return_counts=True))}
+        passes = int(rate_rows.extra["n"].sum() + rate_rows.extra["n0"].sum())
+        print(f"--disagreement-rate {rate} ({seconds_rate:.0f} s): paired samples chosen {chosen} (0: abstained), "
+              f"{int((rate_rows.extra['n0'] > 0).sum()):,} from scratch; {passes:,} passes (from scratch "
+              f"{total * (100 + args.n):,}); false certificates {int(rate_false.sum())} of {len(rate_rows):,}")
+        verdict = verdict and rate_false.sum() <= bound
     print("verdict:", "PASS" if verdict else "FAIL")
 
 
