@@ -15,7 +15,7 @@ from helpers import stream_counts
 from dmae_fast.batching.engine_loop import BatchFailed, EngineLoop
 from dmae_fast.batching.job import Job, RowSplit
 from dmae_fast.batching.smoothing import Smoothing
-from dmae_fast.batching.stream import PlainBody
+from dmae_fast.batching.stream import PlainBody, StreamingCertifier
 from dmae_fast.stats.plan import SamplingPlan
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -140,9 +140,9 @@ class RowSpy(PlainBody):
         super().run(slot, index, position, sample)
 
 
-def _split_between_two(engine, plan, items, decide=None):
+def _split_between_two(engine, plan, items, decide=None, keep=0):
     """Two "processes" (threads) sharing every batch by a RowSplit, their counts summed at each stage end
-    as an all-reduce sums them: each one's yielded counts and the rows it counted."""
+    as an all-reduce sums them: each one's yielded counts, the rows it counted and the classes it kept (``keep``)."""
     barrier, parts = threading.Barrier(2), [None, None]
 
     def summed(rank, local):
@@ -157,8 +157,9 @@ def _split_between_two(engine, plan, items, decide=None):
     def run(rank):
         body = RowSpy(Smoothing(engine, SIGMA, SEED, 16))
         split = RowSplit(rank, 2, lambda local: summed(rank, local))
-        counts = stream_counts(Smoothing(engine, SIGMA, SEED, 16), items, plan, body, decide, split=split)
-        results[rank] = counts, body.rows
+        done = list(StreamingCertifier(Smoothing(engine, SIGMA, SEED, 16), plan, body, split, keep=keep).run(
+            items, decide))
+        results[rank] = {d.index: d.counts for d in done}, body.rows, {d.index: d.kept for d in done}
 
     threads = [threading.Thread(target=run, args=(rank,)) for rank in (0, 1)]
     for thread in threads:
@@ -176,10 +177,22 @@ def test_a_row_split_shares_each_batch_and_gives_every_process_the_streamers_cou
     counts of one process counting everything, with the same decisions at the looks."""
     items = [(7 + i, image, 0) for i, image in enumerate(images)]
     decide = (lambda index, counts, stage: counts[-1].max() > 12) if plan.looks else None  # noqa: E731
-    (counts0, rows0), (counts1, rows1) = _split_between_two(engine, plan, items, decide)
+    (counts0, rows0, _), (counts1, rows1, _) = _split_between_two(engine, plan, items, decide)
     alone = stream_counts(Smoothing(engine, SIGMA, SEED, 32), items, plan, decide=decide)
     assert counts0.keys() == counts1.keys() == alone.keys() == {7, 8, 9, 10}
     assert all(np.array_equal(counts0[i], alone[i]) and np.array_equal(counts1[i], alone[i]) for i in alone)
     assert rows0 and rows1 and not set(rows0) & set(rows1) and len(rows0) + len(rows1) == len(set(rows0 + rows1))
     assert sum(int(alone[i].sum()) for i in alone) == len(rows0) + len(rows1)
     assert abs(len(rows0) - len(rows1)) <= 4  # even shares of every batch (a batch's shares differ by at most 1)
+
+
+def test_a_row_split_gives_every_process_the_classes_one_process_keeps(engine, images):
+    """--keep-votes, or a run on a reference's votes, under --shard samples: each kept class is written by the process
+    that counted its row, and the sum gives every process the classes one process keeps."""
+    items = [(7 + i, image, 0) for i, image in enumerate(images)]
+    plan = SamplingPlan.certify(10, 50)
+    (_, _, kept0), (_, _, kept1) = _split_between_two(engine, plan, items, keep=30)
+    alone = {done.index: done.kept for done in StreamingCertifier(Smoothing(engine, SIGMA, SEED, 32), plan,
+                                                                  keep=30).run(items)}
+    assert kept0.keys() == kept1.keys() == alone.keys() and all(len(kept) == 30 for kept in alone.values())
+    assert all(np.array_equal(kept0[i], alone[i]) and np.array_equal(kept1[i], alone[i]) for i in alone)
