@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 
-from dmae_fast.bench.sequential_savings import population
 from dmae_fast.stats.decisions import ABSTAIN, Certificate
 from dmae_fast.stats.incremental import derived_lower_bounds, disagreement_upper_bounds
 from dmae_fast.stats.incremental_procedure import IncrementalCertify
@@ -24,39 +23,34 @@ from dmae_fast.stats.procedure import CERTIFY, ProcedureSpec
 
 def main() -> None:
     sys.path.insert(0, str(Path(__file__).parents[1] / "2026-12-07-incremental"))  # the fixed rules' set-up
-    from population_savings import ALPHA, ALPHA_ZETA, CAPS, N0, REPS, SEED, SIGMAS, certify, radii, summary
+    from population_savings import ALPHA, ALPHA_ZETA, N0, REPS, SEED, radii, settings, summary
 
     rng = np.random.default_rng(SEED)
     print(f"simulated population x {REPS}; n0 {N0}, alpha {ALPHA}, alpha_zeta {ALPHA_ZETA}; --disagreement-rate d "
           "on votes kept for all n samples; against a from-scratch run of the derived engine")
-    for d in (0.005, 0.001):
-        for sigma in SIGMAS:
-            p = np.tile(population(sigma, "spread"), REPS)
-            for n in CAPS:
-                ref_true, ref_lower, p_chosen = certify(p, n, rng)
-                scratch_true, scratch_lower, _ = certify(p * (1 - d) + (1 - p) * d, n, rng)
-                scratch_acc, scratch_acr = summary(scratch_true, radii(scratch_lower, sigma), sigma)
-                ref_radius = radii(ref_lower, sigma)
-                certificates = _certificates(ref_lower, ref_radius, N0, n)  # as the reference run's rows give them
-                procedure = IncrementalCertify(ProcedureSpec(CERTIFY, n, ALPHA_ZETA, sigma, 0, name="incremental"),
-                                               certificates, ALPHA, 2, rate=d)
-                plans = procedure.image_plans()
-                chosen = np.array([_paired_size(plans.get(i, procedure.plan)) for i in range(len(p))])
-                free = ref_radius < 0
-                paired = (chosen > 0) & ~free
-                scratch = ~paired & ~free
-                disagree = rng.binomial(np.maximum(chosen, 1), d * p_chosen)
-                zeta = disagreement_upper_bounds(disagree, np.maximum(chosen, 1), ALPHA_ZETA / len(procedure.sizes))
-                incremental = radii(derived_lower_bounds(ref_lower, zeta), sigma)
-                radius = np.where(free, -1.0, np.where(paired, incremental, radii(scratch_lower, sigma)))
-                correct = np.where(paired | free, ref_true, scratch_true)
-                acc, acr = summary(correct, radius, sigma)
-                passes = (scratch * (n + N0) + paired * chosen).mean() / (n + N0)
-                worst = max(abs(a - b) for a, b in zip(acc, scratch_acc))
-                by_size = {size: int(np.sum(paired & (chosen == size))) for size in procedure.sizes}
-                print(f"d {d}, sigma {sigma}, n {n:7,}: passes {passes:.2f} of from scratch; accuracy within "
-                      f"{worst:.1f} points; ACR {acr / scratch_acr:.3f}x; paired {paired.mean():.0%} (by n_p "
-                      f"{by_size}), from scratch {scratch.mean():.0%}")
+    for case in settings(rng):
+        d, sigma, n, ref_lower = case.d, case.sigma, case.n, case.ref_lower
+        ref_radius = radii(ref_lower, sigma)
+        certificates = _certificates(ref_lower, ref_radius, N0, n)  # as the reference run's rows give them
+        procedure = IncrementalCertify(ProcedureSpec(CERTIFY, n, ALPHA_ZETA, sigma, 0, name="incremental"),
+                                       certificates, ALPHA, 2, rate=d)
+        plans = procedure.image_plans()
+        chosen = np.array([_paired_size(plans.get(i, procedure.plan)) for i in range(len(ref_lower))])
+        free = ref_radius < 0
+        paired = (chosen > 0) & ~free
+        scratch = ~paired & ~free
+        disagree = rng.binomial(np.maximum(chosen, 1), d * case.p_chosen)
+        zeta = disagreement_upper_bounds(disagree, np.maximum(chosen, 1), ALPHA_ZETA / len(procedure.sizes))
+        incremental = radii(derived_lower_bounds(ref_lower, zeta), sigma)
+        radius = np.where(free, -1.0, np.where(paired, incremental, radii(case.scratch_lower, sigma)))
+        correct = np.where(paired | free, case.ref_true, case.scratch_true)
+        acc, acr = summary(correct, radius, sigma)
+        passes = (scratch * (n + N0) + paired * chosen).mean() / (n + N0)
+        worst = max(abs(a - b) for a, b in zip(acc, case.scratch_acc))
+        by_size = {size: int(np.sum(paired & (chosen == size))) for size in procedure.sizes}
+        print(f"d {d}, sigma {sigma}, n {n:7,}: passes {passes:.2f} of from scratch; accuracy within "
+              f"{worst:.1f} points; ACR {acr / case.scratch_acr:.3f}x; paired {paired.mean():.0%} (by n_p "
+              f"{by_size}), from scratch {scratch.mean():.0%}")
 
 
 def _certificates(p_a_lower: np.ndarray, radius: np.ndarray, n0: int, n: int) -> dict[int, Certificate]:
