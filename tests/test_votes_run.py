@@ -162,12 +162,37 @@ def test_a_disagreement_rate_gives_each_image_its_own_paired_samples_and_resumes
         assert not (tmp_path / "no.tsv").exists()
 
 
-@pytest.mark.parametrize("case", ["predict", "sequential", "more-than-n", "sound", "nproc"])
+def test_a_sound_reference_keeps_its_votes_and_the_derived_run_states_both_runs_terms(capsys, tmp_path):
+    """--sound: the reference's votes are on the rounded Gaussian on the demo's 1/16 grid; the same classifier from
+    another file, on those noisy inputs, disagrees nowhere; the stated failure probability adds the reference's alpha
+    and the total variation of both runs' noise; a derived run without --sound is refused."""
+    shutil.copy(DEMO_CHECKPOINT, tmp_path / "model.safetensors")
+    ref, plain_ref = tmp_path / "ref.tsv", tmp_path / "plain.tsv"
+    args = ["--ckpt", tmp_path / "model.safetensors", *COMMON, "--n0", 20, "--n", 1000, "--seed", SEED, "--sound"]
+    assert run_command(certify_main, capsys, *args, "--keep-votes", VOTES, "--out", ref).rc == 0
+    assert run_command(certify_main, capsys, *args, "--out", plain_ref).rc == 0
+    assert [line.split("\t")[:5] for line in ref.read_text().splitlines()] == [
+        line.split("\t")[:5] for line in plain_ref.read_text().splitlines()]  # keeping votes changes no row
+    same, out = tmp_path / "same.safetensors", tmp_path / "same.tsv"
+    _same_weights_other_file(same)
+    assert _incremental(capsys, ref, out, "--scratch-above", 1, "--sound", ckpt=same).rc == 0
+    rows = read_results(out)
+    assert (rows.extra["disagreements"] == 0).all() and (rows.extra["n"][rows.predict >= 0] == VOTES).all()
+    assert set(rows.extra["procedure"]) == {"incremental sound"}
+    stated = json.loads(Path(str(out) + ".json").read_text())["sound"]
+    reference_tv = json.loads(Path(str(ref) + ".json").read_text())["sound"]["tv_per_image"]
+    assert stated["reference_alpha"] == 0.001 and stated["reference_tv_per_image"] == reference_tv > 0
+    assert stated["failure_probability"] >= 0.001 + 0.001 + stated["tv_per_image"] + reference_tv
+    one_line_error(_incremental(capsys, ref, tmp_path / "no.tsv", "--scratch-above", 1, ckpt=same),
+                   "dmae-certify", "must draw the same noise")
+
+
+@pytest.mark.parametrize("case", ["predict", "sequential", "more-than-n", "nproc"])
 def test_keep_votes_is_refused_where_it_cannot_apply(capsys, tmp_path, case):
     more = {"predict": ["--predict"], "sequential": ["--sequential"], "more-than-n": ["--keep-votes", 2000],
-            "sound": ["--sound"], "nproc": ["--nproc-per-node", 2]}[case]
+            "nproc": ["--nproc-per-node", 2]}[case]
     mentions = {"predict": "excludes --predict", "sequential": "excludes --predict", "more-than-n": "exceeds --n",
-                "sound": "--sound", "nproc": "--nproc-per-node"}[case]
+                "nproc": "--nproc-per-node"}[case]
     out = tmp_path / "ref.tsv"
     run = run_command(certify_main, capsys, *COMMON, "--n", 1000, "--keep-votes", 100, *more, "--out", out)
     one_line_error(run, "dmae-certify", mentions)

@@ -260,9 +260,6 @@ class CertifyConfig:
             (self.shard in SHARD_CHOICES, f"--shard must be one of {', '.join(SHARD_CHOICES)}, got {self.shard!r}"),
         ])
         self.body.validate()
-        if self.procedure.reference is not None and self.sound is not None:
-            raise UserError("--reference does not take --sound yet (its stated failure probability would have to add "
-                            "the rounding terms of both runs)")
         if self.output.keep_votes is not None:
             self._check_keep_votes(self.output.keep_votes)
         if self.sound is not None:
@@ -275,7 +272,6 @@ class CertifyConfig:
             (not (procedure.predict or procedure.sequential or procedure.reference or procedure.procedure_name),
              "--keep-votes keeps a fixed-n CERTIFY run's votes (a reference for --reference); it excludes --predict, "
              "--sequential and --reference"),
-            (self.sound is None, "--keep-votes does not take --sound (--reference does not take a --sound run yet)"),
             (samples <= procedure.n, f"--keep-votes {samples} exceeds --n {procedure.n}: the votes are those of the "
                                      "first estimation samples"),
         ])

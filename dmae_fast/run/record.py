@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from fractions import Fraction
 
 import torch
 from tqdm import tqdm
@@ -27,7 +28,7 @@ from dmae_fast.run.opened import OpenedRun
 from dmae_fast.run.output import record_path
 from dmae_fast.stats.decisions import Certificate
 from dmae_fast.stats.procedure import Procedure
-from dmae_fast.stats.rounded_gaussian import guarantee, sound_table
+from dmae_fast.stats.rounded_gaussian import guarantee, rounded_up, sound_table
 
 
 class RunRecord:
@@ -68,13 +69,22 @@ class RunRecord:
         record_path(opened.config).write_text(json.dumps(record, indent=2, default=str) + "\n")
 
 def sound_record(opened: OpenedRun) -> dict | None:
-    """A ``--sound`` run's grid and guarantee (:func:`~dmae_fast.stats.rounded_gaussian.guarantee`); None without."""
+    """A ``--sound`` run's grid and guarantee (:func:`~dmae_fast.stats.rounded_gaussian.guarantee`, for the most
+    samples an image draws); None without. An incremental run's failure probability also adds the reference's alpha
+    and the total variation of the reference's noise (its bound is on that noise)."""
     sound, procedure = opened.config.sound, opened.config.procedure
     if sound is None:
         return None
-    table = sound_table(procedure.sigma, sound.grid)
-    return {**guarantee(table, opened.procedure.plan.total, math.prod(opened.engine.spec.input_shape), procedure.alpha),
-            "quantize": sound.quantize, "alpha": procedure.alpha}
+    table, elements = sound_table(procedure.sigma, sound.grid), math.prod(opened.engine.spec.input_shape)
+    plans = [plan for plan in (opened.procedure.image_plans() or {}).values() if plan is not None]
+    samples = max([opened.procedure.plan.total, *(plan.total for plan in plans)])
+    stated = {**guarantee(table, samples, elements, procedure.alpha), "quantize": sound.quantize,
+              "alpha": procedure.alpha}
+    if opened.reference is not None:
+        terms = opened.reference.sound_terms(elements)
+        stated.update(terms, failure_probability=rounded_up(Fraction(stated["failure_probability"]) + sum(
+            map(Fraction, terms.values()))))
+    return stated
 
 
 def progress_bar(config: CertifyConfig, total: int, enabled: bool = True) -> tqdm:

@@ -16,6 +16,7 @@ from dmae_fast.batching.body_options import BodyOptions
 from dmae_fast.batching.classifier import open_classifier
 from dmae_fast.engines.base import Engine
 from dmae_fast.engines.paired import PairedEngine
+from dmae_fast.noise.sound_options import Sound
 from dmae_fast.results.checks import row_problems
 from dmae_fast.results.format import read_results
 from dmae_fast.results.votes import Votes, read_votes
@@ -54,6 +55,9 @@ class Reference:
         given, own = procedure.sigma, self.config.procedure.sigma
         if given is not None and given != own:
             raise UserError(f"--sigma {given} differs from the sigma of {self.where} ({own})")
+        if config.sound != self.config.sound:
+            raise UserError(f"{self.where} drew its noise {_noise_words(self.config.sound)}, this run "
+                            f"{_noise_words(config.sound)}: both must draw the same noise")
         scratch = procedure.scratch_above
         if scratch is None and procedure.disagreement_rate is None:
             scratch = SCRATCH_ABOVE
@@ -121,6 +125,16 @@ class Reference:
                                   SCRATCH_ABOVE if procedure.scratch_above is None else procedure.scratch_above,
                                   None if self.votes is None else self.votes.by_image, procedure.disagreement_rate)
 
+    def sound_terms(self, elements: int) -> dict[str, float]:
+        """What a ``--sound`` incremental run adds to its stated failure probability for the reference's bound: its
+        alpha and the total variation of its noise (its n0 + n samples of ``elements`` values, docs/sound.md)."""
+        from dmae_fast.stats.rounded_gaussian import sound_table, tv_per_image
+
+        procedure, sound = self.config.procedure, self.config.sound
+        assert sound is not None and procedure.sigma is not None
+        return {"reference_alpha": procedure.alpha, "reference_tv_per_image": tv_per_image(
+            sound_table(procedure.sigma, sound.grid), procedure.n0 + procedure.n, elements)}
+
     def summary(self) -> dict:
         """What an incremental run's record says of its reference."""
         votes = {} if self.votes is None else {"votes_sha256": self.votes.sha256, "votes": self.votes.samples}
@@ -154,8 +168,6 @@ def read_reference(path: str) -> Reference:
         raise UserError(f"{where} was made by the procedure {procedure_name or '(none recorded)'}; a reference is a "
                         "fixed-n CERTIFY run (not --predict, --sequential or incremental)")
     config = CertifyConfig.from_settings(record["config"])
-    if config.sound is not None:
-        raise UserError(f"{where} was run with --sound, which --reference does not take yet")
     table = read_results(path)
     if table.radius is None:
         raise UserError(f"{where} is not a CERTIFY results file")
@@ -192,3 +204,9 @@ def _recorded_votes(where: str, path: str, record: dict, certificates: dict[int,
     if votes.samples != recorded.get("samples") or missing:
         raise UserError(f"{where}: its votes file {votes_file} does not match its rows (N or an image's votes)")
     return votes
+
+
+def _noise_words(sound: Sound | None) -> str:
+    if sound is None:
+        return "without --sound"
+    return f"with --sound on the 1/{sound.grid} grid" + (" (--quantize)" if sound.quantize else "")
