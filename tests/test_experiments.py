@@ -30,6 +30,15 @@ def test_result_folders_hold_no_scripts() -> None:
     assert not scripts, f"scripts belong in bench/experiments/<date>-<topic>/, not with the results: {scripts}"
 
 
+def test_the_readme_names_every_experiment_and_its_folder() -> None:
+    """bench/experiments/README.md's table says which results each script made: none is left out."""
+    readme = (EXPERIMENTS / "README.md").read_text()
+    scripts = [p for pattern in ("*.py", "*.sh") for p in EXPERIMENTS.rglob(pattern)]
+    missing = sorted(str(p.relative_to(EXPERIMENTS)) for p in scripts  # by name, or as folder/*.py
+                     if not (p.name in readme and p.parent.name in readme or f"{p.parent.name}/*{p.suffix}" in readme))
+    assert not missing, f"bench/experiments/README.md does not name {missing}"
+
+
 @pytest.mark.parametrize("path", SCRIPTS, ids=IDS)
 def test_an_experiment_says_what_it_measures(path: Path) -> None:
     assert ast.get_docstring(ast.parse(path.read_text(), str(path))), \
