@@ -24,6 +24,7 @@ from dmae_fast.run.config import CertifyConfig
 from dmae_fast.stats.decisions import FIXED_N, Certificate
 from dmae_fast.stats.incremental_procedure import SCRATCH_ABOVE, IncrementalCertify
 from dmae_fast.stats.procedure import Procedure
+from dmae_fast.stats.rounded_gaussian import sound_table, tv_per_image
 
 DATA_SETTINGS = ("data", "split", "labels", "image_size")  # the images must be the reference's
 
@@ -128,8 +129,6 @@ class Reference:
     def sound_terms(self, elements: int) -> dict[str, float]:
         """What a ``--sound`` incremental run adds to its stated failure probability for the reference's bound: its
         alpha and the total variation of its noise (its n0 + n samples of ``elements`` values, docs/sound.md)."""
-        from dmae_fast.stats.rounded_gaussian import sound_table, tv_per_image
-
         procedure, sound = self.config.procedure, self.config.sound
         assert sound is not None and procedure.sigma is not None
         return {"reference_alpha": procedure.alpha, "reference_tv_per_image": tv_per_image(
