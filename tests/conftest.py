@@ -21,14 +21,15 @@ def _with_torch_threads(count: int) -> Iterator[None]:
     torch.set_num_threads(threads)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(autouse=True, scope="session")
 def one_torch_thread() -> Iterator[None]:
-    """Tiny runs: one thread is as fast and does not crawl when the CPUs are busy."""
+    """Every test runs with one torch thread unless it asks for two: the tests' models are tiny, one thread is
+    as fast, and each of the two pytest workers has a core of its own (two threads each spin against the other)."""
     yield from _with_torch_threads(1)
 
 
 @pytest.fixture(scope="module")
-def tiny_engine(one_torch_thread: None) -> TorchEngine:
+def tiny_engine() -> TorchEngine:
     """A small seeded random ViT on the CPU (3x8x8 inputs, 10 classes): the scheduler's tests share it."""
     return tiny_engine_of(input_size=8)
 

@@ -149,7 +149,6 @@ def test_bonferroni_refuses_a_level_below_the_normal_doubles():
 
 
 # Through the command.
-@pytest.mark.usefixtures("one_torch_thread")
 def test_command_at_alpha_1e_300_claims_only_what_is_proven(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     """The issue's command (it certified at 600 of 600 votes: probability 2^-600 at pA = 1/2): each
     row abstains or its votes are at least as unlikely as 1e-300 at the threshold it claims."""

@@ -32,8 +32,7 @@ TINY = ["--data", "demo", "--seed", "0",
     (["--body", "plain"], "plain", "--body plain", False),
     (["--fast"], "fast", "--fast", True),
 ])
-def test_the_start_line_and_the_record_name_the_body_built(flags, name, reason, fast, tmp_path, capsys,
-                                                           one_torch_thread):
+def test_the_start_line_and_the_record_name_the_body_built(flags, name, reason, fast, tmp_path, capsys):
     out = tmp_path / "r.tsv"
     assert certify_main([*TINY, *flags, "--out", str(out)]) == 0
     record = json.loads(out.with_name("r.tsv.json").read_text())
@@ -47,7 +46,7 @@ def test_the_start_line_and_the_record_name_the_body_built(flags, name, reason, 
 
 
 @pytest.mark.parametrize("body", ["plain", "fast"])
-def test_profile_times_the_body_asked_for_and_changes_no_row(body, tmp_path, capsys, one_torch_thread):
+def test_profile_times_the_body_asked_for_and_changes_no_row(body, tmp_path, capsys):
     """--profile chooses no body: the plain body and the CPU fast body run as asked, their stages timed
     (the CPU fast body's workers make the noise and classify it: its front end is in its body's time)."""
     args = [*TINY, "--max", "2", "--n", "200", "--body", body]
@@ -119,7 +118,7 @@ def test_the_server_and_the_replay_take_dmae_certifys_body_options():
                                                                 "--cpu-runtime", "torch"])).validate()
 
 
-def test_the_server_runs_the_body_asked_for_and_says_which(one_torch_thread):
+def test_the_server_runs_the_body_asked_for_and_says_which():
     """Was: dmae-serve dropped --fused (and had no --compile, --cuda-graphs, --cpu-runtime)."""
     from dmae_fast.serve.config import ServeConfig
     from dmae_fast.serve.service import Service

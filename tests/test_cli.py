@@ -43,7 +43,6 @@ TIME = re.compile(r"\d+:\d\d:\d\d(\.\d+)?")
 ERROR_PREFIX = "dmae-certify: error:"
 
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def certify(capsys: pytest.CaptureFixture[str], *args: object) -> Run:

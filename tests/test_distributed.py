@@ -33,7 +33,7 @@ from dmae_fast.demo import DEMO_CHECKPOINT
 from dmae_fast.results.parts import merge_parts, part_path, parts_dir, start_parts
 from dmae_fast.run.driver import CertifyConfig, certify_dataset
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]  # one thread, as each rank has
+pytestmark = pytest.mark.slow
 DMAE_CERTIFY = str(Path(sys.executable).with_name("dmae-certify"))
 
 # sigma 0.5 (the demo was trained at 0.25) so that counts vary and some images abstain.

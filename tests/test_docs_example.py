@@ -1,5 +1,6 @@
-"""The Python example in docs/certify.md runs as written, on the demo classifier and small n: its
-imports are the public paths, its calls the public signatures (a renamed or moved name fails here)."""
+"""What a newcomer reads: the Python example in docs/certify.md runs as written, on the demo classifier and
+small n (its imports are the public paths, its calls the public signatures: a renamed or moved name fails here);
+the README and the option tables keep their lines short."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from dmae_fast.demo import DEMO_CHECKPOINT
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_the_python_example_in_docs_certify_md_runs(tmp_path, monkeypatch, one_torch_thread):
+def test_the_python_example_in_docs_certify_md_runs(tmp_path, monkeypatch):
     text = (ROOT / "docs" / "certify.md").read_text()
     block = text.split("## Python API", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
     small = {  # what the example names -> the demo's, on the CPU, with small n
@@ -36,3 +37,28 @@ def test_the_python_example_in_docs_certify_md_runs(tmp_path, monkeypatch, one_t
     assert [s[0] for s in streamed] == [0, 1, 2] and all(s[1].n == 50 for s in streamed)  # index, certificate
     assert len(rows) == 2 and images_done == 2 and rate > 0  # on_row's rows, result.images, result.samples_per_s
     assert (tmp_path / "r.tsv").read_text().count("\n") == 3  # header + 2 rows
+
+
+def _option_tables(text: str) -> list[list[str]]:
+    """The Markdown tables whose header's first cell is ``option``: each a list of its lines."""
+    tables: list[list[str]] = []
+    inside = False
+    for line in text.splitlines():
+        if not line.startswith("|"):
+            inside = False
+        elif inside:
+            tables[-1].append(line)
+        else:
+            inside = True
+            tables.append([line])
+    return [table for table in tables if table[0].strip("| ").split("|")[0].strip().lower() == "option"]
+
+
+def test_the_readme_and_every_option_table_have_no_line_over_200_characters():
+    """A newcomer reads the README and the option tables line by line: details go below the tables."""
+    long = [f"README.md:{number}" for number, line in enumerate((ROOT / "README.md").read_text().splitlines(), 1)
+            if len(line) > 200]
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        tables = _option_tables(page.read_text())
+        long += [f"{page.name}: {line[:60]}" for table in tables for line in table if len(line) > 200]
+    assert not long, long

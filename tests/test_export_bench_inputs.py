@@ -25,8 +25,6 @@ from dmae_fast.model.checkpoints import load_classifier
 from dmae_fast.model.config import DecoderConfig
 from dmae_fast.model.dmae import DMAEPretrain
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
 
 @pytest.fixture(autouse=True)
 def no_timing(monkeypatch):

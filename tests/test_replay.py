@@ -36,7 +36,7 @@ DELETE = object()
 
 
 @pytest.fixture(scope="module")
-def answers(one_torch_thread, tmp_path_factory) -> dict:
+def answers(tmp_path_factory) -> dict:
     """Genuine answers by name, with the .npy files of their images."""
     service = Service(ServeConfig(engine_path=str(DEMO_CHECKPOINT), seed=SEED, first_index=FIRST_INDEX, device="cpu",
                                   batch=256, max_wait_ms=0))
@@ -59,7 +59,7 @@ def answers(one_torch_thread, tmp_path_factory) -> dict:
 
 
 @pytest.fixture(scope="module")
-def sound_answers(one_torch_thread, tmp_path_factory) -> dict:
+def sound_answers(tmp_path_factory) -> dict:
     """Genuine answers of --sound servers on the demo's 1/16 grid by name, with their image files: fixed-n,
     sequential, and --quantize's of a float64 image off the grid (rounded) and one on it."""
     digits, folder = demo_digits("test").images, tmp_path_factory.mktemp("sound")

@@ -24,7 +24,6 @@ from dmae_fast.base.locking import OutputLock
 from dmae_fast.cli.certify import main
 
 # One thread in-process, as in the subprocesses: training runs compare weights bit for bit.
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 # 4 demo digits; the torch-ops noise: a fresh process need not compile the noise kernel (seconds), and nothing
 # here depends on how the noise is computed.

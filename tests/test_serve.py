@@ -45,7 +45,6 @@ from dmae_fast.serve.payloads import decode_image
 from dmae_fast.serve.receipt import plan_of, replay_answer
 from dmae_fast.stats.rounded_gaussian import guarantee, sound_table
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")  # the offline re-runs, beside a busy server
 ROOT = Path(__file__).resolve().parents[1]
 SEED, FIRST_INDEX, TOKEN = 12345, 1000, "s3cret-token"
 MAIN_ARGS = ["--seed", str(SEED), "--first-index", str(FIRST_INDEX), "--batch", "256", "--max-wait-ms", "2",

@@ -110,7 +110,7 @@ class SeedReader(TraceReader):
         return cls(seen)
 
 
-def test_the_default_noise_certifies_a_false_radius_and_sound_noise_does_not(one_torch_thread):
+def test_the_default_noise_certifies_a_false_radius_and_sound_noise_does_not():
     engine, x0 = TraceReader(), torch.zeros(1, 16, 16)
     counts = _counts(engine, x0, SamplingPlan.certify(100, 1000))
     certificate = certify_from_counts(counts[0], counts[1], 0.001, SIGMA)
@@ -144,7 +144,7 @@ def _demo(tmp_path, name, *extra):
     return out
 
 
-def test_dmae_certify_sound_rows_and_record_say_so(one_torch_thread, tmp_path):
+def test_dmae_certify_sound_rows_and_record_say_so(tmp_path):
     plain = _demo(tmp_path, "plain", "--sound", "--body", "plain")
     reference = _demo(tmp_path, "reference", "--sound", "--body", "plain", "--noise", "reference")
     header, *rows = [line.split("\t") for line in plain.read_text().splitlines()]
@@ -163,7 +163,7 @@ def test_dmae_certify_sound_rows_and_record_say_so(one_torch_thread, tmp_path):
     assert all(name.endswith(" sound") for name in read_results(sequential).extra["procedure"])
 
 
-def test_off_grid_images_are_refused_or_quantized_when_asked(one_torch_thread, tmp_path, capsys):
+def test_off_grid_images_are_refused_or_quantized_when_asked(tmp_path, capsys):
     data = tmp_path / "images"
     data.mkdir()
     for i in range(2):  # 16-bit grey: decoded at full precision, off the 8-bit grid
@@ -210,7 +210,7 @@ def test_a_sound_servers_requests_are_checked():
     assert torch.equal(_request(Sound(16, quantize=True), off).images[0], on_grid[0])  # 0.01 < half a step
 
 
-def test_a_sound_answer_replays_as_identical(one_torch_thread):
+def test_a_sound_answer_replays_as_identical():
     config = ServeConfig(engine_path=str(DEMO_CHECKPOINT), seed=7, first_index=40, device="cpu", batch=256,
                          max_wait_ms=0)
     service = Service(dataclasses.replace(config, sound=Sound(16)))
@@ -230,7 +230,7 @@ def test_a_sound_answer_replays_as_identical(one_torch_thread):
     assert not replay_answer(answer, images, service.engine, batch=64).identical
 
 
-def test_a_sound_run_resumes_as_sound_only(one_torch_thread, tmp_path, capsys):
+def test_a_sound_run_resumes_as_sound_only(tmp_path, capsys):
     out = tmp_path / "r.tsv"
     args = ["--data", "demo", "--seed", "0", "--n0", "20", "--n", "100", "--batch", "64", "--quiet", "--device", "cpu",
             "--body", "plain", "--max", "3", "--out", str(out)]
@@ -245,7 +245,7 @@ def test_a_sound_run_resumes_as_sound_only(one_torch_thread, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("grid", [None, 255], ids=["default-noise", "sound"])
-def test_a_classifier_that_knows_a_seed_forges_only_runs_with_that_seed(one_torch_thread, tmp_path, grid):
+def test_a_classifier_that_knows_a_seed_forges_only_runs_with_that_seed(tmp_path, grid):
     """The guarantee assumes a classifier fixed independently of the seed: one made with a run's seed forges a
     certificate, so a run not given --seed draws a fresh one, which the forger cannot have known."""
     x0, plan, public = torch.zeros(1, 16, 16), SamplingPlan.certify(100, 1000), 0

@@ -52,7 +52,7 @@ class QuarterSplit(Procedure):
         return RowRules(CERTIFY, self.spec.n // 4, (self.spec.n - self.spec.n // 4,), self.level, self.spec.sigma, TOY)
 
 
-def test_certify_dataset_runs_a_config_naming_the_toy_and_resumes_it(one_torch_thread, tmp_path):
+def test_certify_dataset_runs_a_config_naming_the_toy_and_resumes_it(tmp_path):
     config = CertifyConfig.from_settings(dict(seed=0,
                                               engine=str(DEMO_CHECKPOINT), data="demo", out=str(tmp_path / "toy.tsv"),
                                               n=200, batch=128, max_images=3, device="cpu", progress=False,
@@ -79,7 +79,7 @@ def test_a_config_naming_an_unregistered_procedure_is_refused(tmp_path):
         dataclasses.replace(config, procedure=ProcedureOptions(procedure_name=TOY, predict=True)).validate()
 
 
-def test_the_server_answers_the_toy_and_its_answer_replays_as_identical(one_torch_thread):
+def test_the_server_answers_the_toy_and_its_answer_replays_as_identical():
     service = Service(ServeConfig(engine_path=str(DEMO_CHECKPOINT), seed=7, first_index=40, device="cpu", batch=256,
                                   max_wait_ms=0))
     images = [demo_digits("test").images[i] for i in (0, 11)]

@@ -17,9 +17,6 @@ from dmae_fast.train.optim import LARS, learning_rate, param_groups
 from dmae_fast.train.pretrain import PretrainTask
 from dmae_fast.train.randomness import Stream, gaussians, sample_seed, uniforms
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
 # --------------------------------------------------------------------------- pre-training loss
 
 

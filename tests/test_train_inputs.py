@@ -19,8 +19,6 @@ from dmae_fast.base.errors import UserError
 from dmae_fast.train import config as cfg
 from dmae_fast.train.command import main
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
 TINY = ["--set", "data.limit=32", "--set", "optim.batch_size=16", "--set", "data.crop_scale=none",
         "--set", "optim.warmup_epochs=1", "--set", "optim.epochs=1", "--quiet"]
 

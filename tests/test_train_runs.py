@@ -24,7 +24,6 @@ TINY = ["--set", "data.limit=32", "--set", "optim.batch_size=16", "--set", "data
         "--set", "optim.warmup_epochs=1", "--quiet"]
 
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def losses(run: Path) -> list[float]:
