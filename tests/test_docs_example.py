@@ -51,7 +51,7 @@ def _option_tables(text: str) -> list[list[str]]:
         else:
             inside = True
             tables.append([line])
-    return [table for table in tables if table[0].strip("| ").split("|")[0].strip().lower() == "option"]
+    return [table for table in tables if table[0].split("|")[1].strip().lower() == "option"]
 
 
 def test_the_readme_and_every_option_table_have_no_line_over_200_characters():
