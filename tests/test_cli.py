@@ -395,6 +395,7 @@ BAD_OPTIONS = [
     (["--seed", "-1"], ["--seed"]),
     (["--seed", str(2**64)], ["--seed"]),
     (["--workers", "-1"], ["--workers"]),
+    (["--labels", "labels.txt"], ["--labels", "--data demo has its own"]),  # was: ignored, even a missing file
     (["--radii", "0.5", "inf"], ["--radii"]),
     (["--n", str(2**32)], ["--n must"]),
     (["--n", "many"], ["--n", "many"]),

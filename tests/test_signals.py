@@ -7,6 +7,7 @@ when the process first looks for a given module, that is, in the middle of the i
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -156,6 +157,41 @@ def test_an_existing_out_is_refused_before_torch_is_imported(tmp_path):
             assert result.returncode == 2 and message in result.stderr, (out, extra, result.stderr)
             assert len(result.stderr.splitlines()) == 1, result.stderr
     assert existing.read_text() == "precious\n"
+
+
+MISSING_INPUTS = """
+import contextlib, io, json, sys
+from dmae_fast.cli.certify import main
+said = []
+for argv in json.loads(sys.argv[1]):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        said.append([main(argv), err.getvalue()])
+assert "torch" not in sys.modules, "torch was imported"
+print(json.dumps(said))
+"""
+
+
+def test_a_missing_classifier_dataset_or_labels_file_is_refused_before_torch_is_imported(tmp_path):
+    """Was refused after 4-7 s of imports (or, with --nproc-per-node, by every rank after its own)."""
+    folder = tmp_path / "images"
+    folder.mkdir()
+    cases = [(["--ckpt", str(tmp_path / "none.safetensors")], "checkpoint"),
+             (["--engine", str(tmp_path / "none.onnx")], "engine"),
+             (["--ckpt", "demo", "--data", str(tmp_path / "none")], "path"),
+             (["--ckpt", "demo", "--data", str(folder), "--labels", str(tmp_path / "none.txt")], "path")]
+    runs = [[*RUN, *args, *extra, "--out", str(tmp_path / "r.tsv")]
+            for args, _ in cases for extra in ([], ["--nproc-per-node", "2"])]
+    done = subprocess.run([sys.executable, "-c", MISSING_INPUTS, json.dumps(runs)], capture_output=True, text=True,
+                          timeout=HANG_GUARD)
+    assert done.returncode == 0, done.stderr
+    said = json.loads(done.stdout)
+    for (args, what), (status, err) in zip([case for case in cases for _ in range(2)], said):
+        missing = next(arg for arg in args if "none" in arg)
+        assert status == 2 and err.splitlines() == [f"dmae-certify: error: {what} {missing} does not exist"
+                                                    if what != "path" else
+                                                    f"dmae-certify: error: path does not exist: {missing}"], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["images"]
 
 
 @pytest.mark.parametrize("command, argv", [

@@ -232,9 +232,11 @@ def _run(argv: list[str]) -> int:
                 raise UserError("--keep-votes writes its votes file from one process; run it without "
                                 "--nproc-per-node or torchrun")
             if world_size() == 1:  # the ranks of a multi-process run check in step (rank 0 says it)
+                from dmae_fast.run.inputs import check_inputs_before_loading
                 from dmae_fast.run.output import check_out_before_loading
 
                 check_out_before_loading(config)  # before torch: an --out this run must not write is refused at once
+                check_inputs_before_loading(config)  # and a missing classifier, dataset or labels file
         if args.nproc_per_node is not None and world_size() == 1 and not in_launched_rank():
             from dmae_fast.run.output import record_path
 

@@ -12,7 +12,8 @@ import torch
 
 from dmae_fast.base.errors import UserError
 from dmae_fast.base.messages import one_line
-from dmae_fast.data.checks import check_split, ensure_readable
+from dmae_fast.base.paths import ensure_readable
+from dmae_fast.data.checks import check_split
 from dmae_fast.data.datasets import TensorImageDataset
 from dmae_fast.data.labels import MAX_LABEL
 

@@ -12,7 +12,8 @@ from torchvision import datasets
 
 from dmae_fast.base.errors import UserError
 from dmae_fast.base.messages import one_line
-from dmae_fast.data.checks import check_split, ensure_readable
+from dmae_fast.base.paths import ensure_readable
+from dmae_fast.data.checks import check_split
 from dmae_fast.data.cifar import CIFAR_TEST_BATCH, cifar10, cifar_dir
 from dmae_fast.data.datasets import ImageListDataset, TensorImageDataset
 from dmae_fast.data.decode import check_image_size

@@ -9,6 +9,7 @@ import torch
 
 from dmae_fast.base.errors import UserError
 from dmae_fast.base.integrity import check_file
+from dmae_fast.base.paths import check_readable_file
 from dmae_fast.engines.base import INPUT_KINDS, Engine
 from dmae_fast.engines.exported import ExportedEngine
 from dmae_fast.engines.sidecar import KIND_BY_SUFFIX, EngineMeta, read_sidecar, sidecar_path
@@ -66,8 +67,7 @@ def open_engine(path: str | Path, options: EngineOptions = EngineOptions()) -> E
 
 def open_engine_file(path: Path, options: EngineOptions = EngineOptions()) -> ExportedEngine:
     """An exported engine, checked against its sidecar and against what the caller asks for."""
-    if not path.is_file():
-        raise UserError(f"engine {path} does not exist or is not a file")
+    check_readable_file(path, "engine")
     meta = read_sidecar(path)
     check_file(path, meta.sha256, f"its sidecar {sidecar_path(path).name}")
     check_options(path, meta, options)

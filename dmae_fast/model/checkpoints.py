@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import re
 from dataclasses import dataclass, replace
 from enum import Enum
@@ -30,6 +29,7 @@ from timm.layers import resample_abs_pos_embed
 from dmae_fast.base.errors import UserError
 from dmae_fast.base.integrity import CONTENT_KEY, check_tensors, tensors_sha256
 from dmae_fast.base.messages import one_line
+from dmae_fast.base.paths import check_readable_file
 from dmae_fast.model.classifier import SmoothingClassifier
 from dmae_fast.model.config import (
     HEADS_BY_WIDTH,
@@ -72,12 +72,7 @@ class RawCheckpoint:
 def read_checkpoint(path: str | Path) -> RawCheckpoint:
     """Read any supported file into tensors (+ metadata); one-line UserError otherwise."""
     path = Path(path)
-    if not path.exists():
-        raise UserError(f"checkpoint {path} does not exist")
-    if not path.is_file():
-        raise UserError(f"checkpoint {path} is not a file")
-    if not os.access(path, os.R_OK):
-        raise UserError(f"checkpoint {path} is not readable (permission denied)")
+    check_readable_file(path, "checkpoint")
     if path.suffix == ".safetensors":
         return _read_safetensors(path)
     with open(path, "rb") as handle:

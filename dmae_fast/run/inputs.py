@@ -1,0 +1,26 @@
+"""The files a ``dmae-certify`` run reads, checked before torch loads: a mistyped path is one line at once,
+not after seconds of imports (or, with ``--nproc-per-node``, after every rank has started)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dmae_fast.base.paths import check_readable_file, ensure_readable
+from dmae_fast.demo_files import DEMO
+from dmae_fast.engines.sidecar import KIND_BY_SUFFIX
+from dmae_fast.run.config import CertifyConfig
+
+
+def check_inputs_before_loading(config: CertifyConfig) -> None:
+    """The classifier file, the dataset path and the labels file exist and can be read, in the words the
+    loaders use; what a file holds is checked when it is opened."""
+    engine = Path(config.classifier.engine_path)
+    check_readable_file(engine, "engine" if engine.suffix in KIND_BY_SUFFIX else "checkpoint")
+    data = config.data
+    if data.data not in (DEMO, ""):  # an empty path: opening the dataset says so
+        try:
+            ensure_readable(Path(data.data).expanduser())
+        except RuntimeError:  # ~user that does not exist: opening the dataset says so
+            pass
+    if data.labels is not None:
+        ensure_readable(Path(data.labels))
