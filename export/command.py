@@ -11,6 +11,7 @@ from dmae_fast.base.command import Parser, import_torch_while_starting, run_repo
 from dmae_fast.engines.sidecar import BatchRange
 from dmae_fast.export.config import DEFAULT_BATCH, FORMATS, MAX_PARITY_SAMPLES, ExportConfig
 from dmae_fast.model.config import parse_normalization
+from dmae_fast.run.inputs import check_classifier_file
 
 PROG = "dmae-export"
 
@@ -77,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     def body() -> int:
         config = config_from_args(build_parser().parse_args(argv))
         config.validate()  # before torch is imported: --help and option errors answer at once
+        check_classifier_file(config.ckpt)  # and a mistyped --ckpt
         import_torch_while_starting(PROG)
         from dmae_fast.export.pipeline import export_engines
 

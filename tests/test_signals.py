@@ -160,37 +160,37 @@ def test_an_existing_out_is_refused_before_torch_is_imported(tmp_path):
 
 
 MISSING_INPUTS = """
-import contextlib, io, json, sys
-from dmae_fast.cli.certify import main
+import contextlib, importlib, io, json, sys
 said = []
-for argv in json.loads(sys.argv[1]):
+for module, argv in json.loads(sys.argv[1]):
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
-        said.append([main(argv), err.getvalue()])
+        said.append([importlib.import_module(module).main(argv), err.getvalue()])
 assert "torch" not in sys.modules, "torch was imported"
 print(json.dumps(said))
 """
 
 
 def test_a_missing_classifier_dataset_or_labels_file_is_refused_before_torch_is_imported(tmp_path):
-    """Was refused after 4-7 s of imports (or, with --nproc-per-node, by every rank after its own)."""
-    folder = tmp_path / "images"
+    """Was refused after 4-7 s of imports (or, with --nproc-per-node, by every rank after its own); dmae-serve's and
+    dmae-export's classifier file likewise (after 9 and 4 s)."""
+    folder, out = tmp_path / "images", str(tmp_path / "out")
     folder.mkdir()
-    cases = [(["--ckpt", str(tmp_path / "none.safetensors")], "checkpoint"),
-             (["--engine", str(tmp_path / "none.onnx")], "engine"),
-             (["--ckpt", "demo", "--data", str(tmp_path / "none")], "path"),
-             (["--ckpt", "demo", "--data", str(folder), "--labels", str(tmp_path / "none.txt")], "path")]
-    runs = [[*RUN, *args, *extra, "--out", str(tmp_path / "r.tsv")]
-            for args, _ in cases for extra in ([], ["--nproc-per-node", "2"])]
-    done = subprocess.run([sys.executable, "-c", MISSING_INPUTS, json.dumps(runs)], capture_output=True, text=True,
-                          timeout=HANG_GUARD)
+    certify = [(["--ckpt", str(tmp_path / "none.safetensors")], "checkpoint"),
+               (["--engine", str(tmp_path / "none.onnx")], "engine"),
+               (["--ckpt", "demo", "--data", str(tmp_path / "none")], "path"),
+               (["--ckpt", "demo", "--data", str(folder), "--labels", str(tmp_path / "none.txt")], "path")]
+    runs = [("dmae-certify", "dmae_fast.cli.certify", [*RUN, *args, *extra, "--out", out], what, args)
+            for args, what in certify for extra in ([], ["--nproc-per-node", "2"])]
+    runs += [("dmae-serve", "dmae_fast.cli.serve", [*args, "--port", "0"], what, args) for args, what in certify[:2]]
+    runs += [("dmae-export", "dmae_fast.export.command", [*certify[0][0], "--out", out], "checkpoint", certify[0][0])]
+    done = subprocess.run([sys.executable, "-c", MISSING_INPUTS, json.dumps([run[1:3] for run in runs])],
+                          capture_output=True, text=True, timeout=HANG_GUARD)
     assert done.returncode == 0, done.stderr
-    said = json.loads(done.stdout)
-    for (args, what), (status, err) in zip([case for case in cases for _ in range(2)], said):
+    for (prog, _, _, what, args), (status, err) in zip(runs, json.loads(done.stdout)):
         missing = next(arg for arg in args if "none" in arg)
-        assert status == 2 and err.splitlines() == [f"dmae-certify: error: {what} {missing} does not exist"
-                                                    if what != "path" else
-                                                    f"dmae-certify: error: path does not exist: {missing}"], err
+        said = f"path does not exist: {missing}" if what == "path" else f"{what} {missing} does not exist"
+        assert status == 2 and err.splitlines() == [f"{prog}: error: {said}"], (prog, args, err)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["images"]
 
 

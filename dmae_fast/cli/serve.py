@@ -16,6 +16,7 @@ from dmae_fast.batching.choices import PRECISION_CHOICES
 from dmae_fast.cli.body_args import add_body_arguments, body_options
 from dmae_fast.demo_files import DEMO, DEMO_CHECKPOINT
 from dmae_fast.noise.sound_options import Sound, default_grid
+from dmae_fast.run.inputs import check_classifier_file
 from dmae_fast.serve.config import PROG, Defaults, Limits, ServeConfig
 
 
@@ -116,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     def body() -> int:
         config = config_from_args(build_parser().parse_args(argv))
         config.validate()  # before the classifier is loaded
+        check_classifier_file(config.engine_path)  # before torch: a mistyped path is refused at once
         import_torch_while_starting(PROG)
         from dmae_fast.serve.server import serve
 
