@@ -5,3 +5,4 @@ from pathlib import Path
 
 DEMO = "demo"  # --data demo, --ckpt demo: the embedded demo digits and classifier
 DEMO_CHECKPOINT = Path(__file__).parent / "assets" / "demo-digits-vit.safetensors"
+DEMO_HAS_LABELS = "--labels names the labels of a flat directory of images or an image list; --data demo has its own"

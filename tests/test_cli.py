@@ -43,8 +43,6 @@ TIME = re.compile(r"\d+:\d\d:\d\d(\.\d+)?")
 ERROR_PREFIX = "dmae-certify: error:"
 
 
-
-
 def certify(capsys: pytest.CaptureFixture[str], *args: object) -> Run:
     return run_command(main, capsys, *args)
 

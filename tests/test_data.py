@@ -308,6 +308,10 @@ def test_missing_path(tmp_path: Path) -> None:
     raises_user_error(lambda: open_dataset(str(tmp_path / "nope")), tmp_path / "nope", "does not exist")
 
 
+def test_labels_for_the_demo_are_refused_not_ignored(tmp_path: Path) -> None:
+    raises_user_error(lambda: open_dataset("demo", labels=str(tmp_path / "labels.txt")), "--data demo has its own")
+
+
 def test_unreadable_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     locked = tmp_path / "locked"
     locked.mkdir()

@@ -23,8 +23,6 @@ from dmae_fast.base.errors import UserError
 from dmae_fast.base.locking import OutputLock
 from dmae_fast.cli.certify import main
 
-# One thread in-process, as in the subprocesses: training runs compare weights bit for bit.
-
 # 4 demo digits; the torch-ops noise: a fresh process need not compile the noise kernel (seconds), and nothing
 # here depends on how the noise is computed.
 SMALL = ["--data", "demo", "--seed", "0", "--n0", "20", "--n", "200", "--batch", "64", "--max", "4", "--device", "cpu",

@@ -24,8 +24,6 @@ TINY = ["--set", "data.limit=32", "--set", "optim.batch_size=16", "--set", "data
         "--set", "optim.warmup_epochs=1", "--quiet"]
 
 
-
-
 def losses(run: Path) -> list[float]:
     return [json.loads(line)["train_loss"] for line in (run / "log.jsonl").read_text().splitlines()]
 

@@ -25,6 +25,18 @@ def ensure_readable(path: Path) -> bool:
     return is_dir
 
 
+def dataset_path(spec: str) -> Path:
+    """The dataset path ``spec`` (``~`` expanded), which must exist and be readable; UserError otherwise."""
+    if str(spec) == "":
+        raise UserError("the dataset path is empty")
+    try:
+        path = Path(spec).expanduser()
+    except RuntimeError:  # ~user that does not exist
+        raise UserError(f"cannot expand '~' in the dataset path {spec}: no such user") from None
+    ensure_readable(path)
+    return path
+
+
 def check_readable_file(path: Path, what: str) -> None:
     """UserError unless ``path`` is a regular file this process can read; ``what`` names it ("checkpoint")."""
     if not path.exists():

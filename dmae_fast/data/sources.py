@@ -12,13 +12,13 @@ from torchvision import datasets
 
 from dmae_fast.base.errors import UserError
 from dmae_fast.base.messages import one_line
-from dmae_fast.base.paths import ensure_readable
+from dmae_fast.base.paths import dataset_path, ensure_readable
 from dmae_fast.data.checks import check_split
 from dmae_fast.data.cifar import CIFAR_TEST_BATCH, cifar10, cifar_dir
 from dmae_fast.data.datasets import ImageListDataset, TensorImageDataset
 from dmae_fast.data.decode import check_image_size
 from dmae_fast.data.labels import read_label_file
-from dmae_fast.demo_files import DEMO
+from dmae_fast.demo_files import DEMO, DEMO_HAS_LABELS
 
 DEMO_TEST_SIZE = 500
 DEMO_DIGITS = Path(__file__).parents[1] / "assets" / "demo-digits.safetensors"
@@ -107,15 +107,10 @@ def open_dataset(spec: str, *, split: str = "test", image_size: int | None = Non
     if image_size is not None:
         image_size = check_image_size(image_size)
     if spec == DEMO:
+        if labels is not None:
+            raise UserError(DEMO_HAS_LABELS)
         return demo_digits(split)
-    if str(spec) == "":
-        raise UserError("the dataset path is empty")
-    try:
-        path = Path(spec).expanduser()
-    except RuntimeError:  # ~user that does not exist
-        raise UserError(f"cannot expand '~' in the dataset path {spec}: no such user") from None
-    ensure_readable(path)
-    dataset = _open_path(path, split, image_size, labels)
+    dataset = _open_path(dataset_path(spec), split, image_size, labels)
     if len(dataset) == 0:
         raise UserError(f"dataset is empty: {spec}")
     return dataset

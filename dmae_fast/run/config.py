@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from dmae_fast.base.errors import UserError, raise_first
 from dmae_fast.batching.body_options import BodyOptions, how, is_how
 from dmae_fast.batching.choices import SHARD_CHOICES
-from dmae_fast.demo_files import DEMO
+from dmae_fast.demo_files import DEMO, DEMO_HAS_LABELS
 from dmae_fast.model.config import sigma_problem
 from dmae_fast.noise.sound_options import Sound, default_grid
 from dmae_fast.stats.settings import FUTILITY_MODES, SEQUENTIAL_TESTS
@@ -62,8 +62,7 @@ class DataOptions:
             (self.skip >= 1, f"--skip must be >= 1, got {self.skip}"),
             (self.max_images is None or self.max_images >= 1, f"--max must be >= 1, got {self.max_images}"),
             (self.workers is None or self.workers >= 0, f"--workers must be >= 0, got {self.workers}"),
-            (self.data != DEMO or self.labels is None,
-             "--labels names the labels of a flat directory of images or an image list; --data demo has its own"),
+            (self.data != DEMO or self.labels is None, DEMO_HAS_LABELS),
         ])
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dmae_fast.base.paths import check_readable_file, ensure_readable
+from dmae_fast.base.paths import check_readable_file, dataset_path, ensure_readable
 from dmae_fast.demo_files import DEMO, DEMO_CHECKPOINT
 from dmae_fast.engines.sidecar import KIND_BY_SUFFIX
 from dmae_fast.run.config import CertifyConfig
@@ -22,10 +22,7 @@ def check_inputs_before_loading(config: CertifyConfig) -> None:
     loaders use; what a file holds is checked when it is opened."""
     check_classifier_file(config.classifier.engine_path)
     data = config.data
-    if data.data not in (DEMO, ""):  # an empty path: opening the dataset says so
-        try:
-            ensure_readable(Path(data.data).expanduser())
-        except RuntimeError:  # ~user that does not exist: opening the dataset says so
-            pass
+    if data.data != DEMO:
+        dataset_path(data.data)
     if data.labels is not None:
         ensure_readable(Path(data.labels))
