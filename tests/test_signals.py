@@ -173,25 +173,45 @@ print(json.dumps(said))
 
 def test_a_missing_classifier_dataset_or_labels_file_is_refused_before_torch_is_imported(tmp_path):
     """Was refused after 4-7 s of imports (or, with --nproc-per-node, by every rank after its own); dmae-serve's and
-    dmae-export's classifier file likewise (after 9 and 4 s)."""
-    folder, out = tmp_path / "images", str(tmp_path / "out")
+    dmae-export's classifier file likewise (after 9 and 4 s), and dmae-serve replay's and dmae-train's files."""
+    folder, out, answer = tmp_path / "images", str(tmp_path / "out"), tmp_path / "answer.json"
     folder.mkdir()
-    certify = [(["--ckpt", str(tmp_path / "none.safetensors")], "checkpoint"),
-               (["--engine", str(tmp_path / "none.onnx")], "engine"),
-               (["--ckpt", "demo", "--data", str(tmp_path / "none")], "path"),
-               (["--ckpt", "demo", "--data", str(folder), "--labels", str(tmp_path / "none.txt")], "path")]
-    runs = [("dmae-certify", "dmae_fast.cli.certify", [*RUN, *args, *extra, "--out", out], what, args)
-            for args, what in certify for extra in ([], ["--nproc-per-node", "2"])]
-    runs += [("dmae-serve", "dmae_fast.cli.serve", [*args, "--port", "0"], what, args) for args, what in certify[:2]]
-    runs += [("dmae-export", "dmae_fast.export.command", [*certify[0][0], "--out", out], "checkpoint", certify[0][0])]
+    answer.write_text("{}")  # read before torch; what it holds is checked after
+    none = {name: str(tmp_path / name) for name in ("none.safetensors", "none.onnx", "none", "none.txt", "none.pth")}
+    classifier = {"checkpoint": ["--ckpt", none["none.safetensors"]], "engine": ["--engine", none["none.onnx"]]}
+    missing = {"checkpoint": f"checkpoint {none['none.safetensors']} does not exist",
+               "engine": f"engine {none['none.onnx']} does not exist"}
+    certify = [*((args, missing[what]) for what, args in classifier.items()),
+               (["--ckpt", "demo", "--data", none["none"]], f"path does not exist: {none['none']}"),
+               (["--ckpt", "demo", "--data", str(folder), "--labels", none["none.txt"]],
+                f"path does not exist: {none['none.txt']}")]
+    runs = [("dmae-certify", "dmae_fast.cli.certify", [*RUN, *args, *extra, "--out", out], said)
+            for args, said in certify for extra in ([], ["--nproc-per-node", "2"])]
+    runs += [("dmae-serve", "dmae_fast.cli.serve", [*args, "--port", "0"], said) for args, said in certify[:2]]
+    runs += [("dmae-export", "dmae_fast.export.command", [*classifier["checkpoint"], "--out", out],
+              missing["checkpoint"])]
+    replay = "dmae_fast.cli.serve_replay"
+    runs += [("dmae-serve replay", replay, [str(answer), none["none"], *args], said) for args, said in certify[:2]]
+    runs += [("dmae-serve replay", replay, [none["none.txt"], str(answer), "--ckpt", "demo"],
+              f"{none['none.txt']}: no such dmae-serve answer"),
+             ("dmae-serve replay", replay, [str(answer), none["none"], "--ckpt", "demo"],
+              f"{none['none']}: no such image file")]
+    no_start = f"checkpoint {none['none.pth']} does not exist"
+    runs += [("dmae-train", "dmae_fast.train.command", [command, "--preset", f"demo-{command}", "--init",
+                                                         none["none.pth"], "--out", out], no_start)
+             for command in ("pretrain", "finetune", "linprobe", "visualize")]
+    runs += [("dmae-train", "dmae_fast.train.command", ["finetune", "--preset", "demo-finetune", "--set",
+                                                        f"data.dataset={none['none']}", "--out", out],
+              f"training data {none['none']} is not 'demo' or an existing directory"),
+             ("dmae-train", "dmae_fast.train.command", ["visualize", "--init", "demo", "--set",
+                                                        f"dataset={none['none']}", "--out", out],
+              f"path does not exist: {none['none']}")]
     done = subprocess.run([sys.executable, "-c", MISSING_INPUTS, json.dumps([run[1:3] for run in runs])],
                           capture_output=True, text=True, timeout=HANG_GUARD)
     assert done.returncode == 0, done.stderr
-    for (prog, _, _, what, args), (status, err) in zip(runs, json.loads(done.stdout)):
-        missing = next(arg for arg in args if "none" in arg)
-        said = f"path does not exist: {missing}" if what == "path" else f"{what} {missing} does not exist"
-        assert status == 2 and err.splitlines() == [f"{prog}: error: {said}"], (prog, args, err)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["images"]
+    for (prog, _, argv, said), (status, err) in zip(runs, json.loads(done.stdout)):
+        assert status == 2 and err.splitlines() == [f"{prog}: error: {said}"], (prog, argv, err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["answer.json", "images"]
 
 
 @pytest.mark.parametrize("command, argv", [

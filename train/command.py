@@ -17,6 +17,7 @@ from dmae_fast.base.errors import UserError
 # where a run needs them): --help, option errors and 'dmae-train presets' answer without importing torch.
 from dmae_fast.demo_files import DEMO, DEMO_CHECKPOINT
 from dmae_fast.train import config as cfg
+from dmae_fast.train.inputs import check_inputs_before_loading
 
 PROG = "dmae-train"
 TRAINING = ("pretrain", "finetune", "linprobe")
@@ -105,6 +106,7 @@ def run(argv: list[str] | None) -> int:
     if args.show_config:
         print(json.dumps(cfg.to_json(config), indent=2))
         return 0
+    check_inputs_before_loading(config)
     if args.command == "visualize":
         from dmae_fast.train.visualize import visualize
 

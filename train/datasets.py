@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,6 +24,7 @@ from dmae_fast.base.errors import UserError
 from dmae_fast.data import CIFAR_SUBDIR, CIFAR_TRAIN_BATCHES, DEMO, cifar10, demo_digits
 from dmae_fast.model.config import NORMALIZATIONS
 from dmae_fast.train.config import DataConfig
+from dmae_fast.train.inputs import training_data_dir
 from dmae_fast.train.randomness import sample_seed
 
 Transform = Callable[[Any], torch.Tensor]
@@ -99,9 +99,7 @@ def _open_source(spec: str, input_size: int | None) -> tuple[Dataset, int, bool]
     """(dataset yielding (image, label), native image size, whether images are PIL)."""
     if spec == DEMO:
         return demo_digits("train"), 8, False
-    path = Path(spec).expanduser()
-    if not path.is_dir():
-        raise UserError(f"training data {spec} is not '{DEMO}' or an existing directory")
+    path = training_data_dir(spec)
     if (path / CIFAR_TRAIN_BATCHES[0]).exists() or (path / CIFAR_SUBDIR).is_dir():
         return cifar10(path, "train"), 32, False
     try:

@@ -16,6 +16,7 @@ from dmae_fast.batching.choices import PRECISION_CHOICES
 from dmae_fast.cli.body_args import add_body_arguments, body_options
 from dmae_fast.demo_files import DEMO, DEMO_CHECKPOINT
 from dmae_fast.run.config import MAX_BATCH
+from dmae_fast.run.inputs import check_classifier_file
 from dmae_fast.serve.config import Limits
 
 PROG = "dmae-serve replay"
@@ -47,26 +48,28 @@ def replay(args: argparse.Namespace) -> int:
         raise UserError(f"--batch must be in [1, {MAX_BATCH:,}], got {args.batch}")
     options = body_options(args, os.environ, default="plain")
     options.validate()
-    import_torch_while_starting(PROG)
-    from dmae_fast.batching.classifier import open_classifier
-    from dmae_fast.serve.payloads import PayloadError, decode_image
-    from dmae_fast.serve.receipt import read_answer, replay_answer, settings
-
+    # the files, read (the classifier's checked) before torch loads: a mistyped path is one line at once
     try:
         document = json.loads(read_regular_file(args.answer, MAX_ANSWER_BYTES, "dmae-serve answer").decode("utf-8"))
     except (ValueError, RecursionError) as error:
         problem = "is nested too deeply" if isinstance(error, RecursionError) else f"is not JSON: {error}"
         raise UserError(f"{args.answer} {problem}") from None
-    answer = read_answer(document)
     engine_path = args.engine or args.ckpt
     engine_path = str(DEMO_CHECKPOINT) if engine_path == DEMO else engine_path
+    check_classifier_file(engine_path)
+    files = [(path, read_regular_file(path, MAX_IMAGE_BYTES, "image file")) for path in args.images]
+    import_torch_while_starting(PROG)
+    from dmae_fast.batching.classifier import open_classifier
+    from dmae_fast.serve.payloads import PayloadError, decode_image
+    from dmae_fast.serve.receipt import read_answer, replay_answer, settings
+
+    answer = read_answer(document)
     engine = open_classifier(engine_path, options, args.device, args.precision, args.input_size, args.normalize)
     shape = tuple(engine.spec.input_shape)
     images = []
-    for path in args.images:
+    for path, data in files:
         try:
-            images += decode_image(read_regular_file(path, MAX_IMAGE_BYTES, "image file"), path, shape,
-                                   Limits(max_images=1 << 20))
+            images += decode_image(data, path, shape, Limits(max_images=1 << 20))
         except PayloadError as problem:
             raise UserError(problem.message) from None
     replayed = replay_answer(answer, images, engine, args.batch, options, engine_path)
