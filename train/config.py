@@ -160,6 +160,8 @@ class VisualizeConfig:
     seed: int = 0
 
 
+TrainingConfig = PretrainConfig | FinetuneConfig | LinprobeConfig  # what the training subcommands run
+
 CONFIGS: dict[str, type] = {
     "pretrain": PretrainConfig,
     "finetune": FinetuneConfig,

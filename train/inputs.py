@@ -8,7 +8,7 @@ from pathlib import Path
 from dmae_fast.base.errors import UserError
 from dmae_fast.base.paths import check_readable_file, dataset_path
 from dmae_fast.demo_files import DEMO
-from dmae_fast.train.config import RunConfig, VisualizeConfig
+from dmae_fast.train.config import TrainingConfig, VisualizeConfig
 
 
 def training_data_dir(spec: str) -> Path:
@@ -19,7 +19,7 @@ def training_data_dir(spec: str) -> Path:
     return path
 
 
-def check_inputs_before_loading(config: RunConfig | VisualizeConfig) -> None:
+def check_inputs_before_loading(config: TrainingConfig | VisualizeConfig) -> None:
     """The checkpoint to start from (``init``, or visualize's ``checkpoint``) and the images exist, in the words
     their loaders use; what they hold is checked when they are opened."""
     if isinstance(config, VisualizeConfig):
@@ -27,7 +27,7 @@ def check_inputs_before_loading(config: RunConfig | VisualizeConfig) -> None:
         if images != DEMO:
             dataset_path(images)
     else:
-        start, images = getattr(config, "init", None), config.data.dataset
+        start, images = config.init, config.data.dataset
         if images != DEMO:
             training_data_dir(images)
     if start is not None:

@@ -11,14 +11,13 @@ from dmae_fast.base.errors import Interrupted, UserError
 from dmae_fast.base.locking import OutputLock
 from dmae_fast.train import config as cfg
 from dmae_fast.train.checkpointing import CHECKPOINT, CONFIG, check_resumable, write_config, write_status
+from dmae_fast.train.config import TrainingConfig
 from dmae_fast.train.datasets import TrainingData, open_training_data
 from dmae_fast.train.distributed import Context, barrier, setup, teardown
 from dmae_fast.train.finetune import FinetuneTask
 from dmae_fast.train.loop import Summary, Task, micro_batch_size, train
 from dmae_fast.train.pretrain import PretrainTask
 from dmae_fast.train.randomness import seed_global_rngs
-
-TrainingConfig = cfg.PretrainConfig | cfg.FinetuneConfig | cfg.LinprobeConfig
 
 
 def check_out(out: Path, resume: bool, stop_after: int | None) -> None:
