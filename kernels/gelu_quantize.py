@@ -121,8 +121,10 @@ def _launch(h: torch.Tensor, limit: float, floor: float, emulate: bool) -> tuple
     q = torch.empty((rows, width), dtype=E4M3, device=h.device)
     scale = torch.empty((rows, 1), dtype=torch.float32, device=h.device)
     chunk, chunks = _chunks(width)
-    wrap_triton(_gelu_quantize_kernel)[(rows,)](h, q, scale, K=width, BLOCK=chunk, CHUNKS=chunks, TINY=floor,
-                                               LIMIT=limit, EMULATE=emulate, num_warps=max(1, min(8, chunk // 256)))
+    # wrap_triton lets torch.compile trace the launch; torch 2.11's refuses an interpreted kernel (no compile there)
+    kernel = _gelu_quantize_kernel if INTERPRETED else wrap_triton(_gelu_quantize_kernel)
+    kernel[(rows,)](h, q, scale, K=width, BLOCK=chunk, CHUNKS=chunks, TINY=floor, LIMIT=limit, EMULATE=emulate,
+                    num_warps=max(1, min(8, chunk // 256)))
     return q, scale
 
 

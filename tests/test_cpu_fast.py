@@ -182,6 +182,55 @@ def test_serial_noise_from_several_threads_at_once_is_the_contract():
                                rtol=0, atol=2e-6)
 
 
+def test_on_an_old_torch_the_main_thread_traces_first_once(monkeypatch):
+    """torch 2.11 segfaults in any trace made after the thread of the process's first trace has ended. Told the
+    torch is affected, a compiled NoiseSource made on the main thread first traces there (the eager backend), once;
+    made in a worker thread, it leaves the order alone (only the main thread outlives every compile)."""
+    from dmae_fast.noise import compiled
+
+    made: list[str] = []
+    real = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda *a, **k: made.append(k.get("backend", "inductor")) or real(*a, **k))
+    monkeypatch.setattr(compiled, "FIRST_TRACE_FIXED", "99.0")  # this torch, as if it were 2.11
+    monkeypatch.setattr(compiled, "_main_traced", threading.Event())
+    worker = threading.Thread(target=lambda: NoiseSource(CPU))
+    worker.start()
+    worker.join()
+    assert made == ["inductor"]
+    NoiseSource(CPU)
+    NoiseSource(CPU, serial=True)
+    assert made == ["inductor", "eager", "inductor", "inductor"]
+    NoiseSource(CPU, compiled=False)  # nothing compiled, nothing traced
+    assert made == ["inductor", "eager", "inductor", "inductor"]
+
+
+AFTER_A_WORKER_COMPILED = """
+import sys, threading
+import torch
+from dmae_fast.noise.compiled import NoiseSource
+
+source = NoiseSource(torch.device("cpu"))  # on the main thread, as a run or a server builds it
+rows = torch.arange(4)
+compile_in = lambda: source(torch.rand(2, 3, 4, 4), rows % 2, 0.25, 7, rows, rows, rows)
+worker = threading.Thread(target=compile_in)
+worker.start()
+worker.join()  # the thread of the first compile (the noise's) has ended
+assert source.implementation == "compiled"
+other = threading.Thread(target=lambda: torch.compile(lambda x: x * 2, dynamic=False)(torch.ones(3)))
+other.start()
+other.join()
+print(torch.compile(lambda x: x - 1, dynamic=False)(torch.ones(2)).tolist())
+"""
+
+
+@pytest.mark.skipif(torch.__version__ >= "2.12", reason="torch >= 2.12 does not crash here")
+def test_compiling_after_the_first_compiles_thread_ended_does_not_crash():
+    """torch 2.11 (the GPU machines'): a compile after the first compile's thread ended was a segmentation fault."""
+    done = subprocess.run([sys.executable, "-c", AFTER_A_WORKER_COMPILED], capture_output=True, text=True,
+                          timeout=600)
+    assert (done.returncode, done.stdout) == (0, "[0.0, 0.0]\n"), done.stderr[-2000:]
+
+
 def test_threads_marking_new_shared_slots_at_once_take_turns(monkeypatch):
     """A body's slots are a new tensor after each allocate, first noised by several threads at once: Dynamo's
     mark_dynamic, which sets two attributes one after the other, must never run on two threads together (on a

@@ -22,6 +22,7 @@ from helpers import Run, one_line_error, run_command, tiny_vit
 from dmae_fast.base.errors import UserError
 from dmae_fast.cli.certify import main as certify_main
 from dmae_fast.demo import DEMO_CHECKPOINT
+from dmae_fast.engines.aoti_engine import aoti_torch_problem
 from dmae_fast.engines.graphs import ImageGraph, bicubic_matrix
 from dmae_fast.engines.opening import EngineOptions, open_engine
 from dmae_fast.engines.sidecar import BatchRange, read_sidecar
@@ -51,6 +52,11 @@ COUNTS = ["idx", "label", "predict", "radius", "correct", "n0", "n", "nA", "pA_l
 
 
 pytestmark = pytest.mark.usefixtures("two_torch_threads")
+PT2_PROBLEM = aoti_torch_problem()  # why this torch writes no .pt2 packages (torch 2.11), or None
+
+
+def _pt2(key: str) -> bool:
+    return key.startswith("pt2")
 
 
 @pytest.fixture(scope="module")
@@ -64,10 +70,17 @@ def engines(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "pt2-tokens-bf16": ExportConfig("demo", str(out), ("torch",), "bf16", "tokens", seed=5,
                                         batch=BatchRange(1, 64, 256), device="cpu"),
     }
+    runs = {key: config for key, config in runs.items() if not (_pt2(key) and PT2_PROBLEM)}
     lines: list[str] = []
     paths = {key: export_engines(config, report=lines.append)[0] for key, config in runs.items()}
     assert len(lines) == len(runs) and all("top-1 agreement" in line for line in lines)
     return paths
+
+
+def _engine_file(engines: dict[str, Path], key: str) -> Path:
+    if key not in engines:
+        pytest.skip(str(PT2_PROBLEM))
+    return engines[key]
 
 
 # --------------------------------------------------------------------------- parity on write
@@ -78,7 +91,7 @@ def engines(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     ("onnx-fp16", 0.99, 0.1), ("onnx-tokens-fp16", 0.99, 0.1), ("pt2-tokens-bf16", 0.99, 0.5),
 ])
 def test_engines_agree_with_pytorch(engines, key, threshold, max_diff):
-    parity = read_sidecar(engines[key]).parity
+    parity = read_sidecar(_engine_file(engines, key)).parity
     assert parity is not None and parity.passed
     assert parity.samples == 1000 and parity.threshold == threshold
     assert parity.top1_agreement >= threshold
@@ -95,6 +108,8 @@ def test_engine_logits_match_the_model_on_new_inputs(engines):
         tokens = model.tokens(images)
     for key, inputs, tolerance in (("onnx", images, 1e-4), ("pt2", images, 1e-4), ("onnx-fp16", images, 0.1),
                                    ("onnx-tokens-fp16", tokens, 0.1), ("pt2-tokens-bf16", tokens, 0.5)):
+        if key not in engines:  # no .pt2 on this torch
+            continue
         kind = "tokens" if "tokens" in key else "image"
         engine = open_engine(engines[key], EngineOptions(device="cpu", input=kind))
         logits = engine.logits(inputs)
@@ -121,8 +136,9 @@ def test_sidecar_has_the_contract_fields(engines):
         assert data["input_shape"] == ([1 + grid * grid, DEMO_SPEC.encoder.embed_dim] if tokens else [3, 8, 8])
         assert {"dmae_fast", "torch"} <= set(data["versions"])
     assert json.loads(Path(str(engines["onnx"]) + ".json").read_text())["kind"] == "onnx"
-    assert json.loads(Path(str(engines["pt2"]) + ".json").read_text())["kind"] == "aoti"
-    assert read_sidecar(engines["pt2"]).batch == BatchRange(1, 64, 256)
+    if not PT2_PROBLEM:
+        assert json.loads(Path(str(engines["pt2"]) + ".json").read_text())["kind"] == "aoti"
+        assert read_sidecar(engines["pt2"]).batch == BatchRange(1, 64, 256)
 
 
 def test_onnx_files_are_valid_with_a_dynamic_batch(engines):
@@ -151,15 +167,15 @@ def _rows(path: Path) -> list[list[str]]:
 
 
 def test_certify_with_engines_gives_the_checkpoints_results(engines, tmp_path, capsys):
-    runs = {"ckpt": ["--ckpt", "demo"], "onnx": ["--engine", engines["onnx"]], "pt2": ["--engine", engines["pt2"]],
-            "onnx-fp16": ["--engine", engines["onnx-fp16"]]}
+    runs = {"ckpt": ["--ckpt", "demo"], **{key: ["--engine", engines[key]] for key in ("onnx", "pt2", "onnx-fp16")
+                                           if key in engines}}
     for key, source in runs.items():
         assert certify_main([*CERTIFY, *map(str, source), "--out", str(tmp_path / f"{key}.tsv")]) == 0
     capsys.readouterr()
     reference = _rows(tmp_path / "ckpt.tsv")
     assert len(reference) == 6
     assert _rows(tmp_path / "onnx.tsv") == reference  # identical counts, radii, predictions in fp32
-    assert _rows(tmp_path / "pt2.tsv") == reference
+    assert PT2_PROBLEM or _rows(tmp_path / "pt2.tsv") == reference
     fp16 = _rows(tmp_path / "onnx-fp16.tsv")
     n_a = COUNTS.index("nA")
     predict = COUNTS.index("predict")
@@ -426,8 +442,9 @@ def test_all_skips_missing_tensorrt(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "tensorrt", None)
     notes: list[str] = []
     config = ExportConfig("demo", str(tmp_path), ("onnx", "tensorrt", "torch"), strict_formats=False)
-    assert _formats(config, torch.device("cpu"), notes.append) == ["onnx", "torch"]
-    assert notes == [f"skipping TensorRT: {TENSORRT_MISSING}"]
+    kept = ["onnx"] if PT2_PROBLEM else ["onnx", "torch"]
+    assert _formats(config, torch.device("cpu"), notes.append) == kept
+    assert f"skipping TensorRT: {TENSORRT_MISSING}" in notes and len(notes) == 3 - len(kept), notes  # and .pt2's
 
 
 def test_failed_verification_keeps_no_engine(capsys, tmp_path, monkeypatch):

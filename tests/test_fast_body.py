@@ -1,5 +1,6 @@
 """The fast batch body: same schedule, same counts as the plain streaming certifier."""
 
+import json
 import os
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from dmae_fast.batching.smoothing import Smoothing
 from dmae_fast.batching.stage_timer import STAGES, StageTimer  # noqa: E402
 from dmae_fast.batching.stream import SamplingPlan  # noqa: E402
 from dmae_fast.cli.certify import main  # noqa: E402
+from dmae_fast.engines.aoti_engine import aoti_torch_problem
 from dmae_fast.engines.base import Engine
 from dmae_fast.engines.front_end import front_end_path  # noqa: E402
 from dmae_fast.engines.opening import EngineOptions, open_engine
@@ -140,7 +142,7 @@ def token_engines(tmp_path_factory):
     out = tmp_path_factory.mktemp("token-engines")
     checkpoint = save_classifier(_engine().model, out / "tiny.safetensors")
     engines = {}
-    for fmt in ("onnx", "torch"):
+    for fmt in ("onnx",) if aoti_torch_problem() else ("onnx", "torch"):  # torch 2.11 writes no .pt2
         config = ExportConfig(str(checkpoint), str(out), (fmt,), "fp32", "tokens", parity_samples=64, seed=0,
                               device="cpu")
         [engines[fmt]] = export_engines(config, report=lambda line: None)
@@ -151,6 +153,8 @@ def token_engines(tmp_path_factory):
 @pytest.mark.parametrize("fused", [pytest.param(True, marks=cpu_fused), False])
 def test_token_engine_behind_the_front_end_gives_identical_counts(token_engines, fmt, fused):
     _, engines = token_engines
+    if fmt not in engines:
+        pytest.skip(str(aoti_torch_problem()))
     engine = open_engine(engines[fmt], EngineOptions(device="cpu", input="tokens"))
     images, plan = _images(16), SamplingPlan.certify(n0=12, n=40)
     body = FastBody(Smoothing(engine, 0.5, 11, 48), FastPath(fused=fused))
@@ -170,7 +174,14 @@ def test_token_engine_needs_its_front_end_file(token_engines, tmp_path):
     engine = open_engine(copy, EngineOptions(device="cpu", input="tokens"))
     with pytest.raises(UserError, match="has no front end"):
         FastBody(Smoothing(engine, 0.5, 0, 8), FastPath(fused=True))
-    front_end_path(copy).write_bytes(front_end_path(engines["torch"]).read_bytes())  # another engine's
+    other = engines.get("torch")  # another engine's front end (of the same model); on torch 2.11 a renamed copy's
+    if other is None:
+        other, copy = copy, copy.rename(tmp_path / f"other-{copy.name}")
+        sidecar = json.loads(Path(f"{other}.json").read_text())
+        Path(f"{copy}.json").write_text(json.dumps({**sidecar, "file": copy.name}))
+        front_end_path(other).write_bytes(front_end_path(engines["onnx"]).read_bytes())
+        engine = open_engine(copy, EngineOptions(device="cpu", input="tokens"))
+    front_end_path(copy).write_bytes(front_end_path(other).read_bytes())
     with pytest.raises(UserError, match="does not fit"):
         FastBody(Smoothing(engine, 0.5, 0, 8), FastPath(fused=True))
 

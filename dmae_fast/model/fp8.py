@@ -8,6 +8,7 @@ this fp8 classifier, whose agreement with fp16 is measured and recorded, never a
 from __future__ import annotations
 
 import copy
+import functools
 
 import torch
 import torch.nn.functional as F
@@ -62,6 +63,19 @@ class Fp8Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, e4m3 per-channel x per-row{gelu}"
 
 
+@functools.cache
+def cpu_row_scales_problem() -> str | None:
+    """Why this torch's CPU ``torch._scaled_mm`` cannot take per-row scales (as :class:`Fp8Linear` needs), or None.
+    Asked of torch itself, once: torch 2.11's CPU kernel takes only one scale per operand."""
+    rows = torch.zeros(16, 16, dtype=E4M3)
+    try:
+        torch._scaled_mm(rows, rows.t(), scale_a=torch.ones(16, 1), scale_b=torch.ones(1, 16), out_dtype=ACTIVATIONS)
+    except (RuntimeError, NotImplementedError):
+        return (f"this torch ({torch.__version__}) has no CPU fp8 matrix product with per-row scales "
+                "(torch 2.11's takes one scale per operand); run fp8 on an Ada or Hopper GPU, or use a newer torch")
+    return None
+
+
 def fp8_problem(model: nn.Module, device: torch.device) -> str | None:
     """Why ``model`` cannot run in fp8 on ``device``, or None."""
     if device.type == "cuda" and torch.cuda.get_device_capability(device) < (8, 9):
@@ -74,7 +88,7 @@ def fp8_problem(model: nn.Module, device: torch.device) -> str | None:
                   for n in (m.in_features, m.out_features) if n % 16})
     if odd:  # the fp8 tensor-core kernels take widths in multiples of 16
         return f"fp8 needs linear layer widths that are multiples of 16; this classifier has {odd}"
-    return None
+    return cpu_row_scales_problem() if device.type == "cpu" else None
 
 
 def _exact_gelu_mlp(mlp: nn.Module) -> bool:

@@ -35,6 +35,23 @@ CHECK_TOLERANCE = 1e-5
 SERIAL_OPTIONS = {"cpp.threads": 1, "cpp_wrapper": True}
 
 
+# torch 2.11 (fixed in 2.12): once the thread that made a process's first Dynamo trace has ended, every later trace
+# segfaults, in any thread (bench/results/2026-12-07-torch-2.11).
+FIRST_TRACE_FIXED = "2.12"
+_main_traced = threading.Event()
+
+
+def main_thread_traces_first() -> None:
+    """On torch < 2.12, have the main thread make the process's first Dynamo trace (a one-line function, the eager
+    backend), so that compiling in a worker thread that later ends cannot crash the next compile. Call it before a
+    worker thread may compile; it does nothing on a newer torch, off the main thread, or after the first time."""
+    if (torch.__version__ >= FIRST_TRACE_FIXED or _main_traced.is_set()
+            or threading.current_thread() is not threading.main_thread()):
+        return
+    torch.compile(lambda x: x + 1, backend="eager", dynamic=False)(torch.zeros(1))
+    _main_traced.set()
+
+
 def noisy_rows(clean: torch.Tensor, slot: torch.Tensor, sigma: torch.Tensor, key: torch.Tensor,
                image: torch.Tensor, phase: torch.Tensor, sample: torch.Tensor) -> torch.Tensor:
     """``clean[slot] + sigma * eta`` [B, *shape] of the clean images [S, *shape] by slot; ``key`` [2] (the Philox
@@ -159,6 +176,8 @@ class NoiseSource:
         kernel = _sound_kernel(device, self._layout_tensors, serial, self._notice) if wanted else None
         self.implementation, self._kernel = kernel or (COMPILED if compiled else REFERENCE, None)
         options = SERIAL_OPTIONS if serial else None
+        if compiled and not kernel:
+            main_thread_traces_first()  # the first call may come from a worker thread
         self._compiled = torch.compile(function, dynamic=None, options=options) if compiled and not kernel else None
         self._checked = False
         self._marking = threading.Lock()  # see _run_compiled

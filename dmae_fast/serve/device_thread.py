@@ -17,6 +17,7 @@ import torch
 
 from dmae_fast.batching.engine_loop import BatchFailed, EngineLoop, Finished
 from dmae_fast.batching.scheduler import BatchBody, Job
+from dmae_fast.noise.compiled import main_thread_traces_first
 from dmae_fast.noise.contract import MASK32
 
 Done = Callable[[object], None]  # called once with the image's counts [phases, classes] or an exception
@@ -64,6 +65,7 @@ class DeviceThread:
 
     def start(self) -> None:
         """Allocate the device buffers, run one warm-up batch (compiles the noise), start serving."""
+        main_thread_traces_first()  # the scheduler thread compiles, and ends when the server stops
         self._thread.start()
         self._started.wait()
         if self._startup_error is not None:
