@@ -204,6 +204,23 @@ def test_on_an_old_torch_the_main_thread_traces_first_once(monkeypatch):
     assert made == ["inductor", "eager", "inductor", "inductor"]
 
 
+def test_a_first_trace_that_cannot_be_made_is_left_out(monkeypatch):
+    """Where Dynamo cannot trace at all (a Python it does not support), the main thread's first trace is skipped."""
+    from dmae_fast.noise import compiled
+
+    real = torch.compile
+
+    def no_dynamo(*args, **kwargs):
+        if kwargs.get("backend") == "eager":
+            raise RuntimeError("Dynamo is not supported on this Python")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "compile", no_dynamo)
+    monkeypatch.setattr(compiled, "FIRST_TRACE_FIXED", "99.0")
+    monkeypatch.setattr(compiled, "_main_traced", threading.Event())
+    assert NoiseSource(CPU).implementation == COMPILED and compiled._main_traced.is_set()
+
+
 AFTER_A_WORKER_COMPILED = """
 import sys, threading
 import torch

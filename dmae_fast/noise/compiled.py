@@ -17,7 +17,7 @@ import logging
 import math
 import threading
 from collections.abc import Callable
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager, nullcontext, suppress
 from typing import Any
 
 import torch
@@ -48,7 +48,8 @@ def main_thread_traces_first() -> None:
     if (torch.__version__ >= FIRST_TRACE_FIXED or _main_traced.is_set()
             or threading.current_thread() is not threading.main_thread()):
         return
-    torch.compile(lambda x: x + 1, backend="eager", dynamic=False)(torch.zeros(1))
+    with suppress(Exception):  # no Dynamo here (an unsupported Python): nothing will trace
+        torch.compile(lambda x: x + 1, backend="eager", dynamic=False)(torch.zeros(1))
     _main_traced.set()
 
 
