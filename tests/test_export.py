@@ -55,10 +55,6 @@ pytestmark = pytest.mark.usefixtures("two_torch_threads")
 PT2_PROBLEM = aoti_torch_problem()  # why this torch writes no .pt2 packages (torch 2.11), or None
 
 
-def _pt2(key: str) -> bool:
-    return key.startswith("pt2")
-
-
 @pytest.fixture(scope="module")
 def engines(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("engines")
@@ -70,7 +66,7 @@ def engines(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "pt2-tokens-bf16": ExportConfig("demo", str(out), ("torch",), "bf16", "tokens", seed=5,
                                         batch=BatchRange(1, 64, 256), device="cpu"),
     }
-    runs = {key: config for key, config in runs.items() if not (_pt2(key) and PT2_PROBLEM)}
+    runs = {key: config for key, config in runs.items() if not (key.startswith("pt2") and PT2_PROBLEM)}
     lines: list[str] = []
     paths = {key: export_engines(config, report=lines.append)[0] for key, config in runs.items()}
     assert len(lines) == len(runs) and all("top-1 agreement" in line for line in lines)

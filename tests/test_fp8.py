@@ -92,7 +92,7 @@ def test_open_engine_refuses_fp8_for_a_classifier_it_cannot_run(tmp_path):
         open_engine(path, EngineOptions(device="cpu", precision="fp8"))
 
 
-def test_the_cpu_probe_says_what_the_fp8_layer_finds(tmp_path):
+def test_the_cpu_probe_says_what_the_fp8_layer_finds():
     """cpu_row_scales_problem asks torch; an fp8 layer then runs, or fails as the probe said (torch 2.11)."""
     layer, x = Fp8Linear(nn.Linear(32, 16)), torch.randn(3, 32, dtype=torch.bfloat16)
     if cpu_row_scales_problem() is None:

@@ -24,7 +24,7 @@ from dmae_fast.batching.stage_timer import StageTimer, count_batch, stage
 from dmae_fast.engines.base import Engine, TokenBody, predicted_classes
 from dmae_fast.engines.torch_engine import PRECISIONS
 from dmae_fast.model.classifier import SmoothingClassifier
-from dmae_fast.noise.compiled import NoiseSource, main_thread_traces_first
+from dmae_fast.noise.compiled import NoiseSource, compile_for_any_thread
 
 
 @dataclass(frozen=True)
@@ -89,9 +89,7 @@ class FastBody:
             self._tokens = torch.empty((smoothing.batch_size, 1 + self._front.num_patches, self._front.embed_dim),
                                        dtype=token_dtype, device=self.device)
         forward = self._classify_tokens if self.options.fused else self._classify_images
-        if self.options.compile:
-            main_thread_traces_first()
-        self._classify = torch.compile(forward, mode=self.options.compile_mode, dynamic=False) \
+        self._classify = compile_for_any_thread(forward, mode=self.options.compile_mode, dynamic=False) \
             if self.options.compile else forward
         self._graph: torch.cuda.CUDAGraph | None = None
 

@@ -53,6 +53,13 @@ def main_thread_traces_first() -> None:
     _main_traced.set()
 
 
+def compile_for_any_thread(function: Callable[..., Any], **options: Any) -> Callable[..., Any]:
+    """``torch.compile(function, **options)``, whose first call may come from a worker thread (made safe on
+    torch 2.11 by :func:`main_thread_traces_first`, run here on the main thread)."""
+    main_thread_traces_first()
+    return torch.compile(function, **options)
+
+
 def noisy_rows(clean: torch.Tensor, slot: torch.Tensor, sigma: torch.Tensor, key: torch.Tensor,
                image: torch.Tensor, phase: torch.Tensor, sample: torch.Tensor) -> torch.Tensor:
     """``clean[slot] + sigma * eta`` [B, *shape] of the clean images [S, *shape] by slot; ``key`` [2] (the Philox
@@ -177,9 +184,8 @@ class NoiseSource:
         kernel = _sound_kernel(device, self._layout_tensors, serial, self._notice) if wanted else None
         self.implementation, self._kernel = kernel or (COMPILED if compiled else REFERENCE, None)
         options = SERIAL_OPTIONS if serial else None
-        if compiled and not kernel:
-            main_thread_traces_first()  # the first call may come from a worker thread
-        self._compiled = torch.compile(function, dynamic=None, options=options) if compiled and not kernel else None
+        self._compiled = compile_for_any_thread(function, dynamic=None, options=options) \
+            if compiled and not kernel else None
         self._checked = False
         self._marking = threading.Lock()  # see _run_compiled
         self._key: tuple[int, torch.Tensor] | None = None
